@@ -1,0 +1,20 @@
+"""The core's own plugin: registers the trainers whose runtime lives in the core.
+
+The RL loop (``rlhf train ppo``, OpenRLHF's ``train_ppo_ray``) is core runtime; the
+algorithms it runs (estimators, losses, filters, optimizers) all come from plugins.
+"""
+
+from __future__ import annotations
+
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+@rlhf.hookimpl
+def rlhf_register_trainers(register):
+    register(
+        "ppo",
+        "rlhf.runtime.ppo_trainer:PPOTrainer",
+        description="RL from a prompt dataset: PPO, REINFORCE++, GRPO, RLOO… (OpenRLHF train_ppo_ray)",
+    )

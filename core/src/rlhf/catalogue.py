@@ -1,0 +1,18 @@
+"""Which first-party distribution provides which component name.
+
+Used only for hints: when a name is unknown (e.g. its plugin is not installed or
+was blocked), the error says which package to install. Third-party names are
+not listed here; ``rlhf plugins`` shows what is installed.
+"""
+
+from __future__ import annotations
+
+from rlhf.registry import ComponentKind as K
+
+FIRST_PARTY_PROVIDERS: dict[tuple[K, str], str] = {
+    (K.ADVANTAGE_ESTIMATOR, "gae"): "rlhf-plugin-ppo",
+    (K.POLICY_LOSS, "ppo"): "rlhf-plugin-ppo",
+    (K.ADVANTAGE_ESTIMATOR, "group_norm"): "rlhf-plugin-grpo",
+    (K.OPTIMIZER, "adam"): "rlhf-plugin-adamw",
+    (K.SCHEDULER, "cosine_with_min_lr"): "rlhf-plugin-adamw",
+}

@@ -1,0 +1,1 @@
+"""The ``rlhf`` command line."""

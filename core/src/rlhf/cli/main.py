@@ -1,0 +1,86 @@
+"""Entry point of the ``rlhf`` command.
+
+Plugins are selected before any subcommand parses its flags, because plugins add
+trainers, component names and option namespaces to those flags. Heavy libraries
+(torch, ray, deepspeed, vllm) are imported only by the subcommands that run models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from rlhf import __version__
+from rlhf.config.base import ConfigError
+from rlhf.plugin_selection import ENV_PLUGINS, ENV_STRICT, PluginSelection
+from rlhf.plugins import PluginHost, PluginLoadError
+from rlhf.registry import ComponentError
+
+PLUGIN_HELP = f"""\
+plugin selection (same syntax in ${ENV_PLUGINS}; the flag wins when both are set):
+  --plugins a,b          load only these installed plugins (entry-point or distribution names)
+  --plugins no:c         load everything installed except c
+  --plugins pkg.module   also load a plugin module that is not packaged
+  --plugins ./my.py      also load a plugin from a .py file
+  --plugins ''           load no installed plugin (recovery: `rlhf --plugins '' plugins`)
+  --strict-plugins       any plugin failure is an error (also ${ENV_STRICT}=1)
+"""
+
+
+def _selection_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--plugins", dest="plugins_spec", default=None)
+    parser.add_argument("--strict-plugins", action="store_true")
+    return parser
+
+
+def split_plugin_args(argv: list[str]) -> tuple[PluginSelection, list[str]]:
+    """Take ``--plugins``/``--strict-plugins`` from anywhere in argv (before or after the subcommand)."""
+    known, rest = _selection_parser().parse_known_args(argv)
+    return PluginSelection.from_cli(known.plugins_spec, known.strict_plugins), rest
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlhf",
+        description="rlhf: plugin-based reinforcement learning from human feedback.",
+        epilog=PLUGIN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"rlhf-core {__version__}")
+    parser.add_argument("--plugins", dest="plugins_spec", metavar="SPEC", help="plugin selection, see below")
+    parser.add_argument("--strict-plugins", action="store_true", help="any plugin failure is an error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    plugins = sub.add_parser("plugins", help="list installed plugins, their components and status")
+    plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    plugins.add_argument("--kind", help="only plugins of this kind (algorithms, rewards, agents, models, optimizers, …)")
+    train = sub.add_parser("train", help="run a trainer: rlhf train NAME [flags] (rlhf train NAME --help)", add_help=False)
+    train.add_argument("trainer", nargs="?", help="trainer name")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        selection, rest = split_plugin_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(rest)
+        if args.command is None:
+            parser.print_help()
+            return 0
+        host = PluginHost.load(selection)
+        if args.command == "plugins":
+            if extra:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            from rlhf.cli.plugins_cmd import show_plugins
+
+            return show_plugins(host, as_json=args.json, kind=args.kind)
+        from rlhf.cli.train_cmd import run_train
+
+        return run_train(host, args.trainer, extra)
+    except (ConfigError, PluginLoadError, ComponentError) as exc:
+        print(f"rlhf: error: {exc}", file=sys.stderr)
+        return 2

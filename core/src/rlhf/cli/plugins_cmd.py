@@ -1,0 +1,35 @@
+"""``rlhf plugins``: what is installed, what it registers, and why something did not load."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rlhf.plugins import PluginHost
+
+
+def show_plugins(host: PluginHost, *, as_json: bool, kind: str | None) -> int:
+    records = [r for r in host.records if kind is None or r.kind == kind]
+    if as_json:
+        json.dump([r.to_dict() for r in records], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="rlhf plugins", show_lines=False)
+    for column in ("name", "kind", "distribution", "version", "status", "registers", "hooks"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        registers = "; ".join(f"{k}: {', '.join(v)}" for k, v in r.components.items())
+        if r.options:
+            registers += ("; " if registers else "") + f"options: {', '.join('--' + o + '.*' for o in r.options)}"
+        status = {"ok": "[green]ok[/]", "blocked": "[yellow]blocked[/]"}.get(r.status, "[red]failed[/]")
+        if r.reason:
+            status += f": {r.reason}"
+        table.add_row(r.name, r.kind, r.distribution or "-", r.version or "-", status, registers or "-", ", ".join(r.hooks) or "-")
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print(table)
+    return 0

@@ -1,0 +1,182 @@
+"""Protocols of the components plugins register.
+
+Shapes use these names: ``B`` sequences in a (micro-)batch, ``T`` action (response)
+tokens per sequence (right-padded, with ``action_mask`` of shape ``(B, T)`` marking
+real tokens), ``P`` prompts and ``n`` samples per prompt (``B = P * n`` with the n
+samples of one prompt adjacent). Tensors are ``torch.Tensor``; modules defining
+components import torch inside methods or under ``TYPE_CHECKING`` only.
+
+The runtime builds a selected component class with :func:`build`: through its
+``from_config(config)`` classmethod when it defines one, else with no arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+    from pydantic import BaseModel
+
+    from rlhf.plugins import PluginHost
+
+
+def build(component_class: Any, config: Any) -> Any:
+    """Instantiate a registered component class for a run."""
+    from_config = getattr(component_class, "from_config", None)
+    return from_config(config) if from_config is not None else component_class()
+
+
+@runtime_checkable
+class AdvantageEstimator(Protocol):
+    """Turns rewards into per-token advantages and returns.
+
+    Constructed once per run in the controller with the run config; its methods run
+    in the controller once per rollout batch, after reward shaping and filtering.
+
+    Traits (class attributes) the core reads before the run starts:
+
+    * ``needs_critic`` — the runtime builds a critic and passes ``values``;
+    * ``min_samples_per_prompt`` — 2 for group estimators; the config is rejected
+      when ``--rollout.n_samples_per_prompt`` is lower;
+    * ``whiten`` — the core whitens the advantages globally (masked mean/std over
+      every action token of the rollout batch) after :meth:`advantages`;
+    * ``forces_unit_gamma`` — γ is forced to 1 (with a warning) when the user set another.
+    """
+
+    needs_critic: ClassVar[bool]
+    min_samples_per_prompt: ClassVar[int]
+    whiten: ClassVar[bool]
+    forces_unit_gamma: ClassVar[bool]
+
+    def group_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Baseline / normalise scalar rewards per prompt group: ``(P, n) -> (P, n)``, fp32."""
+        ...
+
+    def advantages(
+        self,
+        token_rewards: torch.Tensor,
+        action_mask: torch.Tensor,
+        values: torch.Tensor | None,
+        gamma: float,
+        lambd: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token advantages and returns, both ``(B, T)``, from per-token rewards ``(B, T)``
+        (the scalar reward on the last action token plus any per-token KL term) and, when
+        ``needs_critic``, critic values ``(B, T)``."""
+        ...
+
+
+@runtime_checkable
+class PolicyLoss(Protocol):
+    """The actor's policy loss. Constructed once per actor worker; called once per micro-batch.
+
+    ``token_level`` says whether the result is aggregated per token (``--actor.loss_agg_mode``)
+    or per sequence (GSPO forces per-sequence aggregation).
+    """
+
+    token_level: ClassVar[bool]
+
+    def __call__(
+        self,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        action_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Per-token loss ``(B, T)`` (unaggregated, zero where masked) and scalar metrics."""
+        ...
+
+
+@runtime_checkable
+class SampleFilter(Protocol):
+    """Keeps or rejects whole prompt groups after rewarding (e.g. DAPO dynamic filtering).
+
+    Runs in the controller, once per generated group batch (possibly several times per
+    step while the batch refills).
+    """
+
+    def keep(self, scores: torch.Tensor) -> torch.Tensor:
+        """Boolean ``(P,)``: which groups of the ``(P, n)`` score matrix to keep."""
+        ...
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """A top-level training program run by ``rlhf train NAME``.
+
+    ``config_class`` is the pydantic model of its whole configuration tree (its fields
+    become the dotted flags). ``run`` executes in the CLI process (the controller), once.
+    """
+
+    config_class: ClassVar[type[BaseModel]]
+
+    def __init__(self, config: Any, plugins: PluginHost, run_dir: Path) -> None: ...
+
+    def run(self) -> None: ...
+
+
+@runtime_checkable
+class RewardFunction(Protocol):
+    """A batched reward: OpenRLHF's ``reward_func(queries, prompts, labels, **kwargs)`` contract.
+
+    Runs in the reward process (controller or a reward worker), once per rollout batch.
+    Returns a tensor/list of ``B`` rewards, or a dict with ``rewards`` ``(B,)``, optional
+    ``scores`` ``(B,)`` (used for filtering) and ``extra_logs`` (name -> ``(B,)``).
+    """
+
+    def __call__(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class RewardShaper(Protocol):
+    """A shaping rule applied in configured order to scalar rewards, once per rollout batch,
+    in the controller: ``(B,)`` rewards plus per-sample info -> ``(B,)`` rewards."""
+
+    def apply(self, rewards: torch.Tensor, info: dict[str, Any]) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class AgentExecutor(Protocol):
+    """Produces one trajectory per prompt, token-in-token-out (never re-tokenising text).
+
+    Runs in the rollout process, once per sample.
+    """
+
+    async def execute(self, prompt_token_ids: list[int], label: Any, sampling: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ModelLoader(Protocol):
+    """Builds a model for a role (``actor``, ``critic``, ``ref``, ``reward``) inside its worker, once."""
+
+    def load(self, path: str, role: str, config: Any) -> Any: ...
+
+
+@runtime_checkable
+class Processor(Protocol):
+    """Turns one dataset row into model inputs (prompt ids, media); runs in the data loader, once per row."""
+
+    def process(self, row: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class OptimizerFactory(Protocol):
+    """Builds the optimizer for one trained model inside its worker, once per model.
+
+    ``deepspeed_config`` returns the ``optimizer`` block of the DeepSpeed config
+    (or None when :meth:`build` constructs the optimizer itself).
+    """
+
+    def deepspeed_config(self, section: Any) -> dict[str, Any] | None: ...
+
+    def build(self, params: Any, section: Any) -> Any: ...
+
+
+@runtime_checkable
+class SchedulerFactory(Protocol):
+    """Builds the learning-rate schedule for one optimizer inside its worker, once per model."""
+
+    def build(self, optimizer: Any, num_training_steps: int, section: Any) -> Any: ...

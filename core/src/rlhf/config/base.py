@@ -1,0 +1,66 @@
+"""Building blocks of the typed configuration tree.
+
+Every section is a pydantic model that forbids unknown keys. A field's CLI shape
+(store_true switch, ``nargs``, a negating ``--no_x`` switch, a component kind whose
+names come from the plugin registries) rides along in its ``json_schema_extra`` so
+the argparse bridge can generate every dotted flag from the model itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlhf.registry import ComponentKind
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, protected_namespaces=(), ser_json_inf_nan="constants"
+    )
+
+
+def flag(
+    default: Any = None,
+    help: str = "",
+    *,
+    switch: bool = False,
+    nargs: int | str | None = None,
+    negate: str | None = None,
+    component: ComponentKind | None = None,
+    default_factory: Any = None,
+    cli: bool = True,
+) -> Any:
+    """A config field with its CLI shape.
+
+    ``switch``: a store_true flag (default False). ``nargs``: several values after the flag.
+    ``negate``: the name of an extra store_false flag in the same section (OpenRLHF's
+    ``--actor.muon.no_nesterov``). ``component``: the value names a registered component.
+    ``cli=False``: a YAML-only field with no flag.
+    """
+    extra: dict[str, Any] = {}
+    if switch:
+        extra["switch"] = True
+    if nargs is not None:
+        extra["nargs"] = nargs
+    if negate:
+        extra["negate"] = negate
+    if component is not None:
+        extra["component"] = component.value
+    if not cli:
+        extra["no_cli"] = True
+    if default_factory is not None:
+        return Field(default_factory=default_factory, description=help, json_schema_extra=extra)
+    return Field(default=default, description=help, json_schema_extra=extra)
+
+
+def cli_extra(field_info: Any) -> dict[str, Any]:
+    extra = field_info.json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names the flag (or YAML key / file) and the fix."""

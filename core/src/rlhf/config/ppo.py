@@ -1,0 +1,266 @@
+"""The configuration tree of ``rlhf train ppo`` — OpenRLHF 0.11's ``train_ppo_ray`` flags.
+
+Names, defaults and meanings follow OpenRLHF 0.11.2 (see docs/config.md). Component
+choices (estimator, policy loss, optimizer, scheduler) are plain names resolved
+in the plugin registries, so an installed plugin adds choices without touching this file.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Literal, Optional
+
+from pydantic import Field
+
+from rlhf.config.base import Section, flag
+from rlhf.registry import ComponentKind as K
+
+
+def _default_run_name() -> str:
+    return "ppo_" + time.strftime("%m%dT%H:%M")
+
+
+class Placement(Section):
+    num_nodes: int = flag(1, "number of nodes for this model group")
+    num_gpus_per_node: int = flag(8, "number of GPUs per node for this model group (CPU bundles on CPU machines)")
+
+
+class RefSection(Placement):
+    offload: bool = flag(False, "Offload reference model to CPU", switch=True)
+
+
+class RewardSection(Placement):
+    normalize_enable: bool = flag(False, "Enable reward normalization (reward models only)", switch=True)
+    clip_range: list[float] = flag([-10.0, 10.0], "Reward clip range", nargs=2)
+    overlong_buffer_len: Optional[float] = flag(None, "DAPO overlong penalty buffer length")
+    overlong_penalty_factor: float = flag(1.0, "DAPO overlong penalty factor")
+    stop_properly_penalty_coef: Optional[float] = flag(
+        None, "Penalty for truncated samples: >= 0 scales the reward, < 0 is a fixed reward"
+    )
+    model_name_or_path: Optional[str] = flag(None, "Reward model path(s), comma-separated")
+    remote_url: Optional[str] = flag(None, "Remote reward API URL(s), or a reward_func .py file")
+    offload: bool = flag(False, "Offload reward model to CPU", switch=True)
+
+
+class TrainSection(Section):
+    colocate_actor_ref: bool = flag(False, "Colocate reference and actor on the same devices", switch=True)
+    colocate_critic_reward: bool = flag(False, "Colocate critic and reward model on the same devices", switch=True)
+    colocate_all: bool = flag(False, "Colocate all models including the rollout engines (hybrid engine)", switch=True)
+    async_enable: bool = flag(False, "Enable async training", switch=True)
+    async_queue_size: int = flag(1, "Queue size between async sampler and trainer")
+    partial_rollout_enable: bool = flag(False, "Partial rollout in async mode (pause/resume for weight sync)", switch=True)
+    enable_ema: bool = flag(False, "Enable EMA checkpoint for the model", switch=True)
+    ema_beta: float = flag(0.992, "EMA beta coefficient")
+    dynamic_batch_enable: bool = flag(False, "Dynamic batching by token count", switch=True)
+    max_tokens_per_gpu: int = flag(16192, "Token budget per device with dynamic batching")
+    num_episodes: int = flag(1, "Passes over the prompt dataset")
+    max_epochs: int = flag(1, "Training epochs over each rollout batch")
+    micro_batch_size: int = flag(1, "Training batch size per device")
+    batch_size: int = flag(128, "Global training batch size")
+    seed: int = flag(42, "Random seed")
+    full_determinism_enable: bool = flag(False, "Reproducible behaviour during distributed training", switch=True)
+    agent_func_path: Optional[str] = flag(None, "Agent script path")
+
+
+class AdamSection(Section):
+    lr: float = flag(1e-6, "Adam learning rate")
+    betas: list[float] = flag([0.9, 0.95], "Adam betas", nargs=2)
+    eps: float = flag(1e-8, "Adam epsilon")
+    weight_decay: float = flag(0.0, "Adam weight decay")
+
+
+class MuonSection(Section):
+    lr: float = flag(0.02, "LR of the Muon 2-D weight group")
+    momentum: float = flag(0.95, "Muon momentum")
+    ns_steps: int = flag(5, "Newton-Schulz steps")
+    nesterov: bool = flag(True, "Nesterov momentum for Muon", switch=True, negate="no_nesterov")
+
+
+class TrainedModel(Placement):
+    """Fields shared by the actor and critic: optimizer and schedule."""
+
+    optim: str = flag("adam", "Optimizer (a registered optimizer name)", component=K.OPTIMIZER)
+    muon: MuonSection = Field(default_factory=MuonSection)
+    adam: AdamSection = Field(default_factory=AdamSection)
+    lr_scheduler: str = flag("cosine_with_min_lr", "LR scheduler (a registered scheduler name)", component=K.SCHEDULER)
+    lr_warmup_ratio: float = flag(0.03, "Warmup steps as a fraction of training steps")
+    min_lr_ratio: float = flag(0.1, "Minimum LR as a fraction of the peak LR")
+    max_norm: float = flag(1.0, "Gradient clipping norm")
+    model_name_or_path: Optional[str] = flag(None, "HF model name or path")
+
+
+class ActorSection(TrainedModel):
+    gradient_checkpointing_enable: bool = flag(False, "Gradient checkpointing", switch=True)
+    gradient_checkpointing_reentrant: bool = flag(False, "Reentrant gradient checkpointing", switch=True)
+    eps_clip: float = flag(0.2, "PPO clip range")
+    eps_clip_low_high: Optional[list[float]] = flag(None, "PPO clip low and high (defaults to eps_clip, eps_clip)", nargs=2)
+    dual_clip: Optional[float] = flag(None, "Dual-clip PPO constant c > 1")
+    policy_loss_type: str = flag("ppo", "Policy loss (a registered policy loss name)", component=K.POLICY_LOSS)
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean"] = flag("token-mean", "Policy-loss aggregation")
+    aux_loss_coef: float = flag(0.0, "MoE balancing loss coefficient")
+    entropy_coef: Optional[float] = flag(None, "Entropy loss coefficient; 0 only logs entropy")
+    freeze_visual_encoder: bool = flag(False, "Freeze the vision encoder (train the language model only)", switch=True)
+
+
+class CriticSection(TrainedModel):
+    value_clip: float = flag(0.5, "PPO value clip range")
+    freezing_steps: int = flag(-1, "Freeze the actor for the first N steps to warm up the critic")
+    save_value_network: bool = flag(False, "Save the critic model", switch=True)
+    adam: AdamSection = Field(default_factory=lambda: AdamSection(lr=9e-6))
+
+
+class VllmSection(Section):
+    num_engines: Optional[int] = flag(None, "Number of vLLM engines; 0 disables vLLM (HF generate)")
+    tensor_parallel_size: int = flag(1, "Tensor parallel size of each vLLM engine")
+    sync_backend: str = flag("nccl", "Trainer -> vLLM weight sync backend")
+    sync_with_ray: bool = flag(False, "Sync weights through Ray collectives", switch=True)
+    enable_prefix_caching: bool = flag(False, "vLLM prefix caching", switch=True)
+    enforce_eager: bool = flag(False, "Disable CUDA graphs in vLLM", switch=True)
+    enable_sleep: bool = flag(False, "vLLM sleep mode (requires --train.colocate_all)", switch=True)
+    gpu_memory_utilization: float = flag(0.95, "vLLM gpu_memory_utilization")
+
+
+class AdvantageSection(Section):
+    estimator: str = flag("gae", "Advantage estimator (a registered estimator name)", component=K.ADVANTAGE_ESTIMATOR)
+    gamma: float = flag(1.0, "PPO GAE gamma")
+    lambd: float = flag(1.0, "PPO GAE lambda")
+    no_std_norm: bool = flag(False, "Keep mean subtraction but do not divide advantages by std", switch=True)
+    is_correction_level: Literal["off", "token", "seq"] = flag("off", "Train/rollout IS correction granularity")
+    is_correction_mode: Literal["mask", "clip"] = flag("mask", "Out-of-band treatment: mask or clip")
+    is_correction_gating: Literal["ratio", "binary_kl", "tv"] = flag("ratio", "Statistic the IS gate reads")
+    is_correction_threshold: list[float] = flag([0.5, 5.0], "LOW HIGH bounds, or a single HIGH", nargs="+")
+
+
+class KLSection(Section):
+    target: Optional[float] = flag(None, "Target KL of the adaptive KL controller")
+    horizon: int = flag(10000, "Horizon of the adaptive KL controller")
+    init_coef: float = flag(0.01, "KL penalty coefficient; 0 disables the reference model")
+    estimator: Literal["k1", "k2", "k3"] = flag("k1", "KL estimator")
+    unbiased_gradient: bool = flag(False, "KL loss: keep the estimator value, backprop the IS-weighted reverse-KL gradient", switch=True)
+    use_loss: bool = flag(False, "KL as a loss term (GRPO) instead of in the reward", switch=True)
+
+
+class AlgoSection(Section):
+    advantage: AdvantageSection = Field(default_factory=AdvantageSection)
+    kl: KLSection = Field(default_factory=KLSection)
+    dynamic_filtering_enable: bool = flag(False, "DAPO dynamic filtering", switch=True)
+    dynamic_filtering_range: list[float] = flag([0.0, 1.0], "Dynamic filtering score range", nargs=2)
+
+
+class EvalSection(Section):
+    steps: int = flag(-1, "Evaluate every N steps (-1: never)")
+    dataset: Optional[str] = flag(None, "Path to the evaluation dataset")
+    split: str = flag("train", "Evaluation dataset split")
+    temperature: float = flag(0.6, "Sampling temperature for evaluation")
+    n_samples_per_prompt: int = flag(4, "Samples per prompt for evaluation")
+
+
+class CkptSection(Section):
+    save_steps: int = flag(-1, "Save a checkpoint every N steps (-1: never)")
+    path: str = flag("./ckpt/checkpoints_ppo_ray", "Checkpoint directory")
+    save_hf: bool = flag(False, "Also save an HF-loadable model", switch=True)
+    disable_ds: bool = flag(False, "Do not save DeepSpeed states", switch=True)
+    max_num: int = flag(3, "Checkpoints to keep")
+    max_mem: float = flag(math.inf, "Maximum checkpoint disk use (GB)")
+    load_enable: bool = flag(False, "Resume from the latest checkpoint", switch=True)
+    best_metric_key: str = flag("", "Eval metric key for best-checkpoint saving ('' = first pass@ metric)")
+    output_dir: str = flag("./ckpt", "Output directory of the final model")
+
+
+class WandbSection(Section):
+    key: Optional[str] = flag(None, "wandb API key")
+    org: Optional[str] = flag(None, "wandb organisation")
+    group: Optional[str] = flag(None, "wandb group")
+    project: str = flag("openrlhf_train_ppo", "wandb project")
+    run_name: str = flag(None, "wandb run name (default ppo_<MMDDTHH:MM>)", default_factory=_default_run_name)
+
+
+class LoggerSection(Section):
+    logging_steps: int = flag(1, "Log every N steps")
+    wandb: WandbSection = Field(default_factory=WandbSection)
+    tensorboard_dir: Optional[str] = flag(None, "TensorBoard logging path")
+
+
+class LoraSection(Section):
+    rank: int = flag(0, "LoRA rank (0 disables LoRA)")
+    alpha: int = flag(16, "LoRA alpha")
+    target_modules: str | list[str] = flag("all-linear", "LoRA target modules", nargs="*")
+    dropout: float = flag(0.0, "LoRA dropout")
+
+
+class DeepSpeedSection(Section):
+    use_universal_ckpt: bool = flag(False, "Use DeepSpeed universal checkpoints", switch=True)
+    zero_stage: int = flag(2, "DeepSpeed ZeRO stage")
+    deepcompile: bool = flag(False, "DeepSpeed deepcompile", switch=True)
+    param_dtype: Literal["bf16", "fp16", "fp32"] = flag("bf16", "Model data type (fp32 allowed on CPU)")
+    zpg: int = flag(1, "ZeRO++ max partition size")
+    adam_offload: bool = flag(False, "Offload Adam optimizer states to CPU", switch=True)
+    attn_implementation: str = flag("flash_attention_2", "Attention implementation (eager, sdpa, flash_attention_2…)")
+    experts_implementation: Optional[Literal["eager", "batched_mm", "grouped_mm", "deepgemm"]] = flag(
+        None, "MoE expert computation strategy"
+    )
+    use_liger_kernel: bool = flag(False, "Enable Liger kernels (GPU only)", switch=True)
+    grad_accum_dtype: Optional[str] = flag(None, "Adam grad accumulation data type")
+    overlap_comm: bool = flag(False, "Overlap communication", switch=True)
+    enable_sleep: bool = flag(False, "DeepSpeed sleep mode with --train.colocate_all", switch=True)
+    tensor_parallel_size: int = flag(1, "DeepSpeed tensor parallel size")
+    packing_samples: bool = flag(False, "Pack samples without padding", switch=True)
+    load_in_4bit: bool = flag(False, "Load the model in 4 bit", switch=True)
+    lora: LoraSection = Field(default_factory=LoraSection)
+    ring_attn_size: int = flag(1, "Ring attention group size")
+    ring_attn_head_stride: int = flag(1, "Heads per ring-attention step (a divisor of the head count)")
+    value_head_prefix: str = flag("score", "Name of the value head of reward/critic models")
+
+
+class DataSection(Section):
+    disable_fast_tokenizer: bool = flag(False, "Use the slow tokenizer", switch=True)
+    dataloader_num_workers: int = flag(0, "Data loader workers")
+    max_len: int = flag(2048, "Max total sequence length (prompt + response)")
+    max_samples: int = flag(100000000, "Max number of samples")
+    prompt_dataset: Optional[str] = flag(None, "Prompt dataset path(s) or name(s), comma-separated")
+    prompt_probs: Optional[str] = flag(None, "Sampling probabilities of the prompt datasets, comma-separated")
+    prompt_split: str = flag("train", "Prompt dataset split")
+    input_key: str = flag("input", "Dataset key of the prompt")
+    label_key: Optional[str] = flag(None, "Dataset key of the label")
+    input_template: Optional[str] = flag(None, "Prompt template with one {}")
+    apply_chat_template: bool = flag(False, "Use the tokenizer's chat template", switch=True)
+    image_key: str = flag("images", "Dataset key for image paths/URLs")
+    max_images_per_prompt: int = flag(0, "Max images per prompt (0 = text-only)")
+
+
+class RolloutSection(Section):
+    max_tokens_per_gpu: Optional[int] = flag(None, "Token budget per device for rollout forward passes")
+    batch_size: int = flag(1024, "Prompts per rollout batch")
+    vllm_generate_batch_size: Optional[int] = flag(None, "Prompts per vLLM generate call (default: rollout.batch_size)")
+    micro_batch_size: int = flag(1, "Micro-batch size of experience forward passes")
+    max_new_tokens: Optional[int] = flag(None, "Max new tokens per sample (default: max_len - prompt_len)")
+    top_p: float = flag(1.0, "Sampling top-p")
+    temperature: float = flag(1.0, "Sampling temperature")
+    n_samples_per_prompt: int = flag(1, "Responses per prompt")
+
+
+class PPOConfig(Section):
+    """The whole tree of ``rlhf train ppo``."""
+
+    ref: RefSection = Field(default_factory=RefSection)
+    reward: RewardSection = Field(default_factory=RewardSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    actor: ActorSection = Field(default_factory=ActorSection)
+    critic: CriticSection = Field(default_factory=CriticSection)
+    vllm: VllmSection = Field(default_factory=VllmSection)
+    algo: AlgoSection = Field(default_factory=AlgoSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+    ckpt: CkptSection = Field(default_factory=CkptSection)
+    logger: LoggerSection = Field(default_factory=LoggerSection)
+    ds: DeepSpeedSection = Field(default_factory=DeepSpeedSection)
+    data: DataSection = Field(default_factory=DataSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    local_rank: int = flag(-1, "local_rank for deepspeed")
+    use_ms: bool = flag(False, "Use ModelScope instead of the HF hub", switch=True)
+    plugins: dict[str, dict[str, Any]] = flag(
+        default_factory=dict, help="Options of plugins, by plugin namespace (flags: --<namespace>.<field>)", cli=False
+    )
+    plugin_set: list[dict[str, Any]] = flag(
+        default_factory=list, help="The resolved plugin set of the run (written by rlhf; do not edit)", cli=False
+    )

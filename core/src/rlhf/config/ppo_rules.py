@@ -1,0 +1,101 @@
+"""Cross-flag rules and post-parse rewrites of ``rlhf train ppo`` (OpenRLHF 0.11 semantics).
+
+Rules that depend on the chosen components read the components' declared traits
+(e.g. ``min_samples_per_prompt``) instead of hard-coding algorithm names, so a new
+estimator plugin gets the right checks by declaring its traits.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rlhf.config.base import ConfigError
+from rlhf.config.ppo import PPOConfig
+from rlhf.plugins import PluginHost
+from rlhf.registry import ComponentKind
+
+log = logging.getLogger("rlhf.config")
+
+
+def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
+    """Apply OpenRLHF's rewrites and reject invalid flag combinations (clear errors)."""
+    n = cfg.rollout.n_samples_per_prompt
+    if cfg.actor.eps_clip_low_high is None:
+        cfg.actor.eps_clip_low_high = [cfg.actor.eps_clip, cfg.actor.eps_clip]
+    if cfg.train.agent_func_path:
+        cfg.reward.remote_url = "agent"
+
+    estimator_name = cfg.algo.advantage.estimator
+    estimator = host.registry.get(ComponentKind.ADVANTAGE_ESTIMATOR, estimator_name, flag="--algo.advantage.estimator")
+    min_n = getattr(estimator, "min_samples_per_prompt", 1)
+    if n < min_n:
+        raise ConfigError(
+            f"--algo.advantage.estimator {estimator_name} compares samples of the same prompt and needs "
+            f"--rollout.n_samples_per_prompt >= {min_n} (got {n})"
+        )
+    if getattr(estimator, "forces_unit_gamma", False) and cfg.algo.advantage.gamma != 1.0:
+        log.warning(
+            "--algo.advantage.gamma %s is ignored: estimator %s uses gamma = 1", cfg.algo.advantage.gamma, estimator_name
+        )
+        cfg.algo.advantage.gamma = 1.0
+    needs_critic = bool(getattr(estimator, "needs_critic", False))
+    if needs_critic and cfg.critic.model_name_or_path is None:
+        rm_paths = (cfg.reward.model_name_or_path or "").split(",")
+        cfg.critic.model_name_or_path = rm_paths[0] if rm_paths[0] else cfg.actor.model_name_or_path
+
+    if cfg.data.max_images_per_prompt > 0:
+        if needs_critic:
+            raise ConfigError(
+                f"vision-language training (--data.max_images_per_prompt > 0) has no critic support; "
+                f"choose an estimator without a critic instead of --algo.advantage.estimator {estimator_name}"
+            )
+        if cfg.ds.packing_samples:
+            raise ConfigError("--ds.packing_samples is not supported with --data.max_images_per_prompt > 0")
+    if (cfg.ds.ring_attn_size > 1 or cfg.train.dynamic_batch_enable) and not cfg.ds.packing_samples:
+        log.warning("--ds.ring_attn_size > 1 / --train.dynamic_batch_enable need packing: enabling --ds.packing_samples")
+        cfg.ds.packing_samples = True
+    if cfg.ds.packing_samples and not cfg.vllm.num_engines:
+        raise ConfigError("--ds.packing_samples requires vLLM rollout engines: set --vllm.num_engines >= 1")
+
+    if cfg.vllm.enable_sleep and not cfg.train.colocate_all:
+        raise ConfigError("--vllm.enable_sleep only makes sense with --train.colocate_all (engines share devices with training)")
+    if cfg.vllm.enable_sleep and cfg.train.async_enable:
+        raise ConfigError("--vllm.enable_sleep cannot be combined with --train.async_enable (engines never idle)")
+    if cfg.train.partial_rollout_enable and not cfg.train.async_enable:
+        raise ConfigError("--train.partial_rollout_enable requires --train.async_enable")
+
+    remote_reward = bool(cfg.reward.remote_url or cfg.train.agent_func_path)
+    if cfg.eval.dataset and not remote_reward:
+        raise ConfigError("--eval.dataset needs a rule or remote reward: set --reward.remote_url or --train.agent_func_path")
+    if cfg.algo.dynamic_filtering_enable:
+        if not remote_reward:
+            raise ConfigError(
+                "--algo.dynamic_filtering_enable filters on rule/remote scores: set --reward.remote_url or --train.agent_func_path"
+            )
+        if n < 2:
+            raise ConfigError(f"--algo.dynamic_filtering_enable needs --rollout.n_samples_per_prompt >= 2 (got {n})")
+
+    if cfg.rollout.vllm_generate_batch_size is None:
+        cfg.rollout.vllm_generate_batch_size = cfg.rollout.batch_size
+    elif cfg.rollout.vllm_generate_batch_size > cfg.rollout.batch_size and not cfg.train.async_enable:
+        raise ConfigError(
+            f"--rollout.vllm_generate_batch_size {cfg.rollout.vllm_generate_batch_size} > --rollout.batch_size "
+            f"{cfg.rollout.batch_size} requires --train.async_enable"
+        )
+
+    actor_dp = cfg.actor.num_nodes * cfg.actor.num_gpus_per_node // (cfg.ds.ring_attn_size * cfg.ds.tensor_parallel_size)
+    micro_batches = n * cfg.rollout.batch_size // cfg.rollout.micro_batch_size
+    if micro_batches < actor_dp:
+        raise ConfigError(
+            f"--rollout.n_samples_per_prompt x --rollout.batch_size / --rollout.micro_batch_size = {micro_batches} "
+            f"is smaller than the actor's data-parallel size {actor_dp} (--actor.num_nodes x --actor.num_gpus_per_node): "
+            "raise the rollout batch or lower the actor's device count"
+        )
+
+    kl = cfg.algo.kl
+    if kl.init_coef > 0:
+        if not kl.use_loss and kl.estimator != "k1":
+            log.warning("KL in the reward works best with --algo.kl.estimator k1 (got %s)", kl.estimator)
+        if kl.use_loss and kl.estimator == "k1":
+            log.warning("KL as a loss works best with --algo.kl.estimator k2 or k3 (got k1)")
+    return cfg

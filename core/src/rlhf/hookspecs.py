@@ -1,0 +1,221 @@
+"""Every hook a plugin can implement.
+
+Two families:
+
+* **Registration hooks** (``rlhf_register_*``) receive a typed :class:`~rlhf.registry.Register`
+  and contribute named components. The host calls each plugin's implementation
+  separately, so a duplicate name or an exception blames exactly one plugin.
+  They run in every process that loads plugins (the CLI, the controller and every
+  Ray worker), once per process, at plugin load; they must be cheap (register lazy
+  ``"module:attr"`` strings) and idempotent.
+* **Lifecycle hooks** serve loggers and observers. They are broadcast to every
+  plugin; none of them runs per token or per micro-batch (hot-loop work lives in
+  the selected components' methods).
+
+Each docstring says *when* the hook runs, *in which process*, *how often*, and the
+shapes of any tensors it sees. ``tests/test_hook_docs.py`` fails when a hook lacks
+that documentation or a test named ``test_hook_<name>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlhf import hookspec
+
+if TYPE_CHECKING:
+    from rlhf.components import (
+        AdvantageEstimator,
+        AgentExecutor,
+        ModelLoader,
+        OptimizerFactory,
+        PolicyLoss,
+        Processor,
+        RewardFunction,
+        RewardShaper,
+        SampleFilter,
+        SchedulerFactory,
+        Trainer,
+    )
+    from rlhf.registry import Register
+    from rlhf.plugin_options import OptionsRegister
+
+
+# ---------------------------------------------------------------- registration
+
+
+@hookspec
+def rlhf_register_advantage_estimators(register: Register[type[AdvantageEstimator]]) -> None:
+    """Register advantage estimators, selected by ``--algo.advantage.estimator NAME``.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; the estimator protocol (:class:`rlhf.components.AdvantageEstimator`)
+    maps per-sequence rewards ``(num_prompts, n)`` and per-token tensors ``(B, T)``.
+    """
+
+
+@hookspec
+def rlhf_register_policy_losses(register: Register[type[PolicyLoss]]) -> None:
+    """Register policy losses, selected by ``--actor.policy_loss_type NAME``.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; a loss maps per-token log-probs/advantages ``(B, T)`` to a per-token loss ``(B, T)``.
+    """
+
+
+@hookspec
+def rlhf_register_sample_filters(register: Register[type[SampleFilter]]) -> None:
+    """Register sample filters (e.g. DAPO dynamic filtering), enabled by their own flags.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; a filter reads per-sequence scores grouped as ``(num_prompts, n)``.
+    """
+
+
+@hookspec
+def rlhf_register_trainers(register: Register[type[Trainer]]) -> None:
+    """Register trainers, run by ``rlhf train NAME``.
+
+    When: at plugin load. Process: the CLI / controller process (workers never run trainers).
+    How often: once per process. Shapes: none.
+    """
+
+
+@hookspec
+def rlhf_register_reward_functions(register: Register[RewardFunction]) -> None:
+    """Register reward functions (rule rewards, remote rewards, reward-model adapters).
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; a reward function returns one scalar per sample, ``(B,)``.
+    """
+
+
+@hookspec
+def rlhf_register_reward_shapers(register: Register[type[RewardShaper]]) -> None:
+    """Register reward shaping rules (overlong penalty, stop-properly penalty, normalisation…).
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; a shaper maps per-sequence rewards ``(B,)`` to ``(B,)``.
+    """
+
+
+@hookspec
+def rlhf_register_agent_executors(register: Register[type[AgentExecutor]]) -> None:
+    """Register agent executors (single-turn, multi-turn, OpenAI-server…).
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none; executors exchange token-id lists, never re-tokenised text.
+    """
+
+
+@hookspec
+def rlhf_register_model_loaders(register: Register[type[ModelLoader]]) -> None:
+    """Register model loaders (plain HF, LoRA, quantised, custom architectures).
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none.
+    """
+
+
+@hookspec
+def rlhf_register_processors(register: Register[type[Processor]]) -> None:
+    """Register input processors (VLM image/video processors, custom tokenisation).
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; processors turn one dataset row into prompt token ids plus media.
+    """
+
+
+@hookspec
+def rlhf_register_optimizers(register: Register[type[OptimizerFactory]]) -> None:
+    """Register optimizers, selected by ``--actor.optim NAME`` / ``--critic.optim NAME``.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none.
+    """
+
+
+@hookspec
+def rlhf_register_schedulers(register: Register[type[SchedulerFactory]]) -> None:
+    """Register learning-rate schedulers, selected by ``--actor.lr_scheduler NAME``.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none.
+    """
+
+
+@hookspec
+def rlhf_register_options(register: OptionsRegister) -> None:
+    """Declare this plugin's options: a pydantic model, read from ``--<namespace>.<field>``
+    flags and the ``plugins: {<namespace>: …}`` block of a YAML config.
+
+    Call ``register(Model)`` (namespace = the plugin's name) or ``register(Model, namespace="x")``.
+    Two plugins claiming one namespace, or a namespace equal to a core config section,
+    is a load-time error naming both.
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none.
+    """
+
+
+# ------------------------------------------------------------------- lifecycle
+
+
+@hookspec
+def rlhf_worker_init(role: str, rank: int, config: Any) -> None:
+    """A Ray worker finished loading plugins and is about to build its model.
+
+    ``role`` is one of ``actor``, ``critic``, ``ref``, ``reward``, ``rollout``; ``rank`` is
+    the worker's rank inside its group; ``config`` is the validated run config.
+    When: worker start-up. Process: the worker itself. How often: once per worker.
+    Shapes: none.
+    """
+
+
+@hookspec
+def rlhf_train_start(config: Any, run_dir: Path) -> None:
+    """A training run is about to take its first step (after resume, if any).
+
+    When: start of ``rlhf train``. Process: the controller. How often: once per run.
+    Shapes: none.
+    """
+
+
+@hookspec
+def rlhf_step_end(step: int, metrics: dict[str, float]) -> None:
+    """One training step finished; ``metrics`` holds plain floats (reward, KL, timings…).
+
+    When: after the optimizer step and weight sync of each global step.
+    Process: the controller. How often: once per global step.
+    Shapes: scalars only; no tensors cross this hook.
+    """
+
+
+@hookspec
+def rlhf_train_end(config: Any, run_dir: Path, status: str) -> None:
+    """A training run ended; ``status`` is ``completed``, ``interrupted`` or ``failed``.
+
+    When: end of ``rlhf train``, also on failure. Process: the controller. How often: once per run.
+    Shapes: none.
+    """
+
+
+@hookspec
+def rlhf_checkpoint_save(step: int, checkpoint_dir: Path, state: dict[str, Any]) -> None:
+    """A checkpoint is being written; plugins may add JSON-serialisable entries to ``state``
+    (stored under their plugin name) and extra files inside ``checkpoint_dir``.
+
+    The directory is a staging dir renamed into place only after every hook returned,
+    so a crash never leaves a half-written checkpoint.
+    When: every ``--ckpt.save_steps`` steps and at the end. Process: the controller.
+    How often: once per checkpoint. Shapes: none.
+    """
+
+
+@hookspec
+def rlhf_checkpoint_load(step: int, checkpoint_dir: Path, state: dict[str, Any]) -> None:
+    """A run resumes from ``checkpoint_dir``; ``state`` is what ``rlhf_checkpoint_save`` stored.
+
+    When: at start-up with ``--ckpt.load_enable`` and a checkpoint present.
+    Process: the controller. How often: once per resumed run. Shapes: none.
+    """

@@ -1,0 +1,312 @@
+"""The plugin host: discovery, ``--plugins`` resolution, validation and a typed facade.
+
+Nothing outside this module calls ``pm.hook.*``: the rest of the core uses the
+typed methods of :class:`PluginHost`.
+
+Load order (deterministic): the core built-ins, then entry points sorted by
+(group, name), then ``--plugins`` modules and files in the order given. Each
+plugin is checked in isolation — import, declared plugin API, hook signatures,
+unknown hooks, registrations — and a failure is recorded with its reason and
+skipped with one warning, or raised when the plugin was named explicitly or
+strict mode is on.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.metadata as metadata
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from rlhf import PLUGIN_API_VERSION, PROJECT_NAME, __version__, hookspecs
+from rlhf.plugin_options import OptionsRegister, PluginOptions
+from rlhf.plugin_selection import BLOCKED, FAILED, OK, PluginRecord, PluginSelection, canonical, file_plugin_name
+from rlhf.registry import ComponentKind, ComponentRegistry, Register
+
+log = logging.getLogger("rlhf.plugins")
+
+#: Entry-point groups, one per plugin kind.
+PLUGIN_KINDS = ("algorithms", "rewards", "agents", "models", "optimizers")
+ENTRY_POINT_GROUPS = tuple(f"rlhf.{kind}" for kind in PLUGIN_KINDS)
+
+#: Core modules registered as plugins before anything else; they cannot be blocked.
+BUILTIN_PLUGINS = {"core": "rlhf.builtin"}
+
+
+class PluginLoadError(RuntimeError):
+    """A plugin failed to load and was named explicitly, or strict mode is on."""
+
+
+class _PluginFailure(Exception):
+    """Internal: one plugin's precise failure reason."""
+
+
+class PluginHost:
+    """Loads plugins and is the only door to their hooks and components."""
+
+    def __init__(self, selection: PluginSelection | None = None) -> None:
+        self.selection = selection or PluginSelection()
+        self.registry = ComponentRegistry()
+        self.options: dict[str, PluginOptions] = {}
+        self.records: list[PluginRecord] = []
+        self._pm = pluggy.PluginManager(PROJECT_NAME)
+        self._pm.add_hookspecs(hookspecs)
+        self._spec_names = sorted(n for n in dir(hookspecs) if n.startswith("rlhf_"))
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(cls, selection: PluginSelection | None = None, *, builtins: bool = True) -> PluginHost:
+        """Discover and load plugins according to ``selection`` (autoload everything by default)."""
+        host = cls(selection)
+        if builtins:
+            for name, module_name in BUILTIN_PLUGINS.items():
+                host.add_module(importlib.import_module(module_name), name=name, source="builtin", kind="builtin")
+        host._load_entry_points()
+        host._load_named_modules()
+        for item in host.selection.files:
+            host.add_file(item)
+        host._check_pins()
+        return host
+
+    @classmethod
+    def empty(cls) -> PluginHost:
+        """A host with no plugins at all, not even the built-ins (tests register what they need)."""
+        return cls(PluginSelection(names=()))
+
+    def _entry_points(self) -> list[tuple[str, metadata.EntryPoint]]:
+        found = []
+        for group in ENTRY_POINT_GROUPS:
+            for ep in metadata.entry_points(group=group):
+                found.append((group, ep))
+        return sorted(found, key=lambda item: (item[0], item[1].name, item[1].value))
+
+    def _load_entry_points(self) -> None:
+        sel = self.selection
+        self._ep_identities: set[str] = set()
+        for group, ep in self._entry_points():
+            dist = ep.dist.name if ep.dist else None
+            version = ep.dist.version if ep.dist else None
+            self._ep_identities.update(canonical(x) for x in (ep.name, dist) if x)
+            kind = group.split(".", 1)[1]
+            record = PluginRecord(ep.name, kind, "entry-point", ep.value, dist, version)
+            if sel.is_blocked(ep.name, dist):
+                record.status, record.reason = BLOCKED, f"blocked by {sel.origin} no:{ep.name}"
+                self.records.append(record)
+                continue
+            if sel.names is not None and not sel.explicitly_named(ep.name, dist):
+                record.status, record.reason = BLOCKED, f"not in the {sel.origin} allow-list"
+                self.records.append(record)
+                continue
+            explicit = sel.explicitly_named(ep.name, dist)
+            self._load_one(record, lambda ep=ep: ep.load(), explicit)
+
+    def _load_named_modules(self) -> None:
+        """Allow-list names that match no entry point are imported as plugin modules."""
+        for name in self.selection.names or ():
+            if canonical(name) in self._ep_identities:
+                continue
+            if self.selection.is_blocked(name):
+                continue
+            record = PluginRecord(name, "module", "module", name)
+            record.distribution, record.version = _distribution_of(name)
+
+            def importer(name: str = name) -> Any:
+                try:
+                    return importlib.import_module(name)
+                except ModuleNotFoundError as exc:
+                    if exc.name and name.startswith(exc.name):
+                        installed = sorted(self._ep_identities)
+                        close = difflib.get_close_matches(canonical(name), installed, n=1)
+                        hint = f" Did you mean {close[0]!r}?" if close else ""
+                        raise _PluginFailure(
+                            f"{name!r} is neither an installed plugin nor an importable module.{hint} "
+                            f"Installed plugins: {', '.join(installed) or '(none)'}"
+                        ) from None
+                    raise
+
+            self._load_one(record, importer, explicit=True)
+
+    def add_module(self, module: Any, *, name: str, source: str = "module", kind: str = "module", explicit: bool = True) -> PluginRecord:
+        """Register an already-imported module or object as a plugin (used by tests and built-ins)."""
+        record = PluginRecord(name, kind, source, getattr(module, "__name__", name))
+        if source == "builtin":
+            record.distribution, record.version = "rlhf-core", __version__
+        return self._load_one(record, lambda: module, explicit)
+
+    def add_file(self, path: str | Path) -> PluginRecord:
+        """Load a plain ``.py`` file as a plugin (``--plugins ./my_reward.py``)."""
+        file = Path(path).expanduser().resolve()
+        record = PluginRecord(file_plugin_name(file), "file", "file", str(file))
+
+        def importer() -> ModuleType:
+            if not file.is_file():
+                raise _PluginFailure(f"plugin file {path} does not exist (resolved to {file})")
+            record.sha256 = hashlib.sha256(file.read_bytes()).hexdigest()
+            module_name = f"rlhf_file_plugin_{record.name}"
+            spec = importlib.util.spec_from_file_location(module_name, file)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module  # so lazy "module:attr" targets into the file resolve
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(module_name, None)
+                raise
+            return module
+
+        return self._load_one(record, importer, explicit=True)
+
+    def _load_one(self, record: PluginRecord, importer: Any, explicit: bool) -> PluginRecord:
+        self.records.append(record)
+        if any(r.status == OK and r.name == record.name for r in self.records[:-1]):
+            other = next(r for r in self.records[:-1] if r.status == OK and r.name == record.name)
+            return self._fail(record, f"plugin name {record.name!r} is already used by {other.source} {other.target!r}", explicit)
+        try:
+            plugin = importer()
+        except _PluginFailure as exc:
+            return self._fail(record, str(exc), explicit)
+        except BaseException as exc:  # noqa: BLE001 - a plugin's import may raise anything, even SystemExit
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return self._fail(record, f"import failed: {type(exc).__name__}: {exc}", explicit)
+        try:
+            self._check_api_version(plugin, record)
+            self._register(plugin, record)
+        except _PluginFailure as exc:
+            return self._fail(record, str(exc), explicit)
+        return record
+
+    def _check_api_version(self, plugin: Any, record: PluginRecord) -> None:
+        declared = getattr(plugin, "rlhf_plugin_api", None)
+        if declared is None:
+            raise _PluginFailure(
+                f"declares no plugin API version; add `rlhf_plugin_api = {PLUGIN_API_VERSION}` to {record.target}"
+            )
+        record.api_version = declared
+        if declared != PLUGIN_API_VERSION:
+            upgrade = "rlhf-core (pip install -U rlhf-core)" if declared > PLUGIN_API_VERSION else f"the plugin {record.distribution or record.name}"
+            raise _PluginFailure(
+                f"targets plugin API {declared}, but rlhf-core {__version__} implements plugin API "
+                f"{PLUGIN_API_VERSION}: upgrade {upgrade}"
+            )
+
+    def _register(self, plugin: Any, record: PluginRecord) -> None:
+        try:
+            self._pm.register(plugin, name=record.name)
+        except pluggy.PluginValidationError as exc:
+            raise _PluginFailure(f"invalid hook implementation: {exc}") from None
+        except ValueError as exc:
+            raise _PluginFailure(str(exc)) from None
+        try:
+            callers = self._pm.get_hookcallers(plugin) or []
+            record.hooks = sorted(c.name for c in callers)
+            unknown = [c.name for c in callers if not c.has_spec()]
+            if unknown:
+                hints = []
+                for name in unknown:
+                    close = difflib.get_close_matches(name, self._spec_names, n=1)
+                    hints.append(f"{name}" + (f" (did you mean {close[0]}?)" if close else ""))
+                raise _PluginFailure(f"implements unknown hook(s): {', '.join(hints)}")
+            self._run_registrations(record)
+        except BaseException:
+            self._pm.unregister(name=record.name)
+            self.registry.remove_plugin(record.name)
+            for namespace in [ns for ns, opt in self.options.items() if opt.plugin == record.name]:
+                del self.options[namespace]
+            raise
+
+    def _impls_of(self, hook_name: str, plugin_name: str) -> list[pluggy.HookImpl]:
+        caller = getattr(self._pm.hook, hook_name)
+        return [impl for impl in caller.get_hookimpls() if impl.plugin_name == plugin_name]
+
+    def _run_registrations(self, record: PluginRecord) -> None:
+        """Call this plugin's registration hooks alone, so every failure blames exactly it."""
+        for kind in ComponentKind:
+            for impl in self._impls_of(kind.hook_name, record.name):
+                register: Register[Any] = Register(self.registry, kind, record.name)
+                self._call_registration(impl, register, record)
+        for impl in self._impls_of("rlhf_register_options", record.name):
+            options_register = OptionsRegister(self.options, record.name)
+            self._call_registration(impl, options_register, record)
+            record.options.extend(options_register.added)
+        record.components = self.registry.by_plugin(record.name)
+
+    @staticmethod
+    def _call_registration(impl: pluggy.HookImpl, register: Any, record: PluginRecord) -> None:
+        try:
+            impl.function(**({"register": register} if "register" in impl.argnames else {}))
+        except Exception as exc:  # noqa: BLE001 - the plugin's own error, reported with its hook
+            raise _PluginFailure(f"{impl.function.__name__} raised {type(exc).__name__}: {exc}") from None
+
+    def _fail(self, record: PluginRecord, reason: str, explicit: bool) -> PluginRecord:
+        record.status, record.reason = FAILED, reason
+        message = f"plugin {record.name!r} ({record.source} {record.target}) failed to load: {reason}"
+        if explicit or self.selection.strict:
+            raise PluginLoadError(message)
+        log.warning("%s; skipped (use --strict-plugins to make this an error)", message)
+        return record
+
+    def _check_pins(self) -> None:
+        """When reloading a run's resolved set, every plugin must be the same version / file content."""
+        loaded = {r.name: r for r in self.records if r.status == OK}
+        for name, version, sha256 in self.selection.pinned:
+            record = loaded.get(name)
+            if record is None:
+                raise PluginLoadError(f"plugin {name!r} of the run's resolved plugin set is not available here; install it")
+            if sha256 and record.sha256 != sha256:
+                raise PluginLoadError(
+                    f"plugin file {record.target} changed since the run started (sha256 {record.sha256} != {sha256}); "
+                    "restore it or start a new run"
+                )
+            if version and record.version != version:
+                raise PluginLoadError(
+                    f"plugin {name!r} is version {record.version} here but the run used {version}; "
+                    f"install {record.distribution or name}=={version}"
+                )
+
+    # ------------------------------------------------------------------- facade
+
+    def loaded(self) -> list[PluginRecord]:
+        return [r for r in self.records if r.status == OK]
+
+    def resolved(self) -> list[dict[str, Any]]:
+        """The resolved plugin set, stored in the run config and shipped to every worker."""
+        return [r.resolved_entry() for r in self.loaded()]
+
+    def worker_init(self, role: str, rank: int, config: Any) -> None:
+        self._pm.hook.rlhf_worker_init(role=role, rank=rank, config=config)
+
+    def train_start(self, config: Any, run_dir: Path) -> None:
+        self._pm.hook.rlhf_train_start(config=config, run_dir=run_dir)
+
+    def step_end(self, step: int, metrics: dict[str, float]) -> None:
+        self._pm.hook.rlhf_step_end(step=step, metrics=metrics)
+
+    def train_end(self, config: Any, run_dir: Path, status: str) -> None:
+        self._pm.hook.rlhf_train_end(config=config, run_dir=run_dir, status=status)
+
+    def checkpoint_save(self, step: int, checkpoint_dir: Path, state: dict[str, Any]) -> None:
+        self._pm.hook.rlhf_checkpoint_save(step=step, checkpoint_dir=checkpoint_dir, state=state)
+
+    def checkpoint_load(self, step: int, checkpoint_dir: Path, state: dict[str, Any]) -> None:
+        self._pm.hook.rlhf_checkpoint_load(step=step, checkpoint_dir=checkpoint_dir, state=state)
+
+
+def _distribution_of(module_name: str) -> tuple[str | None, str | None]:
+    top = module_name.split(".", 1)[0]
+    dists = metadata.packages_distributions().get(top) or []
+    if not dists:
+        return None, None
+    try:
+        return dists[0], metadata.version(dists[0])
+    except metadata.PackageNotFoundError:
+        return dists[0], None

@@ -1,0 +1,1 @@
+"""Ray actor groups, the controller loop, weight sync and checkpoints."""

