@@ -5,7 +5,8 @@ Semantics (the same for the flag and the environment variable):
 * unset: every installed plugin (entry points of the ``rlhf.<kind>`` groups) loads;
 * ``a,b`` (entry-point or distribution names): only those load — an allow-list;
 * ``no:c``: ``c`` is blocked (by entry-point or distribution name);
-* ``pkg.module``: that module is imported and registered as a plugin;
+* ``pkg.module`` (a dotted path): that module is also imported and registered as a
+  plugin; like a file, it adds to the selection rather than switching to an allow-list;
 * ``./file.py`` (anything ending in ``.py`` or containing a path separator): that file
   is loaded as a plugin, without packaging;
 * the empty string: no installed plugin loads (the core built-ins still do).
@@ -45,6 +46,7 @@ class PluginSelection:
 
     names: tuple[str, ...] | None = None  # None: autoload everything installed
     blocked: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     strict: bool = False
     origin: str = "default"  # where the spec came from, for error messages
@@ -57,6 +59,7 @@ class PluginSelection:
             return cls(strict=strict, origin="default")
         names: list[str] = []
         blocked: list[str] = []
+        modules: list[str] = []
         files: list[str] = []
         for raw in spec.split(","):
             item = raw.strip()
@@ -69,13 +72,18 @@ class PluginSelection:
                 blocked.append(target)
             elif is_file_item(item):
                 files.append(item)
+            elif "." in item:
+                modules.append(item)
             else:
                 names.append(item)
-        # "no:x" alone keeps autoload on; any plain name (or an empty spec) switches to an allow-list
+        # "no:x", modules and files alone keep autoload on; any plain name (or an empty spec)
+        # switches to an allow-list
         allow: tuple[str, ...] | None = tuple(names)
-        if not names and (blocked or files):
+        if not names and (blocked or modules or files):
             allow = None
-        return cls(names=allow, blocked=tuple(blocked), files=tuple(files), strict=strict, origin=origin)
+        return cls(
+            names=allow, blocked=tuple(blocked), modules=tuple(modules), files=tuple(files), strict=strict, origin=origin
+        )
 
     @classmethod
     def from_cli(cls, flag_value: str | None, strict_flag: bool = False) -> PluginSelection:
@@ -91,18 +99,21 @@ class PluginSelection:
     @classmethod
     def from_resolved(cls, records: list[dict[str, Any]], *, strict: bool = True) -> PluginSelection:
         """The selection that reloads exactly a run's resolved plugin set (workers, resumes)."""
-        names, files, pinned = [], [], []
+        names, modules, files, pinned = [], [], [], []
         for rec in records:
             if rec.get("source") == "builtin":
                 continue
             if rec.get("source") == "file":
                 files.append(rec["target"])
             elif rec.get("source") == "module":
-                names.append(rec["target"])
+                modules.append(rec["target"])
             else:
                 names.append(rec["name"])
             pinned.append((rec["name"], rec.get("version"), rec.get("sha256")))
-        return cls(names=tuple(names), files=tuple(files), strict=strict, origin="resolved plugin set", pinned=tuple(pinned))
+        return cls(
+            names=tuple(names), modules=tuple(modules), files=tuple(files), strict=strict,
+            origin="resolved plugin set", pinned=tuple(pinned),
+        )
 
     def explicitly_named(self, *identities: str | None) -> bool:
         wanted = {canonical(n) for n in (self.names or ())}

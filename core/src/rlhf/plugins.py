@@ -59,6 +59,7 @@ class PluginHost:
         self.records: list[PluginRecord] = []
         self._pm = pluggy.PluginManager(PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
+        self._ep_identities: set[str] = set()  # canonical entry-point and distribution names seen
         self._spec_names = sorted(n for n in dir(hookspecs) if n.startswith("rlhf_"))
 
     # ------------------------------------------------------------------ loading
@@ -91,7 +92,6 @@ class PluginHost:
 
     def _load_entry_points(self) -> None:
         sel = self.selection
-        self._ep_identities: set[str] = set()
         for group, ep in self._entry_points():
             dist = ep.dist.name if ep.dist else None
             version = ep.dist.version if ep.dist else None
@@ -110,30 +110,28 @@ class PluginHost:
             self._load_one(record, lambda ep=ep: ep.load(), explicit)
 
     def _load_named_modules(self) -> None:
-        """Allow-list names that match no entry point are imported as plugin modules."""
-        for name in self.selection.names or ():
-            if canonical(name) in self._ep_identities:
-                continue
+        """Dotted modules, and allow-list names that match no installed plugin, are imported as plugins."""
+        unmatched = [n for n in self.selection.names or () if canonical(n) not in self._ep_identities]
+        for name in [*unmatched, *self.selection.modules]:
             if self.selection.is_blocked(name):
                 continue
             record = PluginRecord(name, "module", "module", name)
             record.distribution, record.version = _distribution_of(name)
+            self._load_one(record, lambda name=name: self._import_named(name), explicit=True)
 
-            def importer(name: str = name) -> Any:
-                try:
-                    return importlib.import_module(name)
-                except ModuleNotFoundError as exc:
-                    if exc.name and name.startswith(exc.name):
-                        installed = sorted(self._ep_identities)
-                        close = difflib.get_close_matches(canonical(name), installed, n=1)
-                        hint = f" Did you mean {close[0]!r}?" if close else ""
-                        raise _PluginFailure(
-                            f"{name!r} is neither an installed plugin nor an importable module.{hint} "
-                            f"Installed plugins: {', '.join(installed) or '(none)'}"
-                        ) from None
-                    raise
-
-            self._load_one(record, importer, explicit=True)
+    def _import_named(self, name: str) -> ModuleType:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):
+                installed = sorted(self._ep_identities)
+                close = difflib.get_close_matches(canonical(name), installed, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise _PluginFailure(
+                    f"{name!r} is neither an installed plugin nor an importable module.{hint} "
+                    f"Installed plugins: {', '.join(installed) or '(none)'}"
+                ) from None
+            raise
 
     def add_module(self, module: Any, *, name: str, source: str = "module", kind: str = "module", explicit: bool = True) -> PluginRecord:
         """Register an already-imported module or object as a plugin (used by tests and built-ins)."""
@@ -203,7 +201,7 @@ class PluginHost:
         try:
             self._pm.register(plugin, name=record.name)
         except pluggy.PluginValidationError as exc:
-            raise _PluginFailure(f"invalid hook implementation: {exc}") from None
+            raise _PluginFailure(f"invalid hook implementation: {' '.join(str(exc).split())}") from None
         except ValueError as exc:
             raise _PluginFailure(str(exc)) from None
         try:

@@ -1,0 +1,68 @@
+"""pytest fixtures for testing rlhf plugins on a laptop CPU.
+
+Enabled automatically when rlhf-core is installed (entry point ``pytest11: rlhf``).
+The model fixtures are built once per test session, offline; the plugin fixtures
+give each test its own host with entry-point autoload off, so installed plugins
+never leak into a plugin's unit tests.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from rlhf.plugin_selection import PluginRecord, PluginSelection
+from rlhf.plugins import PluginHost
+
+# Nothing may be fetched from a model hub during tests.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A byte-level BPE tokenizer (vocab 512) with bos/eos/unk/pad and a chat template."""
+    from rlhf.testing.tiny import build_tokenizer
+
+    return build_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tiny_causal_lm_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path) -> Path:
+    """A random 2-layer Llama causal LM (hidden 128) saved with the tiny tokenizer."""
+    from rlhf.testing.tiny import build_causal_lm
+
+    return build_causal_lm(tmp_path_factory.mktemp("tiny-causal-lm"), tiny_tokenizer_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_reward_model_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path) -> Path:
+    """A random 2-layer Llama sequence-regression model with a ``score`` value head."""
+    from rlhf.testing.tiny import build_reward_model
+
+    return build_reward_model(tmp_path_factory.mktemp("tiny-reward-model"), tiny_tokenizer_path)
+
+
+@pytest.fixture
+def plugin_host() -> PluginHost:
+    """A host with the core built-ins only: installed plugins are not autoloaded."""
+    return PluginHost.load(PluginSelection(names=(), strict=True, origin="plugin_host fixture"))
+
+
+@pytest.fixture
+def register_plugin(plugin_host: PluginHost) -> Callable[..., PluginRecord]:
+    """Register a plugin object/module, or a ``.py`` file path, into ``plugin_host`` for one test.
+
+    ``register_plugin(obj, name="x")`` or ``register_plugin(Path("my_plugin.py"))``; failures raise.
+    """
+
+    def register(plugin: Any, name: str | None = None) -> PluginRecord:
+        if isinstance(plugin, (str, Path)):
+            return plugin_host.add_file(plugin)
+        return plugin_host.add_module(plugin, name=name or getattr(plugin, "__name__", type(plugin).__name__))
+
+    return register

@@ -1,0 +1,14 @@
+"""A private plugin module, loaded with --plugins private_plugins.corp_rewards (no packaging)."""
+
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+@rlhf.hookimpl
+def rlhf_register_reward_functions(register):
+    register("corp_policy", exact_match)
+
+
+def exact_match(queries, prompts, labels, **kwargs):
+    return [float(q.endswith(str(label))) for q, label in zip(queries, labels)]

@@ -1,0 +1,14 @@
+"""Registers a reward name that the echo plugin already registered."""
+
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+@rlhf.hookimpl
+def rlhf_register_reward_functions(register):
+    register("echo_length", "rlhf_plugin_echo_shadow:shadow")
+
+
+def shadow(queries, prompts, labels, **kwargs):
+    return [0.0] * len(queries)

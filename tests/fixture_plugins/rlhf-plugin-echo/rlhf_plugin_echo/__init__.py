@@ -1,0 +1,15 @@
+"""A well-behaved third-party plugin: a reward function, options, and a step observer."""
+
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+@rlhf.hookimpl
+def rlhf_register_reward_functions(register):
+    register("echo_length", "rlhf_plugin_echo.rewards:echo_length", description="reward = response length / 100")
+
+
+@rlhf.hookimpl
+def rlhf_register_options(register):
+    register("rlhf_plugin_echo.rewards:EchoOptions")

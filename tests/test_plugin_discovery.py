@@ -1,0 +1,157 @@
+"""Discovery, selection and failure isolation, with fixture plugins installed for real by pip."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rlhf_test_support import PRIVATE, RlhfCli, pip_install_target
+from rlhf.plugin_selection import PluginSelection
+from rlhf.plugins import PluginHost, PluginLoadError
+from rlhf.registry import ComponentKind
+
+
+def test_first_party_plugins_are_listed_with_kind_version_and_components(rlhf_cli: RlhfCli) -> None:
+    records = rlhf_cli.plugins()
+    assert records["ppo"]["status"] == "ok"
+    assert records["ppo"]["kind"] == "algorithms"
+    assert records["ppo"]["distribution"] == "rlhf-plugin-ppo"
+    assert records["ppo"]["version"] == "0.1.0"
+    assert records["ppo"]["components"] == {"advantage_estimator": ["gae"], "policy_loss": ["ppo"]}
+    assert records["grpo"]["components"] == {"advantage_estimator": ["group_norm"]}
+    assert records["adamw"]["kind"] == "optimizers"
+    assert records["core"]["components"] == {"trainer": ["ppo"]}
+
+
+def test_pip_installed_plugin_appears_without_another_step(tmp_path: Path) -> None:
+    before = RlhfCli(tmp_path).plugins()
+    assert "echo" not in before
+    pip_install_target(tmp_path, "rlhf-plugin-echo")
+    record = RlhfCli(tmp_path).plugins()["echo"]
+    assert record["status"] == "ok"
+    assert record["distribution"] == "rlhf-plugin-echo" and record["version"] == "0.3.1"
+    assert record["components"] == {"reward_function": ["echo_length"]}
+    assert record["options"] == ["echo"]
+    assert record["hooks"] == ["rlhf_register_options", "rlhf_register_reward_functions"]
+
+
+def test_broken_plugins_are_listed_as_failed_with_reasons(rlhf_cli: RlhfCli) -> None:
+    result = rlhf_cli("plugins", "--json")
+    import json
+
+    records = {r["name"]: r for r in json.loads(result.stdout)}
+    broken = records["broken"]
+    assert broken["status"] == "failed"
+    assert "No module named 'rlhf_dependency_that_is_not_installed'" in broken["reason"]
+    assert "trainer_state" in records["badsig"]["reason"]
+    assert "unknown hook(s): rlhf_register_advantage_estimator (did you mean rlhf_register_advantage_estimators?)" in (
+        records["typo"]["reason"]
+    )
+    assert "targets plugin API 99" in records["future"]["reason"] and "upgrade rlhf-core" in records["future"]["reason"]
+    shadow = records["echo_shadow"]
+    assert shadow["status"] == "failed"
+    assert "registered by both plugin 'echo' and plugin 'echo_shadow'" in shadow["reason"]
+    assert shadow["components"] == {}  # rolled back entirely
+    assert records["echo"]["status"] == "ok"
+    # one warning per failed plugin, each naming it
+    warnings = [line for line in result.stderr.splitlines() if "failed to load" in line]
+    assert sorted(w.split("'")[1] for w in warnings) == ["badsig", "broken", "echo_shadow", "future", "typo"]
+
+
+def test_every_command_still_works_next_to_a_broken_plugin(rlhf_cli: RlhfCli) -> None:
+    assert "plugin selection" in rlhf_cli("--help").stdout
+    assert "ppo" in rlhf_cli("train").stdout
+    out = rlhf_cli("train", "ppo", "--print-config", "--rollout.n_samples_per_prompt", "4").stdout
+    assert "n_samples_per_prompt: 4" in out
+    assert "rlhf plugins" in rlhf_cli("plugins").stdout
+
+
+def test_no_prefix_blocks_a_plugin_and_its_components(rlhf_cli: RlhfCli) -> None:
+    records = rlhf_cli.plugins("--plugins", "no:echo")
+    assert records["echo"]["status"] == "blocked"
+    assert records["echo_shadow"]["status"] == "ok"  # its name no longer collides
+    assert records["ppo"]["status"] == "ok"
+    blocked_grpo = rlhf_cli("train", "ppo", "--plugins", "no:grpo", "--algo.advantage.estimator", "group_norm", check=False)
+    assert blocked_grpo.returncode == 2
+    assert "'group_norm': no advantage estimator of that name is installed" in blocked_grpo.stderr
+    assert "rlhf-plugin-grpo" in blocked_grpo.stderr
+
+
+def test_names_switch_to_an_allow_list_by_entry_point_or_distribution_name(rlhf_cli: RlhfCli) -> None:
+    records = rlhf_cli.plugins("--plugins", "ppo,rlhf-plugin-adamw")
+    assert {n for n, r in records.items() if r["status"] == "ok"} == {"core", "ppo", "adamw"}
+    assert records["grpo"]["status"] == "blocked" and "allow-list" in records["grpo"]["reason"]
+    assert records["broken"]["status"] == "blocked"  # never imported
+
+
+def test_environment_variable_has_the_same_semantics_and_the_flag_wins(rlhf_cli: RlhfCli) -> None:
+    env = {"RLHF_PLUGINS": "no:echo,no:broken"}
+    records = rlhf_cli.plugins(env=env)
+    assert records["echo"]["status"] == "blocked" and records["broken"]["status"] == "blocked"
+    assert "RLHF_PLUGINS" in records["echo"]["reason"]
+    records = rlhf_cli.plugins("--plugins", "grpo", env=env)
+    assert {n for n, r in records.items() if r["status"] == "ok"} == {"core", "grpo"}
+    assert {n for n, r in rlhf_cli.plugins(env={"RLHF_PLUGINS": ""}).items() if r["status"] == "ok"} == {"core"}
+
+
+def test_private_module_and_file_plugins_load_without_packaging(rlhf_cli: RlhfCli) -> None:
+    records = rlhf_cli.plugins("--plugins", "private_plugins.corp_rewards,./my_reward.py", cwd=PRIVATE)
+    module = records["private_plugins.corp_rewards"]
+    assert module["source"] == "module" and module["components"] == {"reward_function": ["corp_policy"]}
+    assert records["ppo"]["status"] == "ok"  # modules and files add to autoload
+    file = records["my_reward"]
+    assert file["source"] == "file" and file["status"] == "ok"
+    assert file["target"] == str(PRIVATE / "my_reward.py")
+    assert len(file["sha256"]) == 64
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("broken", "plugin 'broken' (entry-point rlhf_plugin_broken) failed to load: import failed"),
+        ("./does_not_exist.py", "does not exist"),
+        ("nosuch", "'nosuch' is neither an installed plugin nor an importable module"),
+        ("ppo,futur", "Did you mean 'future'?"),
+    ],
+)
+def test_a_failing_plugin_named_explicitly_is_an_error(rlhf_cli: RlhfCli, spec: str, message: str) -> None:
+    result = rlhf_cli("plugins", "--plugins", spec, check=False)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_strict_mode_turns_any_failure_into_an_error(rlhf_cli: RlhfCli) -> None:
+    for args, env in ((("--strict-plugins",), {}), ((), {"RLHF_STRICT_PLUGINS": "1"})):
+        result = rlhf_cli("plugins", *args, env=env, check=False)
+        assert result.returncode == 2
+        assert "failed to load" in result.stderr
+    assert rlhf_cli("plugins", "--strict-plugins", "--plugins", "ppo,grpo", check=False).returncode == 0
+
+
+def test_kind_filter(rlhf_cli: RlhfCli) -> None:
+    records = rlhf_cli.plugins("--kind", "optimizers")
+    assert set(records) == {"adamw"}
+
+
+def test_resolved_set_reloads_exactly_and_detects_a_changed_file(third_party_site: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(third_party_site))
+    monkeypatch.syspath_prepend(str(PRIVATE))
+    plugin_file = tmp_path / "my_reward.py"
+    shutil.copy(PRIVATE / "my_reward.py", plugin_file)
+    host = PluginHost.load(PluginSelection.parse(f"ppo,echo,private_plugins.corp_rewards,{plugin_file}"))
+    resolved = host.resolved()
+    assert [r["name"] for r in resolved] == ["core", "ppo", "echo", "private_plugins.corp_rewards", "my_reward"]
+
+    again = PluginHost.load(PluginSelection.from_resolved(resolved))
+    assert again.resolved() == resolved
+    assert again.registry.names(ComponentKind.REWARD_FUNCTION) == ["echo_length", "corp_policy", "file_reward"]
+
+    plugin_file.write_text(plugin_file.read_text() + "\n# edited\n")
+    with pytest.raises(PluginLoadError, match="changed since the run started"):
+        PluginHost.load(PluginSelection.from_resolved(resolved))
+    tampered = [dict(r, version="9.9.9") if r["name"] == "echo" else r for r in resolved]
+    with pytest.raises(PluginLoadError, match=r"install rlhf-plugin-echo==9.9.9"):
+        PluginHost.load(PluginSelection.from_resolved(tampered[:-1]))
