@@ -171,7 +171,7 @@ class ComponentRegistry:
         return self.registration(kind, name, flag=flag).load()
 
     def unknown_message(self, kind: ComponentKind, name: str, *, flag: str | None = None) -> str:
-        installed = self.names(kind)
+        installed = sorted(self.names(kind))
         where = f"{flag} " if flag else ""
         msg = f"{where}{name!r}: no {kind.label} of that name is installed."
         close = difflib.get_close_matches(name, installed, n=1)

@@ -50,23 +50,23 @@ def add_model_flags(
 ) -> list[str]:
     """Add one ``--<prefix><field>`` flag per leaf field of ``model``; returns the flag names.
 
-    Each top-level sub-model becomes a help group titled ``--<name>.*``.
+    Without an explicit ``group``, the leaf fields of every (sub-)section form a help
+    group titled ``--<section>.*``; top-level leaves go to "general options".
     """
     flags: list[str] = []
-    general = group
+    leaves = group
     for name, field in model.model_fields.items():
         extra = cli_extra(field)
         if extra.get("no_cli"):
             continue
         sub = _section_class(field.annotation)
         if sub is not None:
-            sub_group = group or parser.add_argument_group(f"--{prefix}{name}.*", sub.__doc__ if sub.__doc__ and "Fields shared" not in sub.__doc__ else None)
             flags += add_model_flags(
-                parser, sub, prefix=f"{prefix}{name}.", dest_prefix=f"{dest_prefix}{name}.", group=sub_group, registry=registry
+                parser, sub, prefix=f"{prefix}{name}.", dest_prefix=f"{dest_prefix}{name}.", group=group, registry=registry
             )
             continue
-        if general is None:
-            general = parser.add_argument_group("general options")
+        if leaves is None:
+            leaves = parser.add_argument_group(f"--{prefix}*" if prefix else "general options")
         option = f"--{prefix}{name}"
         kwargs: dict[str, Any] = {"dest": f"{dest_prefix}{name}", "default": argparse.SUPPRESS}
         help_text = field.description or ""
@@ -78,19 +78,20 @@ def add_model_flags(
             choices = _choices(field.annotation)
             if choices:
                 kwargs["choices"] = choices
+            kwargs["metavar"] = name.upper()
             component = extra.get("component")
             if component:
                 kwargs["metavar"] = "NAME"
                 if registry is not None:
-                    installed = registry.names(ComponentKind(component))
+                    installed = sorted(registry.names(ComponentKind(component)))
                     help_text += f"; installed: {', '.join(installed) or '(none)'}"
             help_text += _default_text(field)
         kwargs["help"] = help_text.replace("%", "%%")
-        general.add_argument(option, **kwargs)
+        leaves.add_argument(option, **kwargs)
         flags.append(option)
         if extra.get("negate"):
             negated = f"--{prefix}{extra['negate']}"
-            general.add_argument(
+            leaves.add_argument(
                 negated, dest=f"{dest_prefix}{name}", action="store_const", const=False, default=argparse.SUPPRESS,
                 help=f"(sets {prefix}{name}=False)",
             )

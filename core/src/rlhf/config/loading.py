@@ -30,7 +30,10 @@ class ConfigParser:
         self.config_class = config_class
         self.host = host
         self.parser = argparse.ArgumentParser(
-            prog=prog, description=description, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter
+            prog=prog,
+            usage=f"{prog} [--config YAML] [--<section>.<field> VALUE ...]",
+            description=description,
+            allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter
         )
         meta = self.parser.add_argument_group("run options")
         meta.add_argument("--config", metavar="YAML", help="YAML file holding the same tree; flags override it")

@@ -1,0 +1,239 @@
+"""The `rlhf train ppo` config: OpenRLHF flag compatibility, YAML, errors, rules, plugin options."""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import math
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import BaseModel, Field
+
+import rlhf
+from rlhf.config.base import ConfigError
+from rlhf.config.loading import ConfigParser
+from rlhf.config.ppo import PPOConfig
+from rlhf.plugin_selection import PluginSelection
+from rlhf.plugins import PluginHost, PluginLoadError
+from rlhf.runtime.ppo_trainer import PPOTrainer
+
+FLAGS = json.loads((Path(__file__).parent / "data" / "openrlhf_train_ppo_flags.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def host() -> PluginHost:
+    return PluginHost.load(PluginSelection.parse("ppo,grpo,adamw", strict=True))
+
+
+def parse(host: PluginHost, *argv: str) -> PPOConfig:
+    config, _ = ConfigParser(PPOConfig, host, prog="rlhf train ppo").parse(list(argv))
+    return PPOTrainer.prepare_config(config, host)
+
+
+def value_at(config: BaseModel, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def openrlhf_default(text: str):
+    if text in {"None", "True", "False"}:
+        return {"None": None, "True": True, "False": False}[text]
+    if text == "inf":
+        return math.inf
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def test_every_openrlhf_train_ppo_flag_is_accepted_with_its_default(host: PluginHost) -> None:
+    parser = ConfigParser(PPOConfig, host, prog="rlhf train ppo")
+    default = PPOConfig()
+    assert len(FLAGS) == 167
+    for row in FLAGS:
+        flag = row["flag"]
+        assert flag in parser.flags, f"{flag} is not accepted"
+        if flag.endswith("no_nesterov"):
+            continue  # a store_false switch for muon.nesterov, checked below
+        ours = value_at(default, flag[2:])
+        if flag == "--logger.wandb.run_name":
+            assert ours.startswith("ppo_")
+        elif flag == "--ds.lora.target_modules":
+            assert ours == "all-linear"
+        elif flag == "--ckpt.best_metric_key":
+            assert ours == ""
+        else:
+            assert ours == openrlhf_default(row["default"]), flag
+
+
+def test_flag_values_are_parsed_into_typed_fields(host: PluginHost) -> None:
+    cfg = parse(
+        host,
+        "--actor.adam.lr", "3e-6", "--reward.clip_range", "-5", "5", "--actor.muon.no_nesterov",
+        "--algo.advantage.is_correction_threshold", "2.0", "--ds.lora.target_modules", "q_proj", "v_proj",
+        "--ref.offload", "--vllm.num_engines", "2", "--ds.param_dtype", "fp32",
+    )
+    assert cfg.actor.adam.lr == 3e-6 and cfg.reward.clip_range == [-5.0, 5.0]
+    assert cfg.actor.muon.nesterov is False and cfg.critic.muon.nesterov is True
+    assert cfg.algo.advantage.is_correction_threshold == [2.0]
+    assert cfg.ds.lora.target_modules == ["q_proj", "v_proj"]
+    assert cfg.ref.offload is True and cfg.vllm.num_engines == 2 and cfg.ds.param_dtype == "fp32"
+    assert cfg.critic.adam.lr == 9e-6  # the critic keeps its own default
+
+
+def test_yaml_holds_the_same_tree_and_flags_override_it(host: PluginHost, tmp_path: Path) -> None:
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump({
+        "actor": {"adam": {"lr": 5e-7}, "eps_clip": 0.3},
+        "rollout.n_samples_per_prompt": 8,  # dotted keys are accepted too
+        "algo": {"advantage": {"estimator": "group_norm"}},
+    }))
+    cfg = parse(host, "--config", str(run), "--actor.eps_clip", "0.25")
+    assert cfg.actor.adam.lr == 5e-7 and cfg.actor.eps_clip == 0.25
+    assert cfg.rollout.n_samples_per_prompt == 8 and cfg.algo.advantage.estimator == "group_norm"
+    assert cfg.actor.eps_clip_low_high == [0.25, 0.25]
+
+
+def test_printed_config_loads_back_identically(host: PluginHost, tmp_path: Path, capsys) -> None:
+    from rlhf.cli.main import main
+
+    assert main(["--plugins", "ppo,grpo,adamw", "train", "ppo", "--print-config", "--actor.adam.lr", "2e-6"]) == 0
+    dumped = capsys.readouterr().out
+    (tmp_path / "dump.yaml").write_text(dumped)
+    data = yaml.safe_load(dumped)
+    assert data["ckpt"]["max_mem"] == math.inf
+    assert [p["name"] for p in data["plugin_set"]] == ["core", "grpo", "ppo", "adamw"]
+    reloaded = parse(host, "--config", str(tmp_path / "dump.yaml"))
+    assert reloaded.actor.adam.lr == 2e-6 and reloaded.ckpt.max_mem == math.inf
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--actor.adam.lrr", "1"], "unknown flag --actor.adam.lrr; did you mean --actor.adam.lr?"),
+        (["--rollout.n_sample_per_prompt", "2"], "did you mean --rollout.n_samples_per_prompt?"),
+        (["--train.seed", "abc"], "--train.seed: Input should be a valid integer"),
+        (["--ds.param_dtype", "fp8"], "invalid choice: 'fp8'"),
+        (["--algo.advantage.estimator", "group_nrom", "--rollout.n_samples_per_prompt", "4"],
+         "Did you mean 'group_norm'? Installed: gae, group_norm."),
+        (["--algo.advantage.estimator", "rloo"], "no advantage estimator of that name is installed"),
+        (["--actor.optim", "muon"], "--actor.optim 'muon': no optimizer of that name is installed. Installed: adam."),
+    ],
+)
+def test_bad_flags_get_errors_that_name_them(host: PluginHost, argv: list[str], message: str, capsys) -> None:
+    if "invalid choice" in message:  # argparse itself reports choices
+        with pytest.raises(SystemExit):
+            parse(host, *argv)
+        assert message in capsys.readouterr().err
+        return
+    with pytest.raises(ConfigError) as err:
+        parse(host, *argv)
+    assert message in str(err.value)
+
+
+def test_component_hint_names_the_first_party_package() -> None:
+    without_grpo = PluginHost.load(PluginSelection.parse("ppo,adamw"))
+    with pytest.raises(ConfigError, match=r"It is provided by rlhf-plugin-grpo: pip install rlhf-plugin-grpo"):
+        parse(without_grpo, "--algo.advantage.estimator", "group_norm")
+
+
+def test_unknown_yaml_key_names_the_file_and_suggests(host: PluginHost, tmp_path: Path) -> None:
+    run = tmp_path / "run.yaml"
+    run.write_text("actor:\n  adam:\n    lrr: 1.0e-6\n")
+    with pytest.raises(ConfigError, match=rf"actor.adam.lrr in {run}: unknown option; did you mean actor.adam.lr\?"):
+        parse(host, "--config", str(run))
+    run.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        parse(host, "--config", str(run))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--algo.advantage.estimator", "group_norm"], "needs --rollout.n_samples_per_prompt >= 2 (got 1)"),
+        (["--vllm.enable_sleep"], "--vllm.enable_sleep only makes sense with --train.colocate_all"),
+        (["--vllm.enable_sleep", "--train.colocate_all", "--train.async_enable"], "cannot be combined with --train.async_enable"),
+        (["--train.partial_rollout_enable"], "requires --train.async_enable"),
+        (["--eval.dataset", "x.jsonl"], "--eval.dataset needs a rule or remote reward"),
+        (["--algo.dynamic_filtering_enable", "--reward.remote_url", "r.py"], "needs --rollout.n_samples_per_prompt >= 2"),
+        (["--algo.dynamic_filtering_enable", "--rollout.n_samples_per_prompt", "4"], "filters on rule/remote scores"),
+        (["--rollout.vllm_generate_batch_size", "2048"], "requires --train.async_enable"),
+        (["--rollout.batch_size", "2", "--actor.num_gpus_per_node", "8"], "smaller than the actor's data-parallel size 8"),
+        (["--ds.packing_samples"], "--ds.packing_samples requires vLLM rollout engines"),
+        (["--data.max_images_per_prompt", "1"], "vision-language training"),
+    ],
+)
+def test_cross_flag_rules(host: PluginHost, argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(host, *argv)
+    assert message in str(err.value)
+
+
+def test_post_parse_rewrites(host: PluginHost, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        cfg = parse(host, "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "4",
+                    "--algo.advantage.gamma", "0.9", "--train.agent_func_path", "agent.py")
+    assert cfg.algo.advantage.gamma == 1.0 and "uses gamma = 1" in caplog.text
+    assert cfg.reward.remote_url == "agent"
+    assert cfg.rollout.vllm_generate_batch_size == cfg.rollout.batch_size
+    assert cfg.critic.model_name_or_path is None  # no critic for group_norm
+    gae = parse(host, "--actor.model_name_or_path", "a", "--reward.model_name_or_path", "rm1,rm2")
+    assert gae.critic.model_name_or_path == "rm1"
+    remote = parse(host, "--actor.model_name_or_path", "a", "--reward.remote_url", "http://x")
+    assert remote.critic.model_name_or_path == "a"
+
+
+class EchoOptions(BaseModel):
+    model_config = {"extra": "forbid"}
+    scale: float = Field(0.01, description="reward per character")
+    prefix: str = Field("", description="only count responses starting with this")
+
+
+def options_plugin(name: str, namespace: str | None = None) -> types.SimpleNamespace:
+    def rlhf_register_options(register):
+        register(EchoOptions, namespace=namespace)
+
+    return types.SimpleNamespace(rlhf_plugin_api=rlhf.PLUGIN_API_VERSION,
+                                 rlhf_register_options=rlhf.hookimpl(rlhf_register_options))
+
+
+def test_plugin_options_from_flags_and_yaml(host: PluginHost, register_plugin, plugin_host: PluginHost,
+                                            tmp_path: Path) -> None:
+    for name in ("ppo", "adamw"):
+        register_plugin(__import__(f"rlhf_plugin_{name}"), name=name)
+    register_plugin(options_plugin("echo"), name="echo")
+    run = tmp_path / "run.yaml"
+    run.write_text("plugins:\n  echo:\n    prefix: answer\n")
+    cfg = parse(plugin_host, "--config", str(run), "--echo.scale", "0.5")
+    assert cfg.plugins == {"echo": {"scale": 0.5, "prefix": "answer"}}
+    assert parse(plugin_host).plugins == {"echo": {"scale": 0.01, "prefix": ""}}
+    with pytest.raises(ConfigError, match=r"--echo.scale: Input should be a valid number"):
+        parse(plugin_host, "--echo.scale", "lots")
+    run.write_text("plugins:\n  ecko:\n    prefix: answer\n")
+    with pytest.raises(ConfigError, match=r"no loaded plugin declares options under 'ecko'. Did you mean 'echo'\?"):
+        parse(plugin_host, "--config", str(run))
+    help_text = ConfigParser(PPOConfig, plugin_host, prog="rlhf train ppo").parser.format_help()
+    assert "--echo.*:\n  options of plugin echo" in help_text
+
+
+def test_option_namespace_collisions_name_both_sides(plugin_host: PluginHost, register_plugin) -> None:
+    register_plugin(options_plugin("first", namespace="shared"), name="first")
+    with pytest.raises(PluginLoadError, match="claimed by both plugin 'first' and plugin 'second'"):
+        register_plugin(options_plugin("second", namespace="shared"), name="second")
+    assert [(r.name, r.status) for r in plugin_host.records if r.source == "module"] == [("first", "ok"), ("second", "failed")]
+    register_plugin(options_plugin("sneaky", namespace="actor"), name="sneaky")
+    with pytest.raises(ConfigError, match="plugin 'sneaky' declares option namespace 'actor', which is a core config section"):
+        ConfigParser(PPOConfig, plugin_host, prog="rlhf train ppo")
+
+
+def test_help_groups_flags_by_namespace(host: PluginHost) -> None:
+    help_text = ConfigParser(PPOConfig, host, prog="rlhf train ppo").parser.format_help()
+    for section in ("--actor.*", "--actor.adam.*", "--critic.*", "--algo.advantage.*", "--ds.lora.*", "--logger.wandb.*"):
+        assert f"\n{section}:" in help_text, section
+    assert "--algo.advantage.estimator NAME" in help_text and "installed: gae, group_norm" in help_text
