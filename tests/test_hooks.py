@@ -1,0 +1,197 @@
+"""One test per hook: a plugin implementing it is called as the spec documents."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+
+import rlhf
+from rlhf.plugins import PluginHost, PluginLoadError
+from rlhf.registry import ComponentError, ComponentKind
+
+
+class Component:
+    """A stand-in component object; registration only stores and returns it."""
+
+
+def plugin_with(hook_name: str, body) -> types.SimpleNamespace:
+    body.__name__ = hook_name
+    return types.SimpleNamespace(rlhf_plugin_api=rlhf.PLUGIN_API_VERSION, **{hook_name: rlhf.hookimpl(body)})
+
+
+def check_registration(kind: ComponentKind, plugin_host: PluginHost, register_plugin) -> None:
+    """Objects and lazy strings register, load on demand, and duplicates blame the second plugin."""
+
+    def register_both(register):
+        register("direct", Component, description="an object")
+        register("lazy", "tests_lazy_target:Thing")
+
+    record = register_plugin(plugin_with(kind.hook_name, register_both), name="maker")
+    assert record.components == {kind.value: ["direct", "lazy"]}
+    assert plugin_host.registry.get(kind, "direct") is Component
+    with pytest.raises(ComponentError, match="cannot import 'tests_lazy_target'"):
+        plugin_host.registry.get(kind, "lazy")
+    with pytest.raises(PluginLoadError, match=f"{kind.label} 'direct' is registered by both plugin 'maker' and plugin 'copycat'"):
+        register_plugin(plugin_with(kind.hook_name, lambda register: register("direct", Component)), name="copycat")
+    assert plugin_host.registry.registration(kind, "direct").plugin == "maker"
+
+
+def test_hook_rlhf_register_advantage_estimators(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.ADVANTAGE_ESTIMATOR, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_policy_losses(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.POLICY_LOSS, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_sample_filters(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.SAMPLE_FILTER, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_trainers(plugin_host, register_plugin) -> None:
+    assert plugin_host.registry.names(ComponentKind.TRAINER) == ["ppo"]  # the core's own
+    check_registration(ComponentKind.TRAINER, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_reward_functions(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.REWARD_FUNCTION, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_reward_shapers(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.REWARD_SHAPER, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_agent_executors(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.AGENT_EXECUTOR, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_model_loaders(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.MODEL_LOADER, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_processors(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.PROCESSOR, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_optimizers(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.OPTIMIZER, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_schedulers(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.SCHEDULER, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_options(plugin_host, register_plugin) -> None:
+    from pydantic import BaseModel
+
+    class Opts(BaseModel):
+        level: int = 3
+
+    record = register_plugin(plugin_with("rlhf_register_options", lambda register: register(Opts)), name="leveller")
+    assert record.options == ["leveller"]
+    assert plugin_host.options["leveller"].model_class() is Opts
+    with pytest.raises(PluginLoadError, match="must be a Python identifier"):
+        register_plugin(plugin_with("rlhf_register_options", lambda register: register(Opts, namespace="a-b")), name="bad")
+
+
+def test_a_raising_registration_hook_fails_only_its_plugin(plugin_host, register_plugin) -> None:
+    def explode(register):
+        register("half", Component)
+        raise RuntimeError("boom")
+
+    with pytest.raises(PluginLoadError, match="rlhf_register_optimizers raised RuntimeError: boom"):
+        register_plugin(plugin_with("rlhf_register_optimizers", explode), name="exploder")
+    assert "half" not in plugin_host.registry.names(ComponentKind.OPTIMIZER)  # rolled back
+
+
+class Recorder:
+    """Implements every lifecycle hook and records the calls."""
+
+    rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+
+    @rlhf.hookimpl
+    def rlhf_worker_init(self, role, rank, config):
+        self.calls.append(("worker_init", {"role": role, "rank": rank, "config": config}))
+
+    @rlhf.hookimpl
+    def rlhf_train_start(self, config, run_dir):
+        self.calls.append(("train_start", {"config": config, "run_dir": run_dir}))
+
+    @rlhf.hookimpl
+    def rlhf_step_end(self, step, metrics):
+        self.calls.append(("step_end", {"step": step, "metrics": metrics}))
+
+    @rlhf.hookimpl
+    def rlhf_train_end(self, config, run_dir, status):
+        self.calls.append(("train_end", {"status": status}))
+
+    @rlhf.hookimpl
+    def rlhf_checkpoint_save(self, step, checkpoint_dir, state):
+        state["recorder"] = {"seen": step}
+        (checkpoint_dir / "recorder.txt").write_text(str(step))
+
+    @rlhf.hookimpl
+    def rlhf_checkpoint_load(self, step, checkpoint_dir, state):
+        self.calls.append(("checkpoint_load", {"step": step, "state": state}))
+
+
+@pytest.fixture
+def recorder(register_plugin) -> Recorder:
+    rec = Recorder()
+    record = register_plugin(rec, name="recorder")
+    assert len(record.hooks) == 6
+    return rec
+
+
+def test_hook_rlhf_worker_init(plugin_host, recorder) -> None:
+    plugin_host.worker_init("actor", 3, {"k": 1})
+    assert recorder.calls == [("worker_init", {"role": "actor", "rank": 3, "config": {"k": 1}})]
+
+
+def test_hook_rlhf_train_start(plugin_host, recorder, tmp_path: Path) -> None:
+    plugin_host.train_start("cfg", tmp_path)
+    assert recorder.calls == [("train_start", {"config": "cfg", "run_dir": tmp_path})]
+
+
+def test_hook_rlhf_step_end(plugin_host, recorder) -> None:
+    for step in (1, 2):
+        plugin_host.step_end(step, {"reward": 0.5 * step})
+    assert [c[1] for c in recorder.calls] == [{"step": 1, "metrics": {"reward": 0.5}}, {"step": 2, "metrics": {"reward": 1.0}}]
+
+
+def test_hook_rlhf_train_end(plugin_host, recorder, tmp_path: Path) -> None:
+    plugin_host.train_end("cfg", tmp_path, "failed")
+    assert recorder.calls == [("train_end", {"status": "failed"})]
+
+
+def test_hook_rlhf_checkpoint_save(plugin_host, recorder, tmp_path: Path) -> None:
+    state: dict = {}
+    plugin_host.checkpoint_save(7, tmp_path, state)
+    assert state == {"recorder": {"seen": 7}}
+    assert (tmp_path / "recorder.txt").read_text() == "7"
+
+
+def test_hook_rlhf_checkpoint_load(plugin_host, recorder, tmp_path: Path) -> None:
+    plugin_host.checkpoint_load(7, tmp_path, {"recorder": {"seen": 7}})
+    assert recorder.calls == [("checkpoint_load", {"step": 7, "state": {"recorder": {"seen": 7}}})]
+
+
+def test_hooks_are_not_called_on_failed_plugins(plugin_host, register_plugin) -> None:
+    seen = []
+
+    class Failing(Recorder):
+        rlhf_plugin_api = 42
+
+        @rlhf.hookimpl
+        def rlhf_step_end(self, step, metrics):
+            seen.append(step)
+
+    with pytest.raises(PluginLoadError, match="targets plugin API 42"):
+        register_plugin(Failing(), name="failing")
+    plugin_host.step_end(1, {})
+    assert seen == []
