@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from rlhf.ops import discounted_returns, masked_mean, masked_whiten
 
 

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
         SchedulerFactory,
         Trainer,
     )
-    from rlhf.registry import Register
     from rlhf.plugin_options import OptionsRegister
+    from rlhf.registry import Register
 
 
 # ---------------------------------------------------------------- registration

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -33,13 +33,13 @@ class RefSection(Placement):
 class RewardSection(Placement):
     normalize_enable: bool = flag(False, "Enable reward normalization (reward models only)", switch=True)
     clip_range: list[float] = flag([-10.0, 10.0], "Reward clip range", nargs=2)
-    overlong_buffer_len: Optional[float] = flag(None, "DAPO overlong penalty buffer length")
+    overlong_buffer_len: float | None = flag(None, "DAPO overlong penalty buffer length")
     overlong_penalty_factor: float = flag(1.0, "DAPO overlong penalty factor")
-    stop_properly_penalty_coef: Optional[float] = flag(
+    stop_properly_penalty_coef: float | None = flag(
         None, "Penalty for truncated samples: >= 0 scales the reward, < 0 is a fixed reward"
     )
-    model_name_or_path: Optional[str] = flag(None, "Reward model path(s), comma-separated")
-    remote_url: Optional[str] = flag(None, "Remote reward API URL(s), or a reward_func .py file")
+    model_name_or_path: str | None = flag(None, "Reward model path(s), comma-separated")
+    remote_url: str | None = flag(None, "Remote reward API URL(s), or a reward_func .py file")
     offload: bool = flag(False, "Offload reward model to CPU", switch=True)
 
 
@@ -60,7 +60,7 @@ class TrainSection(Section):
     batch_size: int = flag(128, "Global training batch size")
     seed: int = flag(42, "Random seed")
     full_determinism_enable: bool = flag(False, "Reproducible behaviour during distributed training", switch=True)
-    agent_func_path: Optional[str] = flag(None, "Agent script path")
+    agent_func_path: str | None = flag(None, "Agent script path")
 
 
 class AdamSection(Section):
@@ -87,19 +87,19 @@ class TrainedModel(Placement):
     lr_warmup_ratio: float = flag(0.03, "Warmup steps as a fraction of training steps")
     min_lr_ratio: float = flag(0.1, "Minimum LR as a fraction of the peak LR")
     max_norm: float = flag(1.0, "Gradient clipping norm")
-    model_name_or_path: Optional[str] = flag(None, "HF model name or path")
+    model_name_or_path: str | None = flag(None, "HF model name or path")
 
 
 class ActorSection(TrainedModel):
     gradient_checkpointing_enable: bool = flag(False, "Gradient checkpointing", switch=True)
     gradient_checkpointing_reentrant: bool = flag(False, "Reentrant gradient checkpointing", switch=True)
     eps_clip: float = flag(0.2, "PPO clip range")
-    eps_clip_low_high: Optional[list[float]] = flag(None, "PPO clip low and high (defaults to eps_clip, eps_clip)", nargs=2)
-    dual_clip: Optional[float] = flag(None, "Dual-clip PPO constant c > 1")
+    eps_clip_low_high: list[float] | None = flag(None, "PPO clip low and high (defaults to eps_clip, eps_clip)", nargs=2)
+    dual_clip: float | None = flag(None, "Dual-clip PPO constant c > 1")
     policy_loss_type: str = flag("ppo", "Policy loss (a registered policy loss name)", component=K.POLICY_LOSS)
     loss_agg_mode: Literal["token-mean", "seq-mean-token-mean"] = flag("token-mean", "Policy-loss aggregation")
     aux_loss_coef: float = flag(0.0, "MoE balancing loss coefficient")
-    entropy_coef: Optional[float] = flag(None, "Entropy loss coefficient; 0 only logs entropy")
+    entropy_coef: float | None = flag(None, "Entropy loss coefficient; 0 only logs entropy")
     freeze_visual_encoder: bool = flag(False, "Freeze the vision encoder (train the language model only)", switch=True)
 
 
@@ -111,7 +111,7 @@ class CriticSection(TrainedModel):
 
 
 class VllmSection(Section):
-    num_engines: Optional[int] = flag(None, "Number of vLLM engines; 0 disables vLLM (HF generate)")
+    num_engines: int | None = flag(None, "Number of vLLM engines; 0 disables vLLM (HF generate)")
     tensor_parallel_size: int = flag(1, "Tensor parallel size of each vLLM engine")
     sync_backend: str = flag("nccl", "Trainer -> vLLM weight sync backend")
     sync_with_ray: bool = flag(False, "Sync weights through Ray collectives", switch=True)
@@ -133,7 +133,7 @@ class AdvantageSection(Section):
 
 
 class KLSection(Section):
-    target: Optional[float] = flag(None, "Target KL of the adaptive KL controller")
+    target: float | None = flag(None, "Target KL of the adaptive KL controller")
     horizon: int = flag(10000, "Horizon of the adaptive KL controller")
     init_coef: float = flag(0.01, "KL penalty coefficient; 0 disables the reference model")
     estimator: Literal["k1", "k2", "k3"] = flag("k1", "KL estimator")
@@ -150,7 +150,7 @@ class AlgoSection(Section):
 
 class EvalSection(Section):
     steps: int = flag(-1, "Evaluate every N steps (-1: never)")
-    dataset: Optional[str] = flag(None, "Path to the evaluation dataset")
+    dataset: str | None = flag(None, "Path to the evaluation dataset")
     split: str = flag("train", "Evaluation dataset split")
     temperature: float = flag(0.6, "Sampling temperature for evaluation")
     n_samples_per_prompt: int = flag(4, "Samples per prompt for evaluation")
@@ -169,9 +169,9 @@ class CkptSection(Section):
 
 
 class WandbSection(Section):
-    key: Optional[str] = flag(None, "wandb API key")
-    org: Optional[str] = flag(None, "wandb organisation")
-    group: Optional[str] = flag(None, "wandb group")
+    key: str | None = flag(None, "wandb API key")
+    org: str | None = flag(None, "wandb organisation")
+    group: str | None = flag(None, "wandb group")
     project: str = flag("openrlhf_train_ppo", "wandb project")
     run_name: str = flag(None, "wandb run name (default ppo_<MMDDTHH:MM>)", default_factory=_default_run_name)
 
@@ -179,7 +179,7 @@ class WandbSection(Section):
 class LoggerSection(Section):
     logging_steps: int = flag(1, "Log every N steps")
     wandb: WandbSection = Field(default_factory=WandbSection)
-    tensorboard_dir: Optional[str] = flag(None, "TensorBoard logging path")
+    tensorboard_dir: str | None = flag(None, "TensorBoard logging path")
 
 
 class LoraSection(Section):
@@ -197,11 +197,11 @@ class DeepSpeedSection(Section):
     zpg: int = flag(1, "ZeRO++ max partition size")
     adam_offload: bool = flag(False, "Offload Adam optimizer states to CPU", switch=True)
     attn_implementation: str = flag("flash_attention_2", "Attention implementation (eager, sdpa, flash_attention_2…)")
-    experts_implementation: Optional[Literal["eager", "batched_mm", "grouped_mm", "deepgemm"]] = flag(
+    experts_implementation: Literal["eager", "batched_mm", "grouped_mm", "deepgemm"] | None = flag(
         None, "MoE expert computation strategy"
     )
     use_liger_kernel: bool = flag(False, "Enable Liger kernels (GPU only)", switch=True)
-    grad_accum_dtype: Optional[str] = flag(None, "Adam grad accumulation data type")
+    grad_accum_dtype: str | None = flag(None, "Adam grad accumulation data type")
     overlap_comm: bool = flag(False, "Overlap communication", switch=True)
     enable_sleep: bool = flag(False, "DeepSpeed sleep mode with --train.colocate_all", switch=True)
     tensor_parallel_size: int = flag(1, "DeepSpeed tensor parallel size")
@@ -218,23 +218,23 @@ class DataSection(Section):
     dataloader_num_workers: int = flag(0, "Data loader workers")
     max_len: int = flag(2048, "Max total sequence length (prompt + response)")
     max_samples: int = flag(100000000, "Max number of samples")
-    prompt_dataset: Optional[str] = flag(None, "Prompt dataset path(s) or name(s), comma-separated")
-    prompt_probs: Optional[str] = flag(None, "Sampling probabilities of the prompt datasets, comma-separated")
+    prompt_dataset: str | None = flag(None, "Prompt dataset path(s) or name(s), comma-separated")
+    prompt_probs: str | None = flag(None, "Sampling probabilities of the prompt datasets, comma-separated")
     prompt_split: str = flag("train", "Prompt dataset split")
     input_key: str = flag("input", "Dataset key of the prompt")
-    label_key: Optional[str] = flag(None, "Dataset key of the label")
-    input_template: Optional[str] = flag(None, "Prompt template with one {}")
+    label_key: str | None = flag(None, "Dataset key of the label")
+    input_template: str | None = flag(None, "Prompt template with one {}")
     apply_chat_template: bool = flag(False, "Use the tokenizer's chat template", switch=True)
     image_key: str = flag("images", "Dataset key for image paths/URLs")
     max_images_per_prompt: int = flag(0, "Max images per prompt (0 = text-only)")
 
 
 class RolloutSection(Section):
-    max_tokens_per_gpu: Optional[int] = flag(None, "Token budget per device for rollout forward passes")
+    max_tokens_per_gpu: int | None = flag(None, "Token budget per device for rollout forward passes")
     batch_size: int = flag(1024, "Prompts per rollout batch")
-    vllm_generate_batch_size: Optional[int] = flag(None, "Prompts per vLLM generate call (default: rollout.batch_size)")
+    vllm_generate_batch_size: int | None = flag(None, "Prompts per vLLM generate call (default: rollout.batch_size)")
     micro_batch_size: int = flag(1, "Micro-batch size of experience forward passes")
-    max_new_tokens: Optional[int] = flag(None, "Max new tokens per sample (default: max_len - prompt_len)")
+    max_new_tokens: int | None = flag(None, "Max new tokens per sample (default: max_len - prompt_len)")
     top_p: float = flag(1.0, "Sampling top-p")
     temperature: float = flag(1.0, "Sampling temperature")
     n_samples_per_prompt: int = flag(1, "Responses per prompt")

@@ -6,9 +6,8 @@ import math
 
 import pytest
 import torch
-from rlhf_plugin_adamw.optim import AdamW, CosineWithMinLR
-
 from rlhf.config.ppo import PPOConfig
+from rlhf_plugin_adamw.optim import AdamW, CosineWithMinLR
 
 
 def test_deepspeed_block_uses_the_actor_flags() -> None:

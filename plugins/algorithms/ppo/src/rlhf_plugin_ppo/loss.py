@@ -24,7 +24,7 @@ class PPOClipLoss:
         self.eps_low, self.eps_high, self.dual_clip = eps_low, eps_high, dual_clip
 
     @classmethod
-    def from_config(cls, config) -> "PPOClipLoss":
+    def from_config(cls, config) -> PPOClipLoss:
         low, high = config.actor.eps_clip_low_high or (config.actor.eps_clip, config.actor.eps_clip)
         return cls(low, high, config.actor.dual_clip)
 
