@@ -15,4 +15,6 @@ FIRST_PARTY_PROVIDERS: dict[tuple[K, str], str] = {
     (K.ADVANTAGE_ESTIMATOR, "group_norm"): "rlhf-plugin-grpo",
     (K.OPTIMIZER, "adam"): "rlhf-plugin-adamw",
     (K.SCHEDULER, "cosine_with_min_lr"): "rlhf-plugin-adamw",
+    (K.REWARD_FUNCTION, "reward_func_file"): "rlhf-plugin-reward-func",
+    (K.AGENT_EXECUTOR, "single_turn"): "rlhf-plugin-single-turn",
 }

@@ -140,12 +140,17 @@ class RewardShaper(Protocol):
 
 @runtime_checkable
 class AgentExecutor(Protocol):
-    """Produces one trajectory per prompt, token-in-token-out (never re-tokenising text).
+    """Produces one trajectory per request, token-in-token-out (never re-tokenising text).
 
-    Runs in the rollout process, once per sample.
+    Runs in the controller, once per rollout batch. ``requests`` are dicts with
+    ``prompt_ids`` (list[int]), ``label``, ``max_tokens`` and ``seed``; ``engines``
+    is :class:`rlhf.runtime.rollout.RolloutEngines` (``generate(requests, temperature,
+    top_p)``); ``sampling`` holds ``temperature`` and ``top_p``. Returns one dict per
+    request with ``response_ids`` (list[int]), ``logprobs`` (list[float], one per
+    response token) and ``finish_reason`` (``stop`` or ``length``).
     """
 
-    async def execute(self, prompt_token_ids: list[int], label: Any, sampling: dict[str, Any]) -> dict[str, Any]: ...
+    def run(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]: ...
 
 
 @runtime_checkable

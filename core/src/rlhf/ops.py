@@ -52,3 +52,23 @@ def discounted_returns(token_rewards: torch.Tensor, action_mask: torch.Tensor, g
         running = rewards[:, t] + gamma * running
         returns[:, t] = running
     return returns * action_mask
+
+
+def compute_approx_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
+    """Per-token KL estimate from ℓ = log π − log π_ref (fp32), clamped to [−10, 10].
+
+    k1 = ℓ; k2 = ℓ²/2; k3 = e^(−ℓ) − 1 + ℓ with ℓ clamped at ≥ −10 before the exp.
+    """
+    import torch
+
+    ratio = as_float(log_probs) - as_float(ref_log_probs)
+    if estimator == "k1":
+        kl = ratio
+    elif estimator == "k2":
+        kl = ratio**2 / 2.0
+    elif estimator == "k3":
+        ratio = ratio.clamp(min=-10.0)
+        kl = torch.exp(-ratio) - 1.0 + ratio
+    else:
+        raise ValueError(f"--algo.kl.estimator {estimator!r}: expected k1, k2 or k3")
+    return kl.clamp(-10.0, 10.0)

@@ -32,6 +32,6 @@ def run_train(host: PluginHost, trainer_name: str | None, argv: list[str]) -> in
         return 0
     from pathlib import Path
 
-    run_dir = Path(getattr(getattr(config, "ckpt", None), "path", ".") or ".")
+    run_dir = Path(getattr(getattr(config, "ckpt", None), "output_dir", ".") or ".")
     trainer_cls(config, host, run_dir).run()
     return 0

@@ -1,8 +1,8 @@
 """``rlhf train ppo``: the RL trainer (OpenRLHF's ``train_ppo_ray``).
 
 This module holds the trainer's contract with the CLI: its config tree, the
-cross-flag rules, and the run directory it writes. The Ray/DeepSpeed/vLLM step
-loop it drives is built in ``rlhf.runtime`` (issue #3).
+cross-flag rules, and the run directory it writes; the Ray/DeepSpeed/vLLM step
+loop lives in :mod:`rlhf.runtime.controller`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rlhf.config.ppo import PPOConfig
-
-
-class RuntimeUnavailableError(RuntimeError):
-    """The requested runtime is not part of this build."""
 
 
 class PPOTrainer:
@@ -32,7 +28,6 @@ class PPOTrainer:
         return finalize_ppo_config(config, plugins)
 
     def run(self) -> None:
-        raise RuntimeUnavailableError(
-            "the Ray/DeepSpeed/vLLM RL runtime is not part of rlhf-core 0.1.0 yet; "
-            "use --print-config to check a configuration"
-        )
+        from rlhf.runtime.controller import PPOController
+
+        PPOController(self.config, self.plugins, self.run_dir).run()

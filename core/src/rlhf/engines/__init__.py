@@ -1,0 +1,1 @@
+"""Training and rollout engines: DeepSpeed strategy, HF model loading, vLLM and HF-generate engines."""

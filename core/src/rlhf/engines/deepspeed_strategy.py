@@ -1,0 +1,111 @@
+"""DeepSpeed ZeRO (stages 0-3) for one trained or evaluated model inside a Ray worker.
+
+On CPU machines communication is gloo and no C++ op is JIT-built in the default
+path (``torch_adam`` and no shared-memory comm); ``--ds.adam_offload`` uses
+DeepSpeedCPUAdam and pays its one-time build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from rlhf.config.ppo import PPOConfig
+
+
+def on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def init_distributed() -> None:
+    """Join the worker group's default process group (env vars set by the group)."""
+    import deepspeed
+    import deepspeed.ops
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if not on_gpu():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # avoids a 45 s JIT build; plain gloo
+    deepspeed.init_distributed(dist_backend="nccl" if on_gpu() else "gloo")
+
+
+def dtype_of(config: PPOConfig) -> Any:
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.ds.param_dtype]
+
+
+def train_config(config: PPOConfig, optimizer_block: dict[str, Any] | None, world_size: int, max_norm: float) -> dict[str, Any]:
+    ds = config.ds
+    micro = config.train.micro_batch_size
+    accumulation = max(1, config.train.batch_size // (micro * world_size))
+    zero: dict[str, Any] = {"stage": ds.zero_stage, "overlap_comm": ds.overlap_comm}
+    if ds.zero_stage == 3:
+        zero.update(stage3_param_persistence_threshold="auto", reduce_scatter=True)
+    if ds.adam_offload:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": on_gpu()}
+    block: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accumulation,
+        "gradient_clipping": max_norm,
+        "zero_optimization": zero,
+        "bf16": {"enabled": ds.param_dtype == "bf16"},
+        "fp16": {"enabled": ds.param_dtype == "fp16"},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    if ds.grad_accum_dtype:
+        block["data_types"] = {"grad_accum_dtype": ds.grad_accum_dtype}
+    if optimizer_block is not None:
+        optimizer_block = {**optimizer_block, "params": dict(optimizer_block.get("params", {}))}
+        if not ds.adam_offload and not on_gpu():
+            optimizer_block["params"]["torch_adam"] = True  # no fused_adam JIT build on CPU
+        block["optimizer"] = optimizer_block
+    return block
+
+
+def eval_config(config: PPOConfig, offload: bool) -> dict[str, Any]:
+    stage = 3 if config.ds.zero_stage == 3 else 0
+    zero: dict[str, Any] = {"stage": stage}
+    if offload and stage == 3:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": on_gpu()}
+    return {
+        "train_micro_batch_size_per_gpu": config.rollout.micro_batch_size,
+        "zero_optimization": zero,
+        "bf16": {"enabled": config.ds.param_dtype == "bf16"},
+        "fp16": {"enabled": config.ds.param_dtype == "fp16"},
+        "steps_per_print": 10**9,
+    }
+
+
+def zero3_context(ds_config: dict[str, Any]) -> Any:
+    """Keep this object alive across ``from_pretrained`` so ZeRO-3 partitions weights at load."""
+    if ds_config["zero_optimization"]["stage"] != 3:
+        return None
+    from transformers.integrations import HfDeepSpeedConfig
+
+    return HfDeepSpeedConfig(ds_config)
+
+
+@contextlib.contextmanager
+def gathered(module: Any):
+    """Full parameters of a (possibly ZeRO-3 partitioned) module, on every rank of the group."""
+    params = list(module.parameters())
+    if params and hasattr(params[0], "ds_id"):
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+            yield
+    else:
+        yield
+
+
+def full_state_dict(module: Any) -> dict[str, Any]:
+    """A CPU copy of the full state dict; every rank must call it (ZeRO-3 gathers collectively)."""
+    with gathered(module):
+        return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}

@@ -1,0 +1,51 @@
+"""The one shape every reward function's result is turned into.
+
+Accepted results (OpenRLHF's ``reward_func`` contract): a tensor or list of ``B``
+rewards, or a dict with ``rewards`` (``B``), optional ``scores`` (``B``, used for
+filtering; defaults to the rewards) and optional ``extra_logs`` (name -> ``B`` values
+or a scalar), logged as means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RewardOutput:
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, float] = field(default_factory=dict)
+
+
+def _floats(values: Any, what: str, count: int, source: str) -> list[float]:
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if isinstance(values, (int, float)):
+        values = [values]
+    try:
+        out = [float(v) for v in values]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{source}: {what} must be numbers, got {values!r:.200}") from exc
+    if len(out) != count:
+        raise ValueError(f"{source}: returned {len(out)} {what} for {count} samples")
+    return out
+
+
+def normalize_reward_output(result: Any, count: int, source: str) -> RewardOutput:
+    """Validate a reward function's result for ``count`` samples; errors name ``source``."""
+    if isinstance(result, dict):
+        if "rewards" not in result:
+            raise ValueError(f"{source}: the returned dict has no 'rewards' key (keys: {', '.join(result)})")
+        rewards = _floats(result["rewards"], "rewards", count, source)
+        scores = _floats(result["scores"], "scores", count, source) if result.get("scores") is not None else list(rewards)
+        extra = {}
+        for name, values in (result.get("extra_logs") or {}).items():
+            if hasattr(values, "tolist"):
+                values = values.tolist()
+            values = values if isinstance(values, list) else [values]
+            extra[name] = sum(float(v) for v in values) / max(len(values), 1)
+        return RewardOutput(rewards, scores, extra)
+    rewards = _floats(result, "rewards", count, source)
+    return RewardOutput(rewards, list(rewards))

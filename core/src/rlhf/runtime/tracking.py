@@ -1,0 +1,63 @@
+"""Where metrics go: a progress bar, ``metrics.jsonl`` in the run dir, TensorBoard and wandb."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SHOWN = ("reward", "kl", "response_length", "timing/step_total")
+
+
+class MetricsTracker:
+    def __init__(self, config: Any, run_dir: Path, total_steps: int, initial_step: int = 0) -> None:
+        from tqdm import tqdm
+
+        self.config = config
+        self.every = max(1, config.logger.logging_steps)
+        self.path = run_dir / "metrics.jsonl"
+        self.bar = tqdm(total=total_steps, initial=initial_step, desc="rl steps", dynamic_ncols=True,
+                        disable=os.environ.get("RLHF_NO_PROGRESS") == "1")
+        self.tensorboard = None
+        if config.logger.tensorboard_dir:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(config.logger.tensorboard_dir)
+        self.wandb = None
+        wandb_cfg = config.logger.wandb
+        if wandb_cfg.key or os.environ.get("WANDB_MODE"):
+            try:
+                import wandb
+            except ImportError as exc:
+                raise RuntimeError("--logger.wandb.* is set but wandb is not installed: pip install wandb") from exc
+            if wandb_cfg.key:
+                os.environ.setdefault("WANDB_API_KEY", wandb_cfg.key)
+            self.wandb = wandb.init(project=wandb_cfg.project, entity=wandb_cfg.org, group=wandb_cfg.group,
+                                    name=wandb_cfg.run_name, dir=str(run_dir), config=config.model_dump(mode="json"),
+                                    mode=os.environ.get("WANDB_MODE", "online"), reinit=True)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.bar.update(1)
+        self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in SHOWN if k in metrics})
+        if step % self.every:
+            return
+        with self.path.open("a") as handle:
+            handle.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self.tensorboard is not None:
+            for key, value in metrics.items():
+                self.tensorboard.add_scalar(key, value, step)
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=step)
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []

@@ -1,0 +1,114 @@
+"""Ray actor groups: N ranks of one role that form a torch.distributed group.
+
+The controller creates every rank, learns rank 0's address, then calls
+``setup`` on all ranks at once (they rendezvous there). Each worker reloads the
+run's exact plugin set (``plugin_set`` of the config) before anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+TIMEOUT_S = float(os.environ.get("RLHF_RAY_TIMEOUT", "1800"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+class BaseWorker:
+    """Base of every model worker (runs inside a Ray actor)."""
+
+    role = "worker"
+
+    def __init__(self, rank: int, world_size: int, config: dict[str, Any]) -> None:
+        self.rank, self.world_size = rank, world_size
+        self._config_dict = config
+        # Ray gives each GPU actor its own device as cuda:0, so the local rank is always 0.
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0")
+        threads = os.environ.get("RLHF_WORKER_THREADS")
+        if threads:
+            import torch
+
+            torch.set_num_threads(int(threads))
+
+    def address(self) -> tuple[str, int]:
+        return socket.gethostbyname(socket.gethostname()) if _multi_node() else "127.0.0.1", free_port()
+
+    def _init_common(self, master_addr: str, master_port: int) -> None:
+        from rlhf.config.ppo import PPOConfig
+        from rlhf.engines.deepspeed_strategy import init_distributed
+        from rlhf.plugin_selection import PluginSelection
+        from rlhf.plugins import PluginHost
+
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+        self.plugins = PluginHost.load(PluginSelection.from_resolved(self._config_dict.get("plugin_set", [])))
+        self.config = PPOConfig.model_validate(self._config_dict)
+        init_distributed()
+        self.plugins.worker_init(self.role, self.rank, self.config)
+
+
+def _multi_node() -> bool:
+    import ray
+
+    return len([n for n in ray.nodes() if n.get("Alive")]) > 1
+
+
+class WorkerGroup:
+    """``num_workers`` Ray actors of ``worker_class`` forming one distributed group."""
+
+    def __init__(self, worker_class: type, role: str, num_workers: int, config: dict[str, Any], *, num_gpus: float = 0.0) -> None:
+        import ray
+
+        remote = ray.remote(worker_class)
+        options = {"num_cpus": 0, "num_gpus": num_gpus, "name": None}
+        self.role = role
+        self.workers = [remote.options(**options).remote(rank, num_workers, config) for rank in range(num_workers)]
+        self.master_addr, self.master_port = ray.get(self.workers[0].address.remote(), timeout=TIMEOUT_S)
+
+    def setup(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return self.call("setup", self.master_addr, self.master_port, *args, **kwargs)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        import ray
+
+        return ray.get(self.call_async(method, *args, **kwargs), timeout=TIMEOUT_S)
+
+    def call_async(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
+
+    def call_split_async(self, method: str, rows: list[dict[str, Any]], **kwargs: Any) -> list[Any]:
+        """Give each rank a contiguous share of ``rows`` (per-sample dicts), sent as columns."""
+        chunks = split_evenly(rows, len(self.workers))
+        return [getattr(w, method).remote(columns(chunk), **kwargs) for w, chunk in zip(self.workers, chunks)]
+
+    def call_split(self, method: str, rows: list[dict[str, Any]], **kwargs: Any) -> list[Any]:
+        """:meth:`call_split_async`, waited for, with the per-rank result lists concatenated."""
+        import ray
+
+        parts = ray.get(self.call_split_async(method, rows, **kwargs), timeout=TIMEOUT_S)
+        return [x for part in parts for x in part]
+
+
+def columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-sample dicts -> a dict of per-sample lists; a column that is None everywhere stays None."""
+    keys = rows[0].keys() if rows else []
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [r[key] for r in rows]
+        out[key] = None if all(v is None for v in values) else values
+    return out
+
+
+def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
