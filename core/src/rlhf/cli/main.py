@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--kind", help="only plugins of this kind (algorithms, rewards, agents, models, optimizers, …)")
     train = sub.add_parser("train", help="run a trainer: rlhf train NAME [flags] (rlhf train NAME --help)", add_help=False)
     train.add_argument("trainer", nargs="?", help="trainer name")
+    from rlhf.cli.demo_cmd import add_demo_parser
+
+    add_demo_parser(sub)
     return parser
 
 
@@ -78,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
             from rlhf.cli.plugins_cmd import show_plugins
 
             return show_plugins(host, as_json=args.json, kind=args.kind)
+        if args.command == "demo":
+            if extra:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            from rlhf.cli.demo_cmd import run_demo_command
+
+            return run_demo_command(host, args)
         from rlhf.cli.train_cmd import run_train
 
         return run_train(host, args.trainer, extra)
