@@ -125,6 +125,10 @@ class PPOController:
             return
         step, directory = found
         state = checkpoint.load_state(directory)
+        saved = {p["name"]: p.get("version") for p in state.get("plugin_set", [])}
+        current = {p["name"]: p.get("version") for p in self.config.plugin_set}
+        if saved != current:
+            log.warning("resuming with plugins %s; the checkpoint was written with %s", current, saved)
         self.actor.call("load_checkpoint", str(directory))
         if self.critic is not None:
             self.critic.call("load_checkpoint", str(directory))
@@ -262,9 +266,9 @@ class PPOController:
                 self.step += 1
                 metrics = self.train_step(prompts)
                 tracker.log(self.step, metrics)
-                self.plugins.step_end(self.step, metrics)
                 if cfg.ckpt.save_steps > 0 and self.step % cfg.ckpt.save_steps == 0:
                     self.save_checkpoint()
+                self.plugins.step_end(self.step, metrics)
             tracker.close()
             self.actor.call("save_hf", str(self.run_dir))
             status = "completed"

