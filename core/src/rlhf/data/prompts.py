@@ -55,12 +55,13 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
     """Apply the chat template / input template and tokenize each row."""
     prompts = []
     for index, row in enumerate(rows):
-        if data_cfg.input_key not in row:
+        present = [k for k, v in row.items() if v is not None]  # datasets fills keys missing in a row with None
+        if row.get(data_cfg.input_key) is None:
             raise ConfigError(
-                f"{source} row {index} has no key {data_cfg.input_key!r} (keys: {', '.join(row)}); set --data.input_key"
+                f"{source} row {index} has no key {data_cfg.input_key!r} (keys: {', '.join(present)}); set --data.input_key"
             )
-        if data_cfg.label_key and data_cfg.label_key not in row:
-            raise ConfigError(f"{source} row {index} has no key {data_cfg.label_key!r}; set --data.label_key")
+        if data_cfg.label_key and row.get(data_cfg.label_key) is None:
+            raise ConfigError(f"{source} row {index} has no key {data_cfg.label_key!r} (keys: {', '.join(present)}); set --data.label_key")
         value = row[data_cfg.input_key]
         if data_cfg.apply_chat_template:
             messages = [{"role": "user", "content": value}] if isinstance(value, str) else value

@@ -94,6 +94,12 @@ class PPOController:
         rows = load_prompt_rows(cfg.data, cfg.train.seed)
         prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset)
         self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
+        self.eval_prompts: list[dict[str, Any]] = []
+        if cfg.eval.dataset:
+            eval_data = cfg.data.model_copy(update={"prompt_dataset": cfg.eval.dataset, "prompt_split": cfg.eval.split,
+                                                     "prompt_probs": None})
+            self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
+                                              cfg.eval.dataset)
         n = cfg.rollout.n_samples_per_prompt
         per_rollout = max(1, cfg.rollout.batch_size * n // cfg.train.batch_size) * cfg.train.max_epochs
         training_steps = self.schedule.total_batches * per_rollout
@@ -227,6 +233,17 @@ class PPOController:
         metrics["timing/step_total"] = time.perf_counter() - start
         return metrics
 
+    def evaluate(self) -> dict[str, float]:
+        """Sample ``--eval.n_samples_per_prompt`` responses per eval prompt; a response passes when its score > 0."""
+        import torch
+
+        n = self.config.eval.n_samples_per_prompt
+        samples = self._generate(self.eval_prompts, n, self.config.eval.temperature, seed_base=10**6 + self.step)
+        self._reward(samples)
+        scores = torch.tensor([s.score for s in samples]).view(-1, n)
+        return {"eval/reward": float(torch.tensor([s.reward for s in samples]).mean()),
+                "eval/pass1": float((scores > 0).float().mean()), f"eval/pass{n}": float((scores > 0).any(dim=1).float().mean())}
+
     def save_checkpoint(self) -> Path:
         cfg = self.config
         plugin_state: dict[str, Any] = {}
@@ -265,6 +282,8 @@ class PPOController:
             while (prompts := self.schedule.next_batch()) is not None:
                 self.step += 1
                 metrics = self.train_step(prompts)
+                if self.eval_prompts and cfg.eval.steps > 0 and self.step % cfg.eval.steps == 0:
+                    metrics.update(self.evaluate())
                 tracker.log(self.step, metrics)
                 if cfg.ckpt.save_steps > 0 and self.step % cfg.ckpt.save_steps == 0:
                     self.save_checkpoint()

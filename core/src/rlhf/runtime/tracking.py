@@ -33,9 +33,10 @@ class MetricsTracker:
                 raise RuntimeError("--logger.wandb.* is set but wandb is not installed: pip install wandb") from exc
             if wandb_cfg.key:
                 os.environ.setdefault("WANDB_API_KEY", wandb_cfg.key)
+            mode = os.environ.get("WANDB_MODE") or ("online" if _reachable("api.wandb.ai") else "offline")
             self.wandb = wandb.init(project=wandb_cfg.project, entity=wandb_cfg.org, group=wandb_cfg.group,
                                     name=wandb_cfg.run_name, dir=str(run_dir), config=config.model_dump(mode="json"),
-                                    mode=os.environ.get("WANDB_MODE", "online"), reinit=True)
+                                    mode=mode, reinit=True)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.bar.update(1)
@@ -56,6 +57,17 @@ class MetricsTracker:
             self.tensorboard.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _reachable(host: str) -> bool:
+    """Whether wandb's server answers; without network the run logs offline (``wandb sync`` later)."""
+    import socket
+
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+        return True
+    except OSError:
+        return False
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

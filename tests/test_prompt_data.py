@@ -1,0 +1,83 @@
+"""Prompt datasets through `datasets`: formats, templates, mixing, errors, and the resumable schedule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlhf.config.base import ConfigError
+from rlhf.config.ppo import DataSection
+from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_tokenizer_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_tokenizer_path)
+
+
+def test_jsonl_with_chat_template_and_labels(tmp_path: Path, tokenizer) -> None:
+    file = write_jsonl(tmp_path / "p.jsonl", [{"question": "1+2=", "answer": 3}, {"question": "4+5=", "answer": 9}])
+    data = DataSection(prompt_dataset=str(file), input_key="question", label_key="answer", apply_chat_template=True)
+    prompts = build_prompts(load_prompt_rows(data, seed=0), data, tokenizer, str(file))
+    assert [p["prompt"] for p in prompts] == ["<|user|>1+2=</s><|assistant|>", "<|user|>4+5=</s><|assistant|>"]
+    assert [p["label"] for p in prompts] == [3, 9]
+    assert tokenizer.decode(prompts[0]["prompt_ids"]) == prompts[0]["prompt"]
+
+
+def test_parquet_saved_dir_template_and_max_samples(tmp_path: Path, tokenizer) -> None:
+    import datasets
+
+    datasets.Dataset.from_list([{"input": f"q{i}"} for i in range(5)]).to_parquet(str(tmp_path / "p.parquet"))
+    datasets.Dataset.from_list([{"input": f"d{i}"} for i in range(5)]).save_to_disk(str(tmp_path / "saved"))
+    for source in (tmp_path / "p.parquet", tmp_path / "saved"):
+        data = DataSection(prompt_dataset=str(source), input_template="Q: {} A:", max_samples=3)
+        prompts = build_prompts(load_prompt_rows(data, seed=0), data, tokenizer, str(source))
+        assert len(prompts) == 3 and prompts[0]["prompt"].startswith("Q: ") and prompts[0]["label"] is None
+
+
+def test_mixing_follows_prompt_probs(tmp_path: Path) -> None:
+    a = write_jsonl(tmp_path / "a.jsonl", [{"input": f"a{i}"} for i in range(400)])
+    b = write_jsonl(tmp_path / "b.jsonl", [{"input": f"b{i}"} for i in range(400)])
+    rows = load_prompt_rows(DataSection(prompt_dataset=f"{a},{b}", prompt_probs="0.8,0.2", max_samples=200), seed=0)
+    share_a = sum(r["input"].startswith("a") for r in rows) / len(rows)
+    assert 0.7 < share_a < 0.9
+    with pytest.raises(ConfigError, match="--data.prompt_probs has 1 values for 2 datasets"):
+        load_prompt_rows(DataSection(prompt_dataset=f"{a},{b}", prompt_probs="1"), seed=0)
+
+
+def test_errors_name_the_file_row_and_flag(tmp_path: Path, tokenizer) -> None:
+    file = write_jsonl(tmp_path / "p.jsonl", [{"input": "x"}, {"prompt": "y"}])
+    data = DataSection(prompt_dataset=str(file))
+    with pytest.raises(ConfigError, match=rf"{file} row 1 has no key 'input' \(keys: prompt\); set --data.input_key"):
+        build_prompts(load_prompt_rows(data, seed=0), data, tokenizer, str(file))
+    with pytest.raises(ConfigError, match="--data.prompt_dataset is required"):
+        load_prompt_rows(DataSection(), seed=0)
+    (tmp_path / "p.csv").write_text("input\nx\n")
+    with pytest.raises(ConfigError, match="unsupported file type '.csv'"):
+        load_prompt_rows(DataSection(prompt_dataset=str(tmp_path / "p.csv")), seed=0)
+
+
+def test_schedule_is_a_seeded_shuffle_per_episode_and_restores() -> None:
+    prompts = [{"prompt": str(i)} for i in range(10)]
+    straight = PromptSchedule(prompts, batch_size=3, num_episodes=2, seed=5)
+    batches = []
+    while (batch := straight.next_batch()) is not None:
+        batches.append([p["prompt"] for p in batch])
+    assert len(batches) == straight.total_batches == 6
+    assert sorted(sum(batches[:3], [])) != sorted(sum(batches[3:], [])) or batches[:3] != batches[3:]
+    resumed = PromptSchedule(prompts, batch_size=3, num_episodes=2, seed=5)
+    for _ in range(4):
+        resumed.next_batch()
+    state = resumed.state()
+    again = PromptSchedule(prompts, batch_size=3, num_episodes=2, seed=5)
+    again.restore(state)
+    assert [p["prompt"] for p in again.next_batch()] == batches[4]
