@@ -10,9 +10,10 @@ import types
 from pathlib import Path
 
 import pytest
-import rlhf
 import yaml
 from pydantic import BaseModel, Field
+
+import rlhf
 from rlhf.config.base import ConfigError
 from rlhf.config.loading import ConfigParser
 from rlhf.config.ppo import PPOConfig

@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from gen_hook_docs import hook_names  # noqa: E402
+
 from rlhf import hookspecs  # noqa: E402
 
 HOOKS = hook_names()

@@ -6,6 +6,7 @@ import types
 from pathlib import Path
 
 import pytest
+
 import rlhf
 from rlhf.plugins import PluginHost, PluginLoadError
 from rlhf.registry import ComponentError, ComponentKind

@@ -6,10 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from rlhf_test_support import PRIVATE, RlhfCli, pip_install_target
+
 from rlhf.plugin_selection import PluginSelection
 from rlhf.plugins import PluginHost, PluginLoadError
 from rlhf.registry import ComponentKind
-from rlhf_test_support import PRIVATE, RlhfCli, pip_install_target
 
 
 def test_first_party_plugins_are_listed_with_kind_version_and_components(rlhf_cli: RlhfCli) -> None:

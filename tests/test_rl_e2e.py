@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
 from rlhf.cli.main import main
 from rlhf.runtime.tracking import read_metrics
 
@@ -115,12 +116,13 @@ def test_ppo_with_critic_reward_model_and_kl(engine, ray_cluster, task_files, ti
 @pytest.mark.parametrize("engine", ["hf", "vllm"])
 def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, ray_cluster, task_files, tiny_causal_lm_path,
                                                              tmp_path) -> None:
+    from transformers import AutoModelForCausalLM
+
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
     from rlhf.plugins import PluginHost
     from rlhf.runtime.controller import PPOController
     from rlhf.runtime.ppo_trainer import PPOTrainer
-    from transformers import AutoModelForCausalLM
 
     host = PluginHost.load()
     config, _ = ConfigParser(PPOConfig, host, prog="t").parse(

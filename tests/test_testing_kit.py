@@ -46,8 +46,9 @@ def test_causal_lm_and_reward_model_load_and_run(tiny_causal_lm_path: Path, tiny
 
 
 def test_qwen2_family_builds(tmp_path: Path, tiny_tokenizer_path: Path) -> None:
-    from rlhf.testing import build_causal_lm
     from transformers import AutoModelForCausalLM
+
+    from rlhf.testing import build_causal_lm
 
     model = AutoModelForCausalLM.from_pretrained(build_causal_lm(tmp_path / "qwen", tiny_tokenizer_path, family="qwen2"))
     assert model.config.model_type == "qwen2"

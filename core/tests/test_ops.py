@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from rlhf.ops import discounted_returns, masked_mean, masked_whiten
 
 

@@ -34,10 +34,15 @@ def init_distributed() -> None:
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu() else "gloo")
 
 
-def dtype_of(config: PPOConfig) -> Any:
+def torch_dtype(name: str) -> Any:
+    """``--ds.param_dtype`` value -> torch dtype."""
     import torch
 
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.ds.param_dtype]
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def dtype_of(config: PPOConfig) -> Any:
+    return torch_dtype(config.ds.param_dtype)
 
 
 def train_config(config: PPOConfig, optimizer_block: dict[str, Any] | None, world_size: int, max_norm: float) -> dict[str, Any]:

@@ -8,7 +8,7 @@ as ``(B, T)`` tensors, ``T`` = longest response in the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ class Sample:
     finish_reason: str = "stop"
     reward: float = 0.0
     score: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -13,12 +13,6 @@ from typing import Any
 from rlhf.runtime.worker_group import TIMEOUT_S, split_evenly
 
 
-def _torch_dtype(name: str) -> Any:
-    import torch
-
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
-
-
 class VLLMEngine:
     """One vLLM engine, in-process inside its own Ray actor (the actor is dedicated to it)."""
 
@@ -118,7 +112,9 @@ class HFEngine:
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         from transformers import AutoModelForCausalLM
 
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_torch_dtype(param_dtype)).eval()
+        from rlhf.engines.deepspeed_strategy import torch_dtype
+
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(param_dtype)).eval()
         self.pad_id = self.model.config.pad_token_id or 0
         self.eos_id = self.model.config.eos_token_id
 

@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
-from rlhf.config.ppo import PPOConfig
 from rlhf_plugin_adamw.optim import AdamW, CosineWithMinLR
+
+from rlhf.config.ppo import PPOConfig
 
 
 def test_deepspeed_block_uses_the_actor_flags() -> None:

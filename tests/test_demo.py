@@ -1,0 +1,42 @@
+"""`rlhf demo` runs end to end (short) and reports what it promises: a table, a curve, models, metrics."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlhf.demo import task
+
+
+def test_demo_task_tokenizer_and_split(tmp_path: Path) -> None:
+    tokenizer = task.build_tokenizer(tmp_path / "tok")
+    ids = tokenizer("47+85=")["input_ids"]
+    assert ids[0] == tokenizer.bos_token_id and len(ids) == 7
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "47+85="
+    train, held_out = task.split_problems(seed=3)
+    assert len(held_out) == 200 and len(train) == 7900 and not set(train) & set(held_out)
+    (tmp_path / "reward.py").write_text(task.REWARD_FILE)
+    namespace: dict = {}
+    exec((tmp_path / "reward.py").read_text(), namespace)
+    out = namespace["reward_func"](["47+85=132", "47+85=133", "1+1= 2"], ["47+85=", "47+85=", "1+1="], ["132", "132", "2"])
+    assert out["rewards"] == [1.0, 0.0, 1.0]
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path: Path) -> None:
+    env = {**os.environ, "RLHF_NO_PROGRESS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "rlhf", "demo", "--rl-steps", "15", "--run-dir", str(tmp_path), "--sft-target", "0.1",
+         "--engine", "hf"],
+        capture_output=True, text=True, timeout=900, env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "after SFT" in result.stdout and "after GRPO" in result.stdout
+    run = tmp_path / "seed0"
+    assert (run / "reward_curve.png").stat().st_size > 10_000
+    assert (run / "rl" / "model.safetensors").is_file() and (run / "sft" / "model.safetensors").is_file()
+    assert len((run / "rl" / "metrics.jsonl").read_text().splitlines()) == 15
