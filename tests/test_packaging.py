@@ -25,7 +25,7 @@ def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, tmp_path: 
         check=True, timeout=300,
     )
     (wheel,) = tmp_path.glob("*.whl")
-    assert wheel.name.startswith(f"rlhf_plugin_{plugin_dir.name}-")
+    assert wheel.name.startswith(f"rlhf_plugin_{plugin_dir.name.replace('-', '_')}-")
     with zipfile.ZipFile(wheel) as archive:
         metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         entry_points = next(n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt"))
