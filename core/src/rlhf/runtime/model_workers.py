@@ -17,26 +17,68 @@ def _micro_batches(n: int, size: int) -> list[range]:
     return [range(i, min(i + size, n)) for i in range(0, n, size)]
 
 
-class _CausalLMWorker(BaseWorker):
-    """Shared by the actor and the reference: per-token log-probs of responses."""
+class _ModelWorker(BaseWorker):
+    """Micro-batch loops shared by every model worker."""
 
     engine: Any
+    pad_id: int
 
-    def logprobs(self, payload: dict[str, list]) -> list[list[float]]:
+    def _per_token_rows(self, payload: dict[str, list], compute: Any) -> list[list[float]]:
+        """Run ``compute(TokenBatch) -> (B, T)`` without gradients over ``--rollout.micro_batch_size``
+        micro-batches; one list of floats per sample, as long as its response."""
         import torch
 
-        from rlhf.runtime.batch import action_logprobs, pack
+        from rlhf.runtime.batch import pack
 
         out: list[list[float]] = []
         prompts, responses = payload["prompt_ids"], payload["response_ids"]
         self.engine.eval()
         with torch.no_grad():
             for idx in _micro_batches(len(prompts), self.config.rollout.micro_batch_size):
-                batch = pack([prompts[i] for i in idx], [responses[i] for i in idx], self.pad_id)
-                logits = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-                logp = action_logprobs(logits, batch, self.config.rollout.temperature)
-                out += [logp[j, : len(responses[i])].tolist() for j, i in enumerate(idx)]
+                values = compute(pack([prompts[i] for i in idx], [responses[i] for i in idx], self.pad_id))
+                out += [values[j, : len(responses[i])].tolist() for j, i in enumerate(idx)]
         return out
+
+    def _training_groups(self, payload: dict[str, list], step: int, salt: int):
+        """Yield ``(rows, step_tokens)`` per micro-batch over ``--train.max_epochs`` seeded shuffles.
+
+        ``step_tokens`` is the response-token count of the whole optimizer step (every
+        accumulation micro-batch on every rank), the normaliser of one exact token mean.
+        """
+        import torch
+
+        cfg = self.config
+        n = len(payload["prompt_ids"])
+        micro = cfg.train.micro_batch_size
+        per_step = micro * self.engine.gradient_accumulation_steps()
+        self.engine.train()
+        for epoch in range(cfg.train.max_epochs):
+            seed = cfg.train.seed * 100003 + step * 101 + epoch + salt
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+            for start in range(0, n, per_step):
+                group = order[start : start + per_step]
+                tokens = torch.tensor(float(sum(len(payload["response_ids"][i]) for i in group)))
+                if self.world_size > 1:
+                    torch.distributed.all_reduce(tokens)
+                for idx in _micro_batches(len(group), micro):
+                    yield [group[k] for k in idx], tokens.clamp(min=1.0)
+
+    def _scale(self, tokens: Any) -> Any:
+        """DeepSpeed divides by the accumulation steps and averages over ranks: undo both."""
+        return self.engine.gradient_accumulation_steps() * self.world_size / tokens
+
+
+class _CausalLMWorker(_ModelWorker):
+    """Shared by the actor and the reference: per-token log-probs of responses."""
+
+    def logprobs(self, payload: dict[str, list]) -> list[list[float]]:
+        from rlhf.runtime.batch import action_logprobs
+
+        def compute(batch: Any) -> Any:
+            logits = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            return action_logprobs(logits, batch, self.config.rollout.temperature)
+
+        return self._per_token_rows(payload, compute)
 
 
 class ReferenceWorker(_CausalLMWorker):
@@ -90,56 +132,38 @@ class PolicyWorker(_CausalLMWorker):
 
     def train(self, payload: dict[str, list], step: int, kl_coef: float) -> dict[str, float]:
         """``max_epochs`` passes of the policy loss over this rank's share of the rollout batch."""
-        import torch
-
         from rlhf.ops import compute_approx_kl
         from rlhf.runtime.batch import action_logprobs, pack, pad_list
 
         cfg = self.config
-        n = len(payload["prompt_ids"])
-        micro = cfg.train.micro_batch_size
-        accumulation = self.engine.gradient_accumulation_steps()
-        per_step = micro * accumulation
-        self.engine.train()
         sums: dict[str, float] = {}
         count = 0
-        for epoch in range(cfg.train.max_epochs):
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.train.seed * 100003 + step * 101 + epoch)).tolist()
-            for start in range(0, n, per_step):
-                group = order[start : start + per_step]
-                tokens = torch.tensor(float(sum(len(payload["response_ids"][i]) for i in group)))
-                if torch.distributed.is_initialized() and self.world_size > 1:
-                    torch.distributed.all_reduce(tokens)
-                for idx in _micro_batches(len(group), micro):
-                    rows = [group[k] for k in idx]
-                    responses = [payload["response_ids"][i] for i in rows]
-                    batch = pack([payload["prompt_ids"][i] for i in rows], responses, self.pad_id)
-                    width = batch.action_mask.shape[1]
-                    advantages = pad_list([payload["advantages"][i] for i in rows], width)
-                    logits = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-                    logp = action_logprobs(logits, batch, cfg.rollout.temperature)
-                    if payload["old_logprobs"] is None:
-                        # one on-policy optimizer step: the weights that sampled are the weights
-                        # being differentiated, so π_old is exactly this forward's value
-                        old = logp.detach()
-                    else:
-                        old = pad_list([payload["old_logprobs"][i] for i in rows], width)
-                    token_loss, metrics = self.loss(logp, old, advantages, batch.action_mask)
-                    # one exact token mean per optimizer step: DeepSpeed divides by the
-                    # accumulation steps and averages over ranks, so undo both
-                    scale = accumulation * self.world_size / tokens.clamp(min=1.0)
-                    loss = (token_loss * batch.action_mask).sum() * scale
-                    if cfg.algo.kl.use_loss and "ref_logprobs" in payload:
-                        ref = pad_list([payload["ref_logprobs"][i] for i in rows], width)
-                        kl = compute_approx_kl(logp, ref, cfg.algo.kl.estimator) * batch.action_mask
-                        loss = loss + kl_coef * kl.sum() * scale
-                        metrics["kl_loss"] = (kl.sum() / batch.action_mask.sum().clamp(min=1)).detach()
-                    self.engine.backward(loss)
-                    self.engine.step()
-                    metrics["policy_loss"] = ((token_loss * batch.action_mask).sum() / batch.action_mask.sum().clamp(min=1)).detach()
-                    for key, value in metrics.items():
-                        sums[key] = sums.get(key, 0.0) + float(value)
-                    count += 1
+        for rows, tokens in self._training_groups(payload, step, salt=0):
+            responses = [payload["response_ids"][i] for i in rows]
+            batch = pack([payload["prompt_ids"][i] for i in rows], responses, self.pad_id)
+            width = batch.action_mask.shape[1]
+            advantages = pad_list([payload["advantages"][i] for i in rows], width)
+            logits = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            logp = action_logprobs(logits, batch, cfg.rollout.temperature)
+            if payload["old_logprobs"] is None:
+                # one on-policy optimizer step: the weights that sampled are the weights
+                # being differentiated, so π_old is exactly this forward's value
+                old = logp.detach()
+            else:
+                old = pad_list([payload["old_logprobs"][i] for i in rows], width)
+            token_loss, metrics = self.loss(logp, old, advantages, batch.action_mask)
+            loss = (token_loss * batch.action_mask).sum() * self._scale(tokens)
+            if cfg.algo.kl.use_loss and payload.get("ref_logprobs") is not None:
+                ref = pad_list([payload["ref_logprobs"][i] for i in rows], width)
+                kl = compute_approx_kl(logp, ref, cfg.algo.kl.estimator) * batch.action_mask
+                loss = loss + kl_coef * kl.sum() * self._scale(tokens)
+                metrics["kl_loss"] = (kl.sum() / batch.action_mask.sum().clamp(min=1)).detach()
+            self.engine.backward(loss)
+            self.engine.step()
+            metrics["policy_loss"] = ((token_loss * batch.action_mask).sum() / batch.action_mask.sum().clamp(min=1)).detach()
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+            count += 1
         result = {key: value / max(count, 1) for key, value in sums.items()}
         result["actor_lr"] = float(self.engine.get_lr()[0])
         return result
@@ -170,18 +194,17 @@ class PolicyWorker(_CausalLMWorker):
             AutoTokenizer.from_pretrained(self.config.actor.model_name_or_path).save_pretrained(directory)
 
 
-class _ValueWorker(BaseWorker):
+class _ValueWorker(_ModelWorker):
     """Shared by the critic and the reward model: a backbone plus a one-output head."""
 
     head = "score"
 
-    def _values(self, prompts: list[list[int]], responses: list[list[int]]) -> Any:
+    def _action_values(self, batch: Any) -> Any:
+        """Values of the prefix before each action token, ``(B, T)``."""
         from rlhf.engines.hf_models import token_values
-        from rlhf.runtime.batch import pack
 
-        batch = pack(prompts, responses, self.pad_id)
         values = token_values(self.engine.module, batch.input_ids, batch.attention_mask, self.head)
-        return batch, values
+        return values.gather(1, batch.action_index) * batch.action_mask
 
 
 class RewardModelWorker(_ValueWorker):
@@ -203,16 +226,14 @@ class RewardModelWorker(_ValueWorker):
 
     def rewards(self, payload: dict[str, list]) -> list[float]:
         """The head's value at the last token of each prompt+response: one reward per sample."""
-        import torch
+        from rlhf.engines.hf_models import token_values
 
-        out: list[float] = []
-        prompts, responses = payload["prompt_ids"], payload["response_ids"]
-        with torch.no_grad():
-            for idx in _micro_batches(len(prompts), self.config.rollout.micro_batch_size):
-                batch, values = self._values([prompts[i] for i in idx], [responses[i] for i in idx])
-                last = batch.attention_mask.sum(dim=1) - 1
-                out += values.gather(1, last[:, None]).squeeze(1).tolist()
-        return out
+        def compute(batch: Any) -> Any:
+            values = token_values(self.engine.module, batch.input_ids, batch.attention_mask, self.head)
+            last = batch.attention_mask.sum(dim=1) - 1
+            return values.gather(1, last[:, None]).expand(-1, batch.action_mask.shape[1])
+
+        return [row[0] for row in self._per_token_rows(payload, compute)]  # every response has >= 1 token
 
 
 class CriticWorker(_ValueWorker):
@@ -244,55 +265,29 @@ class CriticWorker(_ValueWorker):
             lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_training_steps), cfg.critic),
         )
 
-    def _action_values(self, prompts: list[list[int]], responses: list[list[int]]) -> tuple[Any, Any]:
-        batch, values = self._values(prompts, responses)
-        return batch, values.gather(1, batch.action_index) * batch.action_mask
-
     def values(self, payload: dict[str, list]) -> list[list[float]]:
-        import torch
-
-        out: list[list[float]] = []
-        prompts, responses = payload["prompt_ids"], payload["response_ids"]
-        self.engine.eval()
-        with torch.no_grad():
-            for idx in _micro_batches(len(prompts), self.config.rollout.micro_batch_size):
-                _, values = self._action_values([prompts[i] for i in idx], [responses[i] for i in idx])
-                out += [values[j, : len(responses[i])].tolist() for j, i in enumerate(idx)]
-        return out
+        return self._per_token_rows(payload, self._action_values)
 
     def train(self, payload: dict[str, list], step: int) -> dict[str, float]:
         """Clipped value loss 0.5·max((V−R)², (V_clip−R)²), one token mean per optimizer step."""
         import torch
 
-        from rlhf.runtime.batch import pad_list
+        from rlhf.runtime.batch import pack, pad_list
 
-        cfg = self.config
-        n = len(payload["prompt_ids"])
-        micro = cfg.train.micro_batch_size
-        accumulation = self.engine.gradient_accumulation_steps()
-        self.engine.train()
+        clip = self.config.critic.value_clip
         total, count = 0.0, 0
-        for epoch in range(cfg.train.max_epochs):
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.train.seed * 7919 + step * 101 + epoch)).tolist()
-            for start in range(0, n, micro * accumulation):
-                group = order[start : start + micro * accumulation]
-                tokens = torch.tensor(float(sum(len(payload["response_ids"][i]) for i in group)))
-                if self.world_size > 1:
-                    torch.distributed.all_reduce(tokens)
-                for idx in _micro_batches(len(group), micro):
-                    rows = [group[k] for k in idx]
-                    batch, values = self._action_values([payload["prompt_ids"][i] for i in rows],
-                                                        [payload["response_ids"][i] for i in rows])
-                    width = batch.action_mask.shape[1]
-                    old = pad_list([payload["values"][i] for i in rows], width)
-                    returns = pad_list([payload["returns"][i] for i in rows], width)
-                    clipped = old + (values - old).clamp(-cfg.critic.value_clip, cfg.critic.value_clip)
-                    token_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2)
-                    loss = (token_loss * batch.action_mask).sum() * accumulation * self.world_size / tokens.clamp(min=1.0)
-                    self.engine.backward(loss)
-                    self.engine.step()
-                    total += float((token_loss.detach() * batch.action_mask).sum() / batch.action_mask.sum().clamp(min=1))
-                    count += 1
+        for rows, tokens in self._training_groups(payload, step, salt=7919):
+            batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id)
+            values = self._action_values(batch)
+            width = batch.action_mask.shape[1]
+            old = pad_list([payload["values"][i] for i in rows], width)
+            returns = pad_list([payload["returns"][i] for i in rows], width)
+            clipped = old + (values - old).clamp(-clip, clip)
+            token_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2) * batch.action_mask
+            self.engine.backward(token_loss.sum() * self._scale(tokens))
+            self.engine.step()
+            total += float(token_loss.detach().sum() / batch.action_mask.sum().clamp(min=1))
+            count += 1
         return {"critic_loss": total / max(count, 1), "critic_lr": float(self.engine.get_lr()[0])}
 
     def save_checkpoint(self, directory: str) -> None:

@@ -88,36 +88,34 @@ def _model_config(family: Family, tokenizer, *, hidden_size: int, layers: int, n
     )
 
 
+def _save_random_model(auto_class_name: str, path: str | Path, tokenizer_path: str | Path, *, family: Family,
+                       hidden_size: int, layers: int, seed: int, num_labels: int | None = None) -> Path:
+    import torch
+    import transformers
+
+    path = Path(path)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_path)
+    torch.manual_seed(seed)
+    config = _model_config(family, tokenizer, hidden_size=hidden_size, layers=layers, num_labels=num_labels)
+    model = getattr(transformers, auto_class_name).from_config(config)
+    if num_labels and not hasattr(model, "score"):
+        raise RuntimeError(f"{type(model).__name__} has no 'score' head; choose a family with one")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 def build_causal_lm(
     path: str | Path, tokenizer_path: str | Path, *, family: Family = "llama", hidden_size: int = 128, layers: int = 2, seed: int = 0
 ) -> Path:
     """A randomly initialised causal LM saved with its tokenizer (a complete HF model dir)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = Path(path)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(_model_config(family, tokenizer, hidden_size=hidden_size, layers=layers))
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return _save_random_model("AutoModelForCausalLM", path, tokenizer_path, family=family, hidden_size=hidden_size,
+                              layers=layers, seed=seed)
 
 
 def build_reward_model(
     path: str | Path, tokenizer_path: str | Path, *, family: Family = "llama", hidden_size: int = 128, layers: int = 2, seed: int = 1
 ) -> Path:
     """A sequence-regression model with a one-output value head named ``score`` (reward model / critic)."""
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    path = Path(path)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    torch.manual_seed(seed)
-    config = _model_config(family, tokenizer, hidden_size=hidden_size, layers=layers, num_labels=1)
-    model = AutoModelForSequenceClassification.from_config(config)
-    if not hasattr(model, "score"):
-        raise RuntimeError(f"{type(model).__name__} has no 'score' head; choose a family with one")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return _save_random_model("AutoModelForSequenceClassification", path, tokenizer_path, family=family,
+                              hidden_size=hidden_size, layers=layers, seed=seed, num_labels=1)
