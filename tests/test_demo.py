@@ -22,8 +22,9 @@ def test_demo_task_tokenizer_and_split(tmp_path: Path) -> None:
     (tmp_path / "reward.py").write_text(task.REWARD_FILE)
     namespace: dict = {}
     exec((tmp_path / "reward.py").read_text(), namespace)
-    out = namespace["reward_func"](["47+85=132", "47+85=133", "1+1= 2"], ["47+85=", "47+85=", "1+1="], ["132", "132", "2"])
-    assert out["rewards"] == [1.0, 0.0, 1.0]
+    out = namespace["reward_func"](["47+85=132</s>", "47+85=133</s>", "1+1= 2", "47+85=1321"], ["47+85=", "47+85=", "1+1=", "47+85="],
+                                   ["132", "132", "2", "132"])
+    assert out["rewards"] == [1.0, 0.0, 1.0, 0.0]
 
 
 @pytest.mark.slow

@@ -19,7 +19,8 @@ REWARD_FILE = '''"""Exact-match reward of the rlhf demo: 1 when the response is 
 
 
 def reward_func(queries, prompts, labels, **kwargs):
-    rewards = [float(query[len(prompt):].strip() == str(label)) for query, prompt, label in zip(queries, prompts, labels)]
+    responses = [query[len(prompt):].replace("</s>", "").strip() for query, prompt in zip(queries, prompts)]
+    rewards = [float(response == str(label)) for response, label in zip(responses, labels)]
     return {"rewards": rewards, "scores": rewards}
 '''
 

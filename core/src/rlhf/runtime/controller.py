@@ -167,8 +167,10 @@ class PPOController:
         for request, result in zip(requests, results):
             samples.append(Sample(
                 prompt_ids=request["prompt_ids"], response_ids=result["response_ids"], rollout_logprobs=result["logprobs"],
-                prompt=request["prompt"], response=self.tokenizer.decode(result["response_ids"], skip_special_tokens=True),
-                label=request["label"], group=request["group"], finish_reason=result["finish_reason"],
+                # OpenRLHF's contract: the response keeps its special tokens (e.g. the EOS), so a
+                # reward function sees query[len(prompt):] exactly as the model wrote it
+                prompt=request["prompt"], response=self.tokenizer.decode(result["response_ids"], skip_special_tokens=False),
+                label=request["label"] if request["label"] is not None else "", group=request["group"], finish_reason=result["finish_reason"],
             ))
         return samples
 
