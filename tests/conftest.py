@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import random
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import PACKAGES, RlhfCli, pip_install_target
+from rlhf_test_support import DIGIT_REWARD_FILE, PACKAGES, RlhfCli, pip_install_target
 
 
 @pytest.fixture(scope="session")
@@ -19,3 +21,25 @@ def third_party_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def rlhf_cli(third_party_site: Path) -> RlhfCli:
     return RlhfCli(third_party_site)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster shared by every end-to-end test of the session."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=512 * 1024 * 1024, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def task_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("rl-task")
+    rng = random.Random(0)
+    with (root / "prompts.jsonl").open("w") as handle:
+        for _ in range(32):
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            handle.write(json.dumps({"input": f"what is {a}+{b}?", "label": str(a + b)}) + "\n")
+    (root / "reward.py").write_text(DIGIT_REWARD_FILE)
+    return {"prompts": root / "prompts.jsonl", "reward": root / "reward.py"}

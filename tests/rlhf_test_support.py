@@ -43,3 +43,27 @@ class RlhfCli:
     def plugins(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> dict[str, dict]:
         result = self("plugins", "--json", *args, env=env, cwd=cwd)
         return {record["name"]: record for record in json.loads(result.stdout)}
+
+
+DIGIT_REWARD_FILE = '''
+def reward_func(queries, prompts, labels, **kwargs):
+    # a dense rule reward: share of digits in the response, plus a bonus for containing the label
+    out = []
+    for query, prompt, label in zip(queries, prompts, labels):
+        response = query[len(prompt):]
+        digits = sum(ch.isdigit() for ch in response) / max(len(response), 1)
+        out.append(digits + float(str(label) in response))
+    return {"rewards": out, "scores": out, "extra_logs": {"digit_share": out}}
+'''
+
+
+def base_flags(model: Path, prompts: Path, run: Path, engine: str, steps: int) -> list[str]:
+    return [
+        "--actor.model_name_or_path", str(model), "--data.prompt_dataset", str(prompts), "--data.label_key", "label",
+        "--data.apply_chat_template", "--data.max_len", "128", "--data.max_samples", str(4 * steps),
+        "--rollout.batch_size", "4", "--rollout.max_new_tokens", "6", "--rollout.micro_batch_size", "8",
+        "--train.micro_batch_size", "8", "--actor.adam.lr", "1e-3", "--ds.param_dtype", "fp32",
+        "--actor.num_gpus_per_node", "1", "--critic.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
+        "--reward.num_gpus_per_node", "1", "--vllm.num_engines", "1" if engine == "vllm" else "0",
+        "--ckpt.output_dir", str(run / "out"), "--ckpt.path", str(run / "ckpt"),
+    ]

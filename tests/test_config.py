@@ -237,3 +237,44 @@ def test_help_groups_flags_by_namespace(host: PluginHost) -> None:
     for section in ("--actor.*", "--actor.adam.*", "--critic.*", "--algo.advantage.*", "--ds.lora.*", "--logger.wandb.*"):
         assert f"\n{section}:" in help_text, section
     assert "--algo.advantage.estimator NAME" in help_text and "installed: gae, group_norm" in help_text
+
+
+@pytest.fixture(scope="module")
+def zoo() -> PluginHost:
+    return PluginHost.load()
+
+
+def test_preset_expands_below_yaml_and_flags(zoo: PluginHost, tmp_path: Path) -> None:
+    cfg = parse(zoo, "--algo.preset", "dapo", "--reward.remote_url", "r.py")
+    assert cfg.algo.advantage.estimator == "group_norm" and cfg.rollout.n_samples_per_prompt == 8
+    assert cfg.algo.kl.use_loss and cfg.algo.kl.estimator == "k3" and cfg.algo.kl.init_coef == 1e-3
+    assert cfg.actor.eps_clip_low_high == [0.2, 0.27] and cfg.algo.dynamic_filtering_enable
+    run = tmp_path / "run.yaml"
+    run.write_text("algo:\n  preset: dapo\n  kl:\n    init_coef: 0.002\n")
+    cfg = parse(zoo, "--config", str(run), "--rollout.n_samples_per_prompt", "4", "--reward.remote_url", "r.py")
+    assert cfg.algo.kl.init_coef == 0.002 and cfg.rollout.n_samples_per_prompt == 4 and cfg.algo.kl.estimator == "k3"
+    with pytest.raises(ConfigError, match=r"--algo.preset 'dappo': no preset of that name is installed. Did you mean 'dapo'\?"):
+        parse(zoo, "--algo.preset", "dappo")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--algo.advantage.is_correction_level", "seq", "--algo.advantage.is_correction_mode", "clip"],
+     "clip needs --algo.advantage.is_correction_level token"),
+    (["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_gating", "tv"],
+     "bounds a divergence: give one HIGH threshold or LOW 0 (got LOW 0.5)"),
+])
+def test_invalid_is_correction_flags(zoo: PluginHost, argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(zoo, *argv)
+    assert message in str(err.value)
+
+
+def test_every_openrlhf_estimator_and_loss_is_installed(zoo: PluginHost) -> None:
+    from rlhf.registry import ComponentKind
+
+    assert set(zoo.registry.names(ComponentKind.ADVANTAGE_ESTIMATOR)) == {
+        "gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo", "flash_reinforce"}
+    assert set(zoo.registry.names(ComponentKind.POLICY_LOSS)) == {"ppo", "gspo"}
+    for name in ("reinforce_baseline", "rloo", "group_norm", "dr_grpo"):
+        with pytest.raises(ConfigError, match=f"{name} compares samples of the same prompt"):
+            parse(zoo, "--algo.advantage.estimator", name)

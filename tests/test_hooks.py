@@ -83,6 +83,10 @@ def test_hook_rlhf_register_schedulers(plugin_host, register_plugin) -> None:
     check_registration(ComponentKind.SCHEDULER, plugin_host, register_plugin)
 
 
+def test_hook_rlhf_register_presets(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.PRESET, plugin_host, register_plugin)
+
+
 def test_hook_rlhf_register_options(plugin_host, register_plugin) -> None:
     from pydantic import BaseModel
 

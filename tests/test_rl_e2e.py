@@ -3,61 +3,18 @@
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from rlhf_test_support import base_flags
 
 from rlhf.cli.main import main
 from rlhf.runtime.tracking import read_metrics
 
 pytestmark = pytest.mark.slow
 
-REWARD_FILE = '''
-def reward_func(queries, prompts, labels, **kwargs):
-    # a dense rule reward: share of digits in the response, plus a bonus for containing the label
-    out = []
-    for query, prompt, label in zip(queries, prompts, labels):
-        response = query[len(prompt):]
-        digits = sum(ch.isdigit() for ch in response) / max(len(response), 1)
-        out.append(digits + float(str(label) in response))
-    return {"rewards": out, "scores": out, "extra_logs": {"digit_share": out}}
-'''
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=512 * 1024 * 1024, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def task_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("rl-task")
-    rng = random.Random(0)
-    with (root / "prompts.jsonl").open("w") as handle:
-        for _ in range(32):
-            a, b = rng.randint(10, 99), rng.randint(10, 99)
-            handle.write(json.dumps({"input": f"what is {a}+{b}?", "label": str(a + b)}) + "\n")
-    (root / "reward.py").write_text(REWARD_FILE)
-    return {"prompts": root / "prompts.jsonl", "reward": root / "reward.py"}
-
-
-def base_flags(model: Path, prompts: Path, run: Path, engine: str, steps: int) -> list[str]:
-    return [
-        "--actor.model_name_or_path", str(model), "--data.prompt_dataset", str(prompts), "--data.label_key", "label",
-        "--data.apply_chat_template", "--data.max_len", "128", "--data.max_samples", str(4 * steps),
-        "--rollout.batch_size", "4", "--rollout.max_new_tokens", "6", "--rollout.micro_batch_size", "8",
-        "--train.micro_batch_size", "8", "--actor.adam.lr", "1e-3", "--ds.param_dtype", "fp32",
-        "--actor.num_gpus_per_node", "1", "--critic.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
-        "--reward.num_gpus_per_node", "1", "--vllm.num_engines", "1" if engine == "vllm" else "0",
-        "--ckpt.output_dir", str(run / "out"), "--ckpt.path", str(run / "ckpt"),
-    ]
 
 
 def grpo_flags(reward: Path) -> list[str]:
@@ -76,7 +33,7 @@ def assert_run_outputs(run: Path, initial_model: Path, steps: int, keys: tuple[s
     saved = sorted(p.name for p in (run / "ckpt").iterdir())
     assert saved == [f"global_step{s}" for s in range(2, steps + 1, 2)]
     state = json.loads((run / "ckpt" / saved[-1] / "state.json").read_text())
-    assert state["step"] == steps and {"episode", "batch_index"} <= set(state["data"])
+    assert state["step"] == steps and {"episode", "position"} <= set(state["data"])
     assert (run / "ckpt" / saved[-1] / "actor").is_dir()
     tuned = AutoModelForCausalLM.from_pretrained(run / "out")
     initial = AutoModelForCausalLM.from_pretrained(initial_model)

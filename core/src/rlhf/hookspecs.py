@@ -146,6 +146,17 @@ def rlhf_register_schedulers(register: Register[type[SchedulerFactory]]) -> None
 
 
 @hookspec
+def rlhf_register_presets(register: Register[dict[str, Any]]) -> None:
+    """Register named recipes, selected by ``--algo.preset NAME``: a dict of dotted config keys to
+    values (e.g. ``{"algo.advantage.estimator": "group_norm", "rollout.n_samples_per_prompt": 8}``).
+
+    A preset sits between the defaults and the YAML file: ``--config`` and flags override it.
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none.
+    """
+
+
+@hookspec
 def rlhf_register_options(register: OptionsRegister) -> None:
     """Declare this plugin's options: a pydantic model, read from ``--<namespace>.<field>``
     flags and the ``plugins: {<namespace>: …}`` block of a YAML config.

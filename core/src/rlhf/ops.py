@@ -72,3 +72,56 @@ def compute_approx_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, esti
     else:
         raise ValueError(f"--algo.kl.estimator {estimator!r}: expected k1, k2 or k3")
     return kl.clamp(-10.0, 10.0)
+
+
+def kl_with_unbiased_gradient(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, old_log_probs: torch.Tensor,
+                              estimator: str) -> torch.Tensor:
+    """``--algo.kl.unbiased_gradient``: the chosen estimator's value in the forward pass, and in the
+    backward the gradient of w·ℓ²/2 with w = clip(π/π_old, max=10) detached — the importance-weighted
+    true reverse-KL gradient E_old[w·ℓ·∇log π]."""
+    import torch
+
+    value = compute_approx_kl(log_probs, ref_log_probs, estimator)
+    log_ratio = as_float(log_probs) - as_float(ref_log_probs)
+    weight = torch.exp(as_float(log_probs) - as_float(old_log_probs)).clamp(max=10.0).detach()
+    surrogate = weight * log_ratio**2 / 2.0
+    return value.detach() + surrogate - surrogate.detach()
+
+
+def aggregate_loss(
+    loss: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    *,
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+    scale: float = 1.0,
+) -> torch.Tensor:
+    """Reduce a per-token loss ``(B, T)`` to a scalar (``--actor.loss_agg_mode``).
+
+    token-mean: Σ m·ℓ / N_tok; seq-mean-token-mean: Σ_i [n_i>0]·(Σ_t m·ℓ)/(n_i + 1e-8) / N_seq.
+    ``num_tokens`` / ``num_sequences`` are the normalisers of the whole optimizer step (every
+    accumulation micro-batch on every rank); without them the local counts are used.
+    ``scale`` multiplies the result (the runtime passes accumulation × data-parallel size to
+    cancel DeepSpeed's own averaging, so each optimizer step is one exact mean).
+    """
+    mask = as_float(mask)
+    loss = as_float(loss)
+    if mode == "token-mean":
+        denominator = num_tokens if num_tokens is not None else mask.sum().clamp(min=1.0)
+        return (loss * mask).sum() / denominator * scale
+    if mode == "seq-mean-token-mean":
+        lengths = mask.sum(dim=1)
+        per_sequence = (loss * mask).sum(dim=1) / (lengths + 1e-8) * (lengths > 0)
+        denominator = num_sequences if num_sequences is not None else max(float(loss.shape[0]), 1.0)
+        return per_sequence.sum() / denominator * scale
+    raise ValueError(f"--actor.loss_agg_mode {mode!r}: expected token-mean or seq-mean-token-mean")
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of each (already temperature-scaled) next-token distribution: ``(..., V) -> (...)``."""
+    import torch
+
+    logits = as_float(logits)
+    log_p = torch.log_softmax(logits, dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)

@@ -32,6 +32,7 @@ class ComponentKind(str, Enum):
     PROCESSOR = "processor"
     OPTIMIZER = "optimizer"
     SCHEDULER = "scheduler"
+    PRESET = "preset"
 
     @property
     def hook_name(self) -> str:

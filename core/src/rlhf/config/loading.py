@@ -61,8 +61,21 @@ class ConfigParser:
         if namespace.config:
             file_tree = read_yaml(namespace.config)
         merged = deep_merge(file_tree, nest(given))
+        merged = deep_merge(preset_tree(merged, self.host), merged)
         config = validate(self.config_class, merged, self.host, cli_keys=set(given), source=namespace.config)
         return config, namespace
+
+
+def preset_tree(tree: dict[str, Any], host: PluginHost) -> dict[str, Any]:
+    """The expansion of ``algo.preset`` (if set) as a tree; it ranks below the YAML file and flags."""
+    name = (tree.get("algo") or {}).get("preset")
+    if not name:
+        return {}
+    try:
+        expansion = host.registry.get(ComponentKind.PRESET, name, flag="--algo.preset")
+    except ComponentError as exc:
+        raise ConfigError(str(exc)) from None
+    return nest(dict(expansion))
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

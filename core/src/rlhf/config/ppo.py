@@ -142,6 +142,8 @@ class KLSection(Section):
 
 
 class AlgoSection(Section):
+    preset: str | None = flag(None, "A named recipe (e.g. dapo) that sets several flags; flags and YAML override it",
+                                 component=K.PRESET)
     advantage: AdvantageSection = Field(default_factory=AdvantageSection)
     kl: KLSection = Field(default_factory=KLSection)
     dynamic_filtering_enable: bool = flag(False, "DAPO dynamic filtering", switch=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from rlhf import is_correction
 from rlhf.config.base import ConfigError
 from rlhf.config.ppo import PPOConfig
 from rlhf.plugins import PluginHost
@@ -91,6 +92,13 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
             f"is smaller than the actor's data-parallel size {actor_dp} (--actor.num_nodes x --actor.num_gpus_per_node): "
             "raise the rollout batch or lower the actor's device count"
         )
+
+    adv = cfg.algo.advantage
+    try:
+        is_correction.validate(adv.is_correction_level, adv.is_correction_mode, adv.is_correction_gating,
+                               adv.is_correction_threshold)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
     kl = cfg.algo.kl
     if kl.init_coef > 0:

@@ -76,32 +76,53 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
 
 
 class PromptSchedule:
-    """Rollout batches of prompts: a seeded shuffle per episode; position is checkpointable."""
+    """Prompts in a seeded shuffle per episode; the position is checkpointable.
+
+    :meth:`next_batch` hands out ``--rollout.batch_size`` prompts (an episode's last partial
+    batch is dropped); :meth:`take` hands out single replacements (dynamic filtering refills),
+    crossing into the next episode when one ends.
+    """
 
     def __init__(self, prompts: list[dict[str, Any]], batch_size: int, num_episodes: int, seed: int) -> None:
         if len(prompts) < batch_size:
             raise ConfigError(f"the prompt dataset has {len(prompts)} rows, fewer than --rollout.batch_size {batch_size}")
         self.prompts, self.batch_size, self.num_episodes, self.seed = prompts, batch_size, num_episodes, seed
         self.batches_per_episode = len(prompts) // batch_size
-        self.episode, self.batch_index = 0, 0
+        self.episode, self.position = 0, 0
 
     @property
     def total_batches(self) -> int:
         return self.batches_per_episode * self.num_episodes
 
     def state(self) -> dict[str, int]:
-        return {"episode": self.episode, "batch_index": self.batch_index}
+        return {"episode": self.episode, "position": self.position}
 
     def restore(self, state: dict[str, int]) -> None:
-        self.episode, self.batch_index = state["episode"], state["batch_index"]
+        self.episode, self.position = state["episode"], state["position"]
 
-    def next_batch(self) -> list[dict[str, Any]] | None:
-        if self.batch_index >= self.batches_per_episode:
-            self.episode, self.batch_index = self.episode + 1, 0
-        if self.episode >= self.num_episodes:
-            return None
+    def _order(self) -> list[int]:
         order = list(range(len(self.prompts)))
         random.Random(self.seed * 1000 + self.episode).shuffle(order)
-        start = self.batch_index * self.batch_size
-        self.batch_index += 1
-        return [self.prompts[i] for i in order[start : start + self.batch_size]]
+        return order
+
+    def next_batch(self) -> list[dict[str, Any]] | None:
+        if self.position + self.batch_size > len(self.prompts):
+            self.episode, self.position = self.episode + 1, 0
+        if self.episode >= self.num_episodes:
+            return None
+        chosen = self._order()[self.position : self.position + self.batch_size]
+        self.position += self.batch_size
+        return [self.prompts[i] for i in chosen]
+
+    def take(self, count: int) -> list[dict[str, Any]]:
+        """Up to ``count`` more prompts; fewer (or none) once the last episode is used up."""
+        out: list[dict[str, Any]] = []
+        while len(out) < count and self.episode < self.num_episodes:
+            if self.position >= len(self.prompts):
+                self.episode, self.position = self.episode + 1, 0
+                continue
+            order = self._order()
+            chosen = order[self.position : self.position + count - len(out)]
+            self.position += len(chosen)
+            out += [self.prompts[i] for i in chosen]
+        return out

@@ -65,13 +65,19 @@ def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int
     return TokenBatch(input_ids, attention, action_index, action_mask, actions)
 
 
+def action_logits(logits: torch.Tensor, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
+    """Temperature-scaled logits of the positions that predict each action token: ``(B, L, V) -> (B, T, V)``."""
+    import torch
+
+    index = batch.action_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+    return torch.gather(logits, 1, index).float() / temperature
+
+
 def action_logprobs(logits: torch.Tensor, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
     """Log-probs of the action tokens under temperature-scaled logits: ``(B, L, V) -> (B, T)``."""
     import torch
 
-    index = batch.action_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-    picked = torch.gather(logits, 1, index).float() / temperature  # (B, T, V)
-    logp = torch.log_softmax(picked, dim=-1)
+    logp = torch.log_softmax(action_logits(logits, batch, temperature), dim=-1)
     return torch.gather(logp, -1, batch.actions.unsqueeze(-1)).squeeze(-1) * batch.action_mask
 
 

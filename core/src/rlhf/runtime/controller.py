@@ -73,6 +73,9 @@ class PPOController:
         elif not config.reward.model_name_or_path:
             raise ConfigError("no reward source: set --reward.remote_url (a reward_func .py file) or --reward.model_name_or_path")
         self.kl = KLController(config.algo.kl.init_coef, config.algo.kl.target, config.algo.kl.horizon)
+        self.sample_filter = None
+        if config.algo.dynamic_filtering_enable:
+            self.sample_filter = build(registry.get(K.SAMPLE_FILTER, "dynamic_filtering", flag="--algo.dynamic_filtering_enable"), config)
         self.step = 0
 
     # ----------------------------------------------------------------- set-up
@@ -188,6 +191,35 @@ class PPOController:
             sample.reward, sample.score = float(reward), float(score)
         return extra
 
+    def _rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float]) -> tuple[list[Sample], dict[str, float]]:
+        """Generate and reward; with a sample filter, rejected groups are replaced one prompt each.
+
+        Accepted groups are never dropped, even when the prompt loader runs out mid-refill.
+        """
+        import torch
+
+        cfg = self.config
+        n = cfg.rollout.n_samples_per_prompt
+        accepted: list[Sample] = []
+        extra: dict[str, float] = {}
+        consumed, attempt = 0, 0
+        while prompts:
+            seed = cfg.train.seed + self.step + 7919 * attempt
+            with timed(metrics, "timing/generation"):
+                samples = self._generate(prompts, n, cfg.rollout.temperature, seed)
+            with timed(metrics, "timing/make_experience"):
+                extra = self._reward(samples)
+            consumed += len(prompts)
+            attempt += 1
+            if self.sample_filter is None:
+                return samples, extra
+            keep = self.sample_filter.keep(torch.tensor([s.score for s in samples]).view(-1, n)).tolist()
+            accepted += [s for s in samples if keep[s.group]]
+            wanted = cfg.rollout.batch_size - len(accepted) // n
+            prompts = self.schedule.take(min(keep.count(False), wanted))
+        metrics["dynamic_filtering_pass_rate"] = 100.0 * (len(accepted) // n) / max(consumed, 1)
+        return accepted, extra
+
     def train_step(self, prompts: list[dict[str, Any]]) -> dict[str, float]:
         import ray
 
@@ -198,14 +230,17 @@ class PPOController:
         n = cfg.rollout.n_samples_per_prompt
         metrics: dict[str, float] = {}
         start = time.perf_counter()
-        with timed(metrics, "timing/generation"):
-            samples = self._generate(prompts, n, cfg.rollout.temperature, cfg.train.seed + self.step)
+        samples, extra = self._rollout(prompts, metrics)
+        if not samples:
+            log.warning("step %d: every group was filtered out and no prompt is left to refill; nothing to train", self.step)
+            metrics["timing/step_total"] = time.perf_counter() - start
+            return metrics
         with timed(metrics, "timing/make_experience"):
-            extra = self._reward(samples)
             payload = {"prompt_ids": [s.prompt_ids for s in samples], "response_ids": [s.response_ids for s in samples]}
             parts = _split_payload(payload)
             kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
-            needs_old = cfg.train.max_epochs > 1 or len(samples) > cfg.train.batch_size or kl_in_reward
+            correcting = cfg.algo.advantage.is_correction_level != "off"
+            needs_old = cfg.train.max_epochs > 1 or len(samples) > cfg.train.batch_size or kl_in_reward or correcting
             old_ref = self.actor.call_split_async("logprobs", parts) if needs_old else None
             ref_ref = self.ref.call_split_async("logprobs", parts) if self.ref is not None else None
             val_ref = self.critic.call_split_async("values", parts) if self.critic is not None else None
@@ -213,6 +248,8 @@ class PPOController:
             advantages, returns, adv_metrics = compute_advantages(samples, n, cfg, self.estimator, self.kl.value, old, ref, values)
         with timed(metrics, "timing/ppo_train"):
             train_payload = {**payload, "advantages": advantages, "old_logprobs": old}
+            if correcting:
+                train_payload["rollout_logprobs"] = [s.rollout_logprobs for s in samples]
             if ref is not None:
                 train_payload["ref_logprobs"] = ref
             pending = self.actor.call_split_async("train", _split_payload(train_payload), step=self.step, kl_coef=self.kl.value)

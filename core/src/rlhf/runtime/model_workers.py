@@ -8,6 +8,7 @@ are built inside the worker. Per-token tensors are ``(B, T)`` over response toke
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from rlhf.runtime.worker_group import BaseWorker
@@ -15,6 +16,13 @@ from rlhf.runtime.worker_group import BaseWorker
 
 def _micro_batches(n: int, size: int) -> list[range]:
     return [range(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _padded_column(payload: dict[str, list], rows: list[int], width: int, key: str) -> Any:
+    """``(len(rows), width)`` tensor of one per-token payload column."""
+    from rlhf.runtime.batch import pad_list
+
+    return pad_list([payload[key][i] for i in rows], width)
 
 
 class _ModelWorker(BaseWorker):
@@ -40,10 +48,11 @@ class _ModelWorker(BaseWorker):
         return out
 
     def _training_groups(self, payload: dict[str, list], step: int, salt: int):
-        """Yield ``(rows, step_tokens)`` per micro-batch over ``--train.max_epochs`` seeded shuffles.
+        """Yield ``(rows, step_tokens, step_sequences)`` per micro-batch over ``--train.max_epochs``
+        seeded shuffles.
 
-        ``step_tokens`` is the response-token count of the whole optimizer step (every
-        accumulation micro-batch on every rank), the normaliser of one exact token mean.
+        The counts cover the whole optimizer step (every accumulation micro-batch on every
+        rank): the normalisers of one exact token (or sequence) mean per optimizer step.
         """
         import torch
 
@@ -57,15 +66,15 @@ class _ModelWorker(BaseWorker):
             order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
             for start in range(0, n, per_step):
                 group = order[start : start + per_step]
-                tokens = torch.tensor(float(sum(len(payload["response_ids"][i]) for i in group)))
+                counts = torch.tensor([float(sum(len(payload["response_ids"][i]) for i in group)), float(len(group))])
                 if self.world_size > 1:
-                    torch.distributed.all_reduce(tokens)
+                    torch.distributed.all_reduce(counts)
                 for idx in _micro_batches(len(group), micro):
-                    yield [group[k] for k in idx], tokens.clamp(min=1.0)
+                    yield [group[k] for k in idx], counts[0].clamp(min=1.0), counts[1].clamp(min=1.0)
 
-    def _scale(self, tokens: Any) -> Any:
+    def _scale(self) -> float:
         """DeepSpeed divides by the accumulation steps and averages over ranks: undo both."""
-        return self.engine.gradient_accumulation_steps() * self.world_size / tokens
+        return float(self.engine.gradient_accumulation_steps() * self.world_size)
 
 
 class _CausalLMWorker(_ModelWorker):
@@ -131,36 +140,66 @@ class PolicyWorker(_CausalLMWorker):
         )
 
     def train(self, payload: dict[str, list], step: int, kl_coef: float) -> dict[str, float]:
-        """``max_epochs`` passes of the policy loss over this rank's share of the rollout batch."""
-        from rlhf.ops import compute_approx_kl
-        from rlhf.runtime.batch import action_logprobs, pack, pad_list
+        """``max_epochs`` passes of the policy loss over this rank's share of the rollout batch.
+
+        Loss = agg(c·ℓ) + β·agg(KL) [KL as loss] − c_H·agg(H) [entropy]; ``agg`` is
+        ``--actor.loss_agg_mode`` (per-sequence when the loss is not token-level) with the
+        normalisers of the whole optimizer step; c is the IS correction coefficient.
+        """
+        import torch
+
+        from rlhf import is_correction
+        from rlhf.ops import aggregate_loss, compute_approx_kl, kl_with_unbiased_gradient, masked_mean, token_entropy
+        from rlhf.runtime.batch import action_logits, pack
 
         cfg = self.config
+        adv_cfg, kl_cfg = cfg.algo.advantage, cfg.algo.kl
+        correcting = adv_cfg.is_correction_level != "off"
+        mode = cfg.actor.loss_agg_mode if self.loss.token_level else "seq-mean-token-mean"
         sums: dict[str, float] = {}
         count = 0
-        for rows, tokens in self._training_groups(payload, step, salt=0):
-            responses = [payload["response_ids"][i] for i in rows]
-            batch = pack([payload["prompt_ids"][i] for i in rows], responses, self.pad_id)
-            width = batch.action_mask.shape[1]
-            advantages = pad_list([payload["advantages"][i] for i in rows], width)
+        for rows, tokens, sequences in self._training_groups(payload, step, salt=0):
+            batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id)
+            mask = batch.action_mask
+            column = functools.partial(_padded_column, payload, rows, mask.shape[1])
+            aggregate = functools.partial(aggregate_loss, mask=mask, mode=mode, num_tokens=tokens,
+                                          num_sequences=sequences, scale=self._scale())
             logits = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-            logp = action_logprobs(logits, batch, cfg.rollout.temperature)
-            if payload["old_logprobs"] is None:
-                # one on-policy optimizer step: the weights that sampled are the weights
-                # being differentiated, so π_old is exactly this forward's value
-                old = logp.detach()
+            scaled = action_logits(logits, batch, cfg.rollout.temperature)
+            logp = torch.log_softmax(scaled, -1).gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1) * mask
+            # one on-policy optimizer step: the weights that sampled are the ones being
+            # differentiated, so π_old is exactly this forward's value
+            old = logp.detach() if payload["old_logprobs"] is None else column("old_logprobs")
+            metrics: dict[str, Any] = {}
+            if correcting and not self.loss.token_level:
+                # sequence-level losses (GSPO) take the ratio against the rollout policy directly
+                token_loss, metrics = self.loss(logp, column("rollout_logprobs"), column("advantages"), mask)
             else:
-                old = pad_list([payload["old_logprobs"][i] for i in rows], width)
-            token_loss, metrics = self.loss(logp, old, advantages, batch.action_mask)
-            loss = (token_loss * batch.action_mask).sum() * self._scale(tokens)
-            if cfg.algo.kl.use_loss and payload.get("ref_logprobs") is not None:
-                ref = pad_list([payload["ref_logprobs"][i] for i in rows], width)
-                kl = compute_approx_kl(logp, ref, cfg.algo.kl.estimator) * batch.action_mask
-                loss = loss + kl_coef * kl.sum() * self._scale(tokens)
-                metrics["kl_loss"] = (kl.sum() / batch.action_mask.sum().clamp(min=1)).detach()
+                token_loss, metrics = self.loss(logp, old, column("advantages"), mask)
+                if correcting:
+                    coefficient, is_metrics = is_correction.correction(
+                        old, column("rollout_logprobs"), mask, level=adv_cfg.is_correction_level,
+                        mode=adv_cfg.is_correction_mode, gating=adv_cfg.is_correction_gating,
+                        threshold=adv_cfg.is_correction_threshold)
+                    token_loss = token_loss * coefficient
+                    metrics.update(is_metrics)
+            loss = aggregate(token_loss)
+            metrics["policy_loss"] = masked_mean(token_loss.detach(), mask)
+            if kl_cfg.use_loss and payload.get("ref_logprobs") is not None:
+                ref = column("ref_logprobs")
+                if kl_cfg.unbiased_gradient:
+                    kl = kl_with_unbiased_gradient(logp, ref, old, kl_cfg.estimator)
+                else:
+                    kl = compute_approx_kl(logp, ref, kl_cfg.estimator)
+                loss = loss + kl_coef * aggregate(kl)
+                metrics["kl_loss"] = masked_mean(kl.detach(), mask)
+            if cfg.actor.entropy_coef is not None:
+                entropy = token_entropy(scaled)
+                metrics["entropy"] = masked_mean(entropy.detach(), mask)
+                if cfg.actor.entropy_coef != 0:
+                    loss = loss - cfg.actor.entropy_coef * aggregate(entropy)
             self.engine.backward(loss)
             self.engine.step()
-            metrics["policy_loss"] = ((token_loss * batch.action_mask).sum() / batch.action_mask.sum().clamp(min=1)).detach()
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
             count += 1
@@ -276,7 +315,7 @@ class CriticWorker(_ValueWorker):
 
         clip = self.config.critic.value_clip
         total, count = 0.0, 0
-        for rows, tokens in self._training_groups(payload, step, salt=7919):
+        for rows, tokens, _ in self._training_groups(payload, step, salt=7919):
             batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id)
             values = self._action_values(batch)
             width = batch.action_mask.shape[1]
@@ -284,7 +323,7 @@ class CriticWorker(_ValueWorker):
             returns = pad_list([payload["returns"][i] for i in rows], width)
             clipped = old + (values - old).clamp(-clip, clip)
             token_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2) * batch.action_mask
-            self.engine.backward(token_loss.sum() * self._scale(tokens))
+            self.engine.backward(token_loss.sum() / tokens * self._scale())
             self.engine.step()
             total += float(token_loss.detach().sum() / batch.action_mask.sum().clamp(min=1))
             count += 1
