@@ -19,6 +19,7 @@ from rlhf.config.loading import ConfigParser
 from rlhf.config.ppo import PPOConfig
 from rlhf.plugin_selection import PluginSelection
 from rlhf.plugins import PluginHost, PluginLoadError
+from rlhf.registry import ComponentKind as K
 from rlhf.runtime.ppo_trainer import PPOTrainer
 
 FLAGS = json.loads((Path(__file__).parent / "data" / "openrlhf_train_ppo_flags.json").read_text())
@@ -278,3 +279,37 @@ def test_every_openrlhf_estimator_and_loss_is_installed(zoo: PluginHost) -> None
     for name in ("reinforce_baseline", "rloo", "group_norm", "dr_grpo"):
         with pytest.raises(ConfigError, match=f"{name} compares samples of the same prompt"):
             parse(zoo, "--algo.advantage.estimator", name)
+
+
+ALGORITHM_PLUGINS = {
+    "grpo": (K.ADVANTAGE_ESTIMATOR, "group_norm", "--algo.advantage.estimator"),
+    "reinforce": (K.ADVANTAGE_ESTIMATOR, "reinforce", "--algo.advantage.estimator"),
+    "rloo": (K.ADVANTAGE_ESTIMATOR, "rloo", "--algo.advantage.estimator"),
+    "dr-grpo": (K.ADVANTAGE_ESTIMATOR, "dr_grpo", "--algo.advantage.estimator"),
+    "flash-reinforce": (K.ADVANTAGE_ESTIMATOR, "flash_reinforce", "--algo.advantage.estimator"),
+    "gspo": (K.POLICY_LOSS, "gspo", "--actor.policy_loss_type"),
+    "dapo": (K.PRESET, "dapo", "--algo.preset"),
+}
+
+
+@pytest.mark.parametrize("plugin", list(ALGORITHM_PLUGINS))
+def test_blocking_one_algorithm_plugin_removes_only_its_names(plugin: str) -> None:
+    kind, name, flag = ALGORITHM_PLUGINS[plugin]
+    without = PluginHost.load(PluginSelection.parse(f"no:{plugin}"))
+    assert name not in without.registry.names(kind)
+    with pytest.raises(ConfigError, match=rf"{flag} '{name}': no {kind.label} of that name is installed.*pip install rlhf-plugin-{plugin}"):
+        parse(without, flag, name, "--rollout.n_samples_per_prompt", "4", "--reward.remote_url", "r.py")
+    assert parse(without).algo.advantage.estimator == "gae"  # everything else still works
+
+
+def test_adaptive_kl_controller() -> None:
+    from rlhf.runtime.controller import KLController
+
+    fixed = KLController(0.01, None, 10000)
+    fixed.update(5.0, 1024)
+    assert fixed.value == 0.01
+    adaptive = KLController(0.1, 0.5, 1000)
+    adaptive.update(0.6, 100)  # error = clip(0.6/0.5 - 1, ±0.2) = 0.2
+    assert adaptive.value == pytest.approx(0.1 * (1 + 0.2 * 100 / 1000))
+    adaptive.update(0.0, 100)  # error = -1 clipped to -0.2
+    assert adaptive.value == pytest.approx(0.1 * 1.02 * (1 - 0.02))
