@@ -23,3 +23,13 @@ class ReturnToGoEstimator:
     def advantages(self, token_rewards: Any, action_mask: Any, values: Any, gamma: float, lambd: float) -> tuple[Any, Any]:
         returns = discounted_returns(token_rewards, action_mask, 1.0 if self.forces_unit_gamma else gamma)
         return returns, returns
+
+
+class GroupMeanBaselineEstimator(ReturnToGoEstimator):
+    """Group step r_i − mean(r of its prompt's n samples); needs n > 1."""
+
+    min_samples_per_prompt: ClassVar[int] = 2
+
+    def group_rewards(self, rewards: Any) -> Any:
+        rewards = as_float(rewards)
+        return rewards - rewards.mean(dim=1, keepdim=True)

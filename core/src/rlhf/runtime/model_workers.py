@@ -72,6 +72,30 @@ class _ModelWorker(BaseWorker):
                 for idx in _micro_batches(len(group), micro):
                     yield [group[k] for k in idx], counts[0].clamp(min=1.0), counts[1].clamp(min=1.0)
 
+    def _training_engine(self, role: str, load_model: Any, num_training_steps: int) -> None:
+        """DeepSpeed training engine for ``config.<role>`` (actor or critic): the registered
+        optimizer and scheduler, ZeRO-3 partitioning at load time when the stage asks for it."""
+        import deepspeed
+
+        from rlhf.components import build
+        from rlhf.engines.deepspeed_strategy import train_config, zero3_context
+        from rlhf.registry import ComponentKind as K
+
+        section = getattr(self.config, role)
+        registry = self.plugins.registry
+        optimizer = build(registry.get(K.OPTIMIZER, section.optim, flag=f"--{role}.optim"), self.config)
+        scheduler = build(registry.get(K.SCHEDULER, section.lr_scheduler, flag=f"--{role}.lr_scheduler"), self.config)
+        ds_config = train_config(self.config, optimizer.deepspeed_config(section), self.world_size, section.max_norm)
+        self._zero3 = zero3_context(ds_config)  # must outlive from_pretrained
+        model = load_model()
+        self.pad_id = model.config.pad_token_id or 0
+        self.engine, *_ = deepspeed.initialize(
+            model=model,
+            model_parameters=[p for p in model.parameters() if p.requires_grad],
+            config=ds_config,
+            lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_training_steps), section),
+        )
+
     def _scale(self) -> float:
         """DeepSpeed divides by the accumulation steps and averages over ranks: undo both."""
         return float(self.engine.gradient_accumulation_steps() * self.world_size)
@@ -113,31 +137,23 @@ class PolicyWorker(_CausalLMWorker):
     role = "actor"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
-        import deepspeed
 
         from rlhf.components import build
-        from rlhf.engines.deepspeed_strategy import dtype_of, train_config, zero3_context
+        from rlhf.engines.deepspeed_strategy import dtype_of
         from rlhf.engines.hf_models import load_causal_lm
         from rlhf.registry import ComponentKind as K
 
         self._init_common(master_addr, master_port)
         cfg = self.config
-        registry = self.plugins.registry
-        optimizer = build(registry.get(K.OPTIMIZER, cfg.actor.optim, flag="--actor.optim"), cfg)
-        scheduler = build(registry.get(K.SCHEDULER, cfg.actor.lr_scheduler, flag="--actor.lr_scheduler"), cfg)
-        self.loss = build(registry.get(K.POLICY_LOSS, cfg.actor.policy_loss_type, flag="--actor.policy_loss_type"), cfg)
-        ds_config = train_config(cfg, optimizer.deepspeed_config(cfg.actor), self.world_size, cfg.actor.max_norm)
-        self._zero3 = zero3_context(ds_config)
-        model = load_causal_lm(cfg.actor.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation)
-        if cfg.actor.gradient_checkpointing_enable:
-            model.gradient_checkpointing_enable({"use_reentrant": cfg.actor.gradient_checkpointing_reentrant})
-        self.pad_id = model.config.pad_token_id or 0
-        self.engine, *_ = deepspeed.initialize(
-            model=model,
-            model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=ds_config,
-            lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_training_steps), cfg.actor),
-        )
+        self.loss = build(self.plugins.registry.get(K.POLICY_LOSS, cfg.actor.policy_loss_type, flag="--actor.policy_loss_type"), cfg)
+
+        def load() -> Any:
+            model = load_causal_lm(cfg.actor.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation)
+            if cfg.actor.gradient_checkpointing_enable:
+                model.gradient_checkpointing_enable({"use_reentrant": cfg.actor.gradient_checkpointing_reentrant})
+            return model
+
+        self._training_engine("actor", load, num_training_steps)
 
     def train(self, payload: dict[str, list], step: int, kl_coef: float) -> dict[str, float]:
         """``max_epochs`` passes of the policy loss over this rank's share of the rollout batch.
@@ -281,27 +297,17 @@ class CriticWorker(_ValueWorker):
     role = "critic"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
-        import deepspeed
 
-        from rlhf.components import build
-        from rlhf.engines.deepspeed_strategy import dtype_of, train_config, zero3_context
+        from rlhf.engines.deepspeed_strategy import dtype_of
         from rlhf.engines.hf_models import load_value_model
-        from rlhf.registry import ComponentKind as K
 
         self._init_common(master_addr, master_port)
         cfg = self.config
         self.head = cfg.ds.value_head_prefix
-        optimizer = build(self.plugins.registry.get(K.OPTIMIZER, cfg.critic.optim, flag="--critic.optim"), cfg)
-        scheduler = build(self.plugins.registry.get(K.SCHEDULER, cfg.critic.lr_scheduler, flag="--critic.lr_scheduler"), cfg)
-        ds_config = train_config(cfg, optimizer.deepspeed_config(cfg.critic), self.world_size, cfg.critic.max_norm)
-        self._zero3 = zero3_context(ds_config)
-        model = load_value_model(cfg.critic.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, self.head)
-        self.pad_id = model.config.pad_token_id or 0
-        self.engine, *_ = deepspeed.initialize(
-            model=model,
-            model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=ds_config,
-            lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_training_steps), cfg.critic),
+        self._training_engine(
+            "critic",
+            lambda: load_value_model(cfg.critic.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, self.head),
+            num_training_steps,
         )
 
     def values(self, payload: dict[str, list]) -> list[list[float]]:

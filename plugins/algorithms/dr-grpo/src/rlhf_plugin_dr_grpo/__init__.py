@@ -4,21 +4,14 @@
 no whitening. Only the advantage changes: aggregation stays ``--actor.loss_agg_mode``.
 """
 
-from typing import ClassVar
-
 import rlhf
-from rlhf.estimators import ReturnToGoEstimator
-from rlhf.ops import as_float
+from rlhf.estimators import GroupMeanBaselineEstimator
 
 rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
 
 
-class DrGRPO(ReturnToGoEstimator):
-    min_samples_per_prompt: ClassVar[int] = 2
-
-    def group_rewards(self, rewards):
-        rewards = as_float(rewards)
-        return rewards - rewards.mean(dim=1, keepdim=True)
+class DrGRPO(GroupMeanBaselineEstimator):
+    """Only the advantage differs from GRPO; the group step is the shared group-mean baseline."""
 
 
 @rlhf.hookimpl

@@ -10,8 +10,7 @@ masked whitening.
 from typing import ClassVar
 
 import rlhf
-from rlhf.estimators import ReturnToGoEstimator
-from rlhf.ops import as_float
+from rlhf.estimators import GroupMeanBaselineEstimator, ReturnToGoEstimator
 
 rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
 
@@ -21,13 +20,8 @@ class Reinforce(ReturnToGoEstimator):
     forces_unit_gamma: ClassVar[bool] = False
 
 
-class ReinforceBaseline(ReturnToGoEstimator):
+class ReinforceBaseline(GroupMeanBaselineEstimator):
     whiten: ClassVar[bool] = True
-    min_samples_per_prompt: ClassVar[int] = 2
-
-    def group_rewards(self, rewards):
-        rewards = as_float(rewards)
-        return rewards - rewards.mean(dim=1, keepdim=True)
 
 
 @rlhf.hookimpl
