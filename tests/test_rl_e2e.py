@@ -141,3 +141,28 @@ def test_resume_continues_exactly_where_it_stopped(ray_cluster, task_files, tiny
     for before, after in zip(straight[2:], resumed[2:]):
         for key in ("reward", "response_length", "policy_loss", "advantage_mean", "actor_lr", "group_reward_std"):
             assert after[key] == pytest.approx(before[key], rel=1e-5, abs=1e-6), (after["step"], key)
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_rollout_logprobs_follow_the_sampling_temperature(engine, ray_cluster, tiny_causal_lm_path) -> None:
+    """Engines report log-probs of the temperature-scaled distribution, the trainer's convention."""
+    import ray
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.config.ppo import PPOConfig
+    from rlhf.runtime.rollout import HFEngine, VLLMEngine
+
+    config = PPOConfig()
+    config.ds.param_dtype = "fp32"
+    engine_class = VLLMEngine if engine == "vllm" else HFEngine
+    actor = ray.remote(engine_class).options(num_cpus=0).remote(str(tiny_causal_lm_path), "fp32", 128, 0,
+                                                               config.model_dump(mode="json"))
+    prompt = [5, 40, 41, 42]
+    result = ray.get(actor.generate.remote([{"prompt_ids": prompt, "max_tokens": 6, "seed": 3}], 0.7, 1.0), timeout=600)[0]
+    model = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path)
+    ids = torch.tensor([prompt + result["response_ids"]])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(result["response_ids"])[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(result["logprobs"]), expected, atol=1e-4)
+    ray.kill(actor)

@@ -12,7 +12,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="tiny end-to-end demo on CPU: SFT then GRPO on 2-digit addition (~5-10 min)")
     demo.add_argument("--run-dir", default="runs/demo", help="where models, metrics and the reward curve go")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--rl-steps", type=int, default=300, help="GRPO steps (32 prompts x 8 samples each)")
+    demo.add_argument("--rl-steps", type=int, default=500, help="GRPO steps (32 prompts x 8 samples each)")
     demo.add_argument("--engine", choices=("vllm", "hf"), default="vllm", help="rollout engine")
     demo.add_argument("--sft-target", type=float, default=0.3, help="stop SFT at this held-out greedy accuracy")
 

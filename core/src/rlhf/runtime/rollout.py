@@ -36,6 +36,9 @@ class VLLMEngine:
             tensor_parallel_size=vllm_cfg["tensor_parallel_size"],
             max_model_len=max_model_len,
             seed=seed,
+            # log-probs of the distribution actually sampled (after temperature), as the trainer
+            # computes them; vLLM's default would be the raw, unscaled ones
+            logprobs_mode="processed_logprobs",
         )
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
