@@ -78,11 +78,6 @@ class PluginHost:
         host._check_pins()
         return host
 
-    @classmethod
-    def empty(cls) -> PluginHost:
-        """A host with no plugins at all, not even the built-ins (tests register what they need)."""
-        return cls(PluginSelection(names=()))
-
     def _entry_points(self) -> list[tuple[str, metadata.EntryPoint]]:
         found = []
         for group in ENTRY_POINT_GROUPS:

@@ -71,12 +71,6 @@ class Registration:
     description: str = ""
     _loaded: Any = field(default=None, repr=False)
 
-    @property
-    def target_path(self) -> str:
-        if isinstance(self.target, str):
-            return self.target
-        return f"{getattr(self.target, '__module__', '?')}:{getattr(self.target, '__qualname__', repr(self.target))}"
-
     def load(self) -> Any:
         """Import the target on first use; the error names the plugin and the bad path."""
         if self._loaded is None:

@@ -114,18 +114,18 @@ class PPOController:
 
         self.engines = RolloutEngines(cfg, actor_path)
         self.actor = WorkerGroup(PolicyWorker, "actor", ranks(cfg.actor), dumped, num_gpus=gpus)
-        pending = self.actor.call_async("setup", self.actor.master_addr, self.actor.master_port, training_steps)
+        pending = self.actor.setup_async(training_steps)
         self.ref = self.critic = self.reward_model = None
         if cfg.algo.kl.init_coef > 0:
             self.ref = WorkerGroup(ReferenceWorker, "ref", ranks(cfg.ref), dumped, num_gpus=gpus)
-            pending += self.ref.call_async("setup", self.ref.master_addr, self.ref.master_port)
+            pending += self.ref.setup_async()
         if self.estimator.needs_critic:
             self.critic = WorkerGroup(CriticWorker, "critic", ranks(cfg.critic), dumped, num_gpus=gpus)
-            pending += self.critic.call_async("setup", self.critic.master_addr, self.critic.master_port, training_steps)
+            pending += self.critic.setup_async(training_steps)
         if self.reward_function is None:
             self.reward_model = WorkerGroup(RewardModelWorker, "reward", ranks(cfg.reward), dumped, num_gpus=gpus)
             path = cfg.reward.model_name_or_path.split(",")[0]
-            pending += self.reward_model.call_async("setup", self.reward_model.master_addr, self.reward_model.master_port, path)
+            pending += self.reward_model.setup_async(path)
         ray.get(pending, timeout=TIMEOUT_S)
 
     def _resume(self) -> None:

@@ -81,12 +81,6 @@ class VLLMEngine:
         out = self.llm.generate([TokensPrompt(prompt_token_ids=token_ids)], params, use_tqdm=False)[0]
         return [entry[token].logprob for entry, token in zip(out.prompt_logprobs[1:], token_ids[1:])]
 
-    def sleep(self) -> None:
-        self.llm.sleep()
-
-    def wake_up(self) -> None:
-        self.llm.wake_up()
-
 
 def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
     import torch
@@ -168,12 +162,6 @@ class HFEngine:
             logits = self.model(torch.tensor([token_ids])).logits[0, :-1].float()
         return torch.log_softmax(logits, -1).gather(-1, torch.tensor(token_ids[1:])[:, None])[:, 0].tolist()
 
-    def sleep(self) -> None:
-        pass
-
-    def wake_up(self) -> None:
-        pass
-
 
 class RolloutEngines:
     """The controller's handle on every rollout engine: spreads requests, syncs weights."""
@@ -195,7 +183,6 @@ class RolloutEngines:
             )
             for i in range(max(1, count))
         ]
-        self.kind = "vllm" if count > 0 else "hf"
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         import ray

@@ -70,8 +70,9 @@ class WorkerGroup:
         self.workers = [remote.options(**options).remote(rank, num_workers, config) for rank in range(num_workers)]
         self.master_addr, self.master_port = ray.get(self.workers[0].address.remote(), timeout=TIMEOUT_S)
 
-    def setup(self, *args: Any, **kwargs: Any) -> list[Any]:
-        return self.call("setup", self.master_addr, self.master_port, *args, **kwargs)
+    def setup_async(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Start every rank's ``setup`` (they rendezvous at rank 0's address); returns the refs."""
+        return self.call_async("setup", self.master_addr, self.master_port, *args, **kwargs)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         import ray
