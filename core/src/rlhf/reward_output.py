@@ -35,6 +35,8 @@ def _floats(values: Any, what: str, count: int, source: str) -> list[float]:
 
 def normalize_reward_output(result: Any, count: int, source: str) -> RewardOutput:
     """Validate a reward function's result for ``count`` samples; errors name ``source``."""
+    if isinstance(result, RewardOutput):
+        result = {"rewards": result.rewards, "scores": result.scores, "extra_logs": result.extra_logs}
     if isinstance(result, dict):
         if "rewards" not in result:
             raise ValueError(f"{source}: the returned dict has no 'rewards' key (keys: {', '.join(result)})")

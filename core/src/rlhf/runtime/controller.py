@@ -6,6 +6,7 @@ generate (agent executor) → reward → experience (old/ref log-probs, values, 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -64,14 +65,7 @@ class PPOController:
         registry = plugins.registry
         self.estimator = build(registry.get(K.ADVANTAGE_ESTIMATOR, config.algo.advantage.estimator), config)
         self.executor = build(registry.get(K.AGENT_EXECUTOR, "single_turn"), config)
-        self.reward_function = None
-        remote = config.reward.remote_url
-        if remote:
-            if not remote.endswith(".py"):
-                raise ConfigError(f"--reward.remote_url {remote}: only reward_func .py files are supported by this build")
-            self.reward_function = build(registry.get(K.REWARD_FUNCTION, "reward_func_file", flag="--reward.remote_url"), config)
-        elif not config.reward.model_name_or_path:
-            raise ConfigError("no reward source: set --reward.remote_url (a reward_func .py file) or --reward.model_name_or_path")
+        self.reward = self._reward_terms(config, registry)
         self.kl = KLController(config.algo.kl.init_coef, config.algo.kl.target, config.algo.kl.horizon)
         self.sample_filter = None
         if config.algo.dynamic_filtering_enable:
@@ -79,6 +73,43 @@ class PPOController:
         self.step = 0
 
     # ----------------------------------------------------------------- set-up
+
+    def _reward_terms(self, config: Any, registry: Any) -> Any:
+        """The composite reward: ``--reward.functions`` terms, the ``--reward.remote_url`` file, the reward model."""
+        from rlhf.reward_terms import CompositeReward, TermSpec, call_reward, parse_terms
+
+        try:
+            specs = parse_terms(config.reward.functions, config.reward.on_error)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        terms: list[tuple[TermSpec, Any]] = []
+        for spec in specs:
+            function = build(registry.get(K.REWARD_FUNCTION, spec.name, flag="--reward.functions"), config)
+            terms.append((spec, functools.partial(call_reward, function, source=f"reward function {spec.name!r}")))
+        remote = config.reward.remote_url
+        if remote:
+            if not remote.endswith(".py"):
+                raise ConfigError(f"--reward.remote_url {remote}: only reward_func .py files are supported by this build")
+            function = build(registry.get(K.REWARD_FUNCTION, "reward_func_file", flag="--reward.remote_url"), config)
+            terms.append((TermSpec("reward_func_file", 1.0, config.reward.on_error),
+                          functools.partial(call_reward, function, source=f"reward_func in {remote}")))
+        self.uses_reward_model = bool(config.reward.model_name_or_path) and not remote
+        if self.uses_reward_model:
+            terms.append((TermSpec("reward_model", 1.0, config.reward.on_error), self._reward_model_term))
+        if not terms:
+            raise ConfigError("no reward source: set --reward.functions, --reward.remote_url (a reward_func .py file) "
+                              "or --reward.model_name_or_path")
+        try:
+            return CompositeReward(terms, config.reward.score_term)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def _reward_model_term(self, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> Any:
+        from rlhf.reward_output import RewardOutput
+
+        rows = [{"prompt_ids": p, "response_ids": r} for p, r in zip(columns["prompt_ids"], columns["response_ids"])]
+        rewards = self.reward_model.call_split("rewards", rows)
+        return RewardOutput(rewards, list(rewards))
 
     def _setup(self) -> None:
         import ray
@@ -122,7 +153,7 @@ class PPOController:
         if self.estimator.needs_critic:
             self.critic = WorkerGroup(CriticWorker, "critic", ranks(cfg.critic), dumped, num_gpus=gpus)
             pending += self.critic.setup_async(training_steps)
-        if self.reward_function is None:
+        if self.uses_reward_model:
             self.reward_model = WorkerGroup(RewardModelWorker, "reward", ranks(cfg.reward), dumped, num_gpus=gpus)
             path = cfg.reward.model_name_or_path.split(",")[0]
             pending += self.reward_model.setup_async(path)
@@ -177,19 +208,19 @@ class PPOController:
             ))
         return samples
 
-    def _reward(self, samples: list[Sample]) -> dict[str, float]:
-        payload = {"prompt_ids": [s.prompt_ids for s in samples], "response_ids": [s.response_ids for s in samples]}
-        extra: dict[str, float] = {}
-        if self.reward_function is not None:
-            out = self.reward_function([s.prompt + s.response for s in samples], [s.prompt for s in samples],
-                                       [s.label for s in samples])
-            rewards, scores, extra = out.rewards, out.scores, out.extra_logs
-        else:
-            rewards = self.reward_model.call_split("rewards", _split_payload(payload))
-            scores = rewards
-        for sample, reward, score in zip(samples, rewards, scores):
+    def _reward(self, samples: list[Sample]) -> tuple[dict[str, float], set[int]]:
+        """Reward every sample; returns the per-term logs and the groups a ``skip-sample`` term left out.
+
+        Reward functions get OpenRLHF's arguments plus ``prompt_ids``, ``response_ids`` and
+        ``finish_reasons`` keyword columns."""
+        out = self.reward(
+            [s.prompt + s.response for s in samples], [s.prompt for s in samples], [s.label for s in samples],
+            prompt_ids=[s.prompt_ids for s in samples], response_ids=[s.response_ids for s in samples],
+            finish_reasons=[s.finish_reason for s in samples],
+        )
+        for sample, reward, score in zip(samples, out.rewards, out.scores):
             sample.reward, sample.score = float(reward), float(score)
-        return extra
+        return out.logs, {samples[i].group for i in out.skipped}
 
     def _rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float]) -> tuple[list[Sample], dict[str, float]]:
         """Generate and reward; with a sample filter, rejected groups are replaced one prompt each.
@@ -208,15 +239,21 @@ class PPOController:
             with timed(metrics, "timing/generation"):
                 samples = self._generate(prompts, n, cfg.rollout.temperature, seed)
             with timed(metrics, "timing/make_experience"):
-                extra = self._reward(samples)
+                extra, skipped_groups = self._reward(samples)
+            if skipped_groups:
+                metrics["reward_skipped_groups"] = metrics.get("reward_skipped_groups", 0.0) + len(skipped_groups)
+                samples = [s for s in samples if s.group not in skipped_groups]
             consumed += len(prompts)
             attempt += 1
             if self.sample_filter is None:
                 return samples, extra
-            keep = self.sample_filter.keep(torch.tensor([s.score for s in samples]).view(-1, n)).tolist()
-            accepted += [s for s in samples if keep[s.group]]
+            groups = sorted({s.group for s in samples})
+            keep_groups = self.sample_filter.keep(torch.tensor([s.score for s in samples]).view(-1, n)).tolist()
+            kept = {g for g, keep in zip(groups, keep_groups) if keep}
+            accepted += [s for s in samples if s.group in kept]
+            rejected = len(prompts) - len(kept)
             wanted = cfg.rollout.batch_size - len(accepted) // n
-            prompts = self.schedule.take(min(keep.count(False), wanted))
+            prompts = self.schedule.take(min(rejected, wanted))
         metrics["dynamic_filtering_pass_rate"] = 100.0 * (len(accepted) // n) / max(consumed, 1)
         return accepted, extra
 
@@ -278,7 +315,7 @@ class PPOController:
 
         n = self.config.eval.n_samples_per_prompt
         samples = self._generate(self.eval_prompts, n, self.config.eval.temperature, seed_base=10**6 + self.step)
-        self._reward(samples)
+        self._reward(samples)  # a skip-sample failure still yields a 0 score here
         scores = torch.tensor([s.score for s in samples]).view(-1, n)
         return {"eval/reward": float(torch.tensor([s.reward for s in samples]).mean()),
                 "eval/pass1": float((scores > 0).float().mean()), f"eval/pass{n}": float((scores > 0).any(dim=1).float().mean())}

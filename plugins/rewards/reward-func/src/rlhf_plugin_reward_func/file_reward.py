@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlhf.reward_output import RewardOutput, normalize_reward_output
-
 
 class RewardFuncFile:
     def __init__(self, path: str) -> None:
@@ -29,6 +27,6 @@ class RewardFuncFile:
     def from_config(cls, config: Any) -> RewardFuncFile:
         return cls(config.reward.remote_url)
 
-    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any], **kwargs: Any) -> RewardOutput:
-        result = self.function(queries, prompts, labels, **kwargs)
-        return normalize_reward_output(result, len(queries), f"reward_func in {self.path}")
+    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any], **kwargs: Any) -> Any:
+        """The file's own result; the core normalises it (see :mod:`rlhf.reward_output`)."""
+        return self.function(queries, prompts, labels, **kwargs)

@@ -1,0 +1,161 @@
+"""Several rewards in one run: weighted terms, each logged, each with its own failure policy.
+
+``--reward.functions math_answer:1.0,format:0.1:zero`` (``name[:weight[:on_error]]``) or in
+YAML ``reward: {functions: [{name: math_answer, weight: 1.0}, {name: format, weight: 0.1, on_error: zero}]}``.
+
+A term is any registered reward function, called through one adapter that accepts:
+OpenRLHF's batched ``f(queries, prompts, labels, **kwargs)``; per-sample functions
+(``per_sample = True`` attribute: called once per sample with scalars); ``async`` functions;
+and TRL's ``f(prompts, completions, **dataset_columns)`` (detected by a ``completions``
+parameter). Failure policies: ``raise`` (stop the run), ``zero`` (a failing sample gets 0 from
+this term, counted in ``reward_failures/<term>``) and ``skip-sample`` (a failing sample's
+group is left out of this step, counted too). A batch that fails is retried sample by
+sample so one bad sample does not take the batch with it. Runs in the controller, once per rollout batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlhf.reward_output import RewardOutput, normalize_reward_output
+
+log = logging.getLogger("rlhf.rewards")
+
+POLICIES = ("raise", "zero", "skip-sample")
+
+
+@dataclass(frozen=True)
+class TermSpec:
+    name: str
+    weight: float = 1.0
+    on_error: str = "raise"
+
+
+def parse_terms(value: Any, default_policy: str = "raise") -> list[TermSpec]:
+    """``"a:1.0,b:0.1:zero"`` or a list of names / ``{name, weight, on_error}`` dicts."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [v for v in str(value).split(",") if v.strip()]
+    terms = []
+    for item in items:
+        if isinstance(item, dict):
+            spec = TermSpec(str(item["name"]), float(item.get("weight", 1.0)), str(item.get("on_error", default_policy)))
+        else:
+            parts = [p.strip() for p in str(item).split(":")]
+            if len(parts) > 3 or not parts[0]:
+                raise ValueError(f"--reward.functions {item!r}: expected name[:weight[:on_error]]")
+            try:
+                weight = float(parts[1]) if len(parts) > 1 and parts[1] else 1.0
+            except ValueError:
+                raise ValueError(f"--reward.functions {item!r}: weight {parts[1]!r} is not a number") from None
+            spec = TermSpec(parts[0], weight, parts[2] if len(parts) > 2 else default_policy)
+        if spec.on_error not in POLICIES:
+            raise ValueError(f"--reward.functions {spec.name}: on_error {spec.on_error!r} is not one of {', '.join(POLICIES)}")
+        terms.append(spec)
+    names = [t.name for t in terms]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"--reward.functions names {', '.join(duplicates)} more than once")
+    return terms
+
+
+def call_reward(function: Any, queries: list[str], prompts: list[str], labels: list[Any], source: str,
+                **columns: Any) -> RewardOutput:
+    """Call any supported reward function shape and normalise its result."""
+    parameters = inspect.signature(function).parameters
+    if getattr(function, "per_sample", False):
+        results = [_run(function(q, p, label, **{k: v[i] for k, v in columns.items()}))
+                   for i, (q, p, label) in enumerate(zip(queries, prompts, labels))]
+        return normalize_reward_output(_merge(results), len(queries), source)
+    if "completions" in parameters:  # TRL's convention
+        completions = [q[len(p):] for q, p in zip(queries, prompts)]
+        result = _run(function(prompts=prompts, completions=completions, labels=labels, **columns))
+    else:
+        result = _run(function(queries, prompts, labels, **columns))
+    return normalize_reward_output(result, len(queries), source)
+
+
+def _run(value: Any) -> Any:
+    return asyncio.run(value) if inspect.isawaitable(value) else value
+
+
+def _merge(results: list[Any]) -> dict[str, Any]:
+    """Per-sample results (a number or a dict) -> one batched dict."""
+    rewards, scores, extra = [], [], {}
+    for result in results:
+        if isinstance(result, dict):
+            rewards.append(float(result["rewards"] if "rewards" in result else result["reward"]))
+            scores.append(float(result.get("scores", result.get("score", rewards[-1]))))
+            for key, value in (result.get("extra_logs") or {}).items():
+                extra.setdefault(key, []).append(float(value))
+        else:
+            rewards.append(float(result))
+            scores.append(rewards[-1])
+    return {"rewards": rewards, "scores": scores, "extra_logs": extra}
+
+
+@dataclass
+class CompositeOutput:
+    rewards: list[float]
+    scores: list[float]
+    skipped: set[int] = field(default_factory=set)  # sample indices whose groups must be left out
+    logs: dict[str, float] = field(default_factory=dict)
+
+
+class CompositeReward:
+    """Σ weight·term over the configured terms; ``score_term`` picks the scores used for filtering."""
+
+    def __init__(self, terms: list[tuple[TermSpec, Callable[..., RewardOutput]]], score_term: str | None = None) -> None:
+        if score_term is not None and score_term not in [spec.name for spec, _ in terms]:
+            raise ValueError(f"--reward.score_term {score_term!r} is not one of the reward terms "
+                             f"({', '.join(spec.name for spec, _ in terms)})")
+        self.terms, self.score_term = terms, score_term
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> CompositeOutput:
+        count = len(queries)
+        total = [0.0] * count
+        scores: list[float] | None = None
+        out = CompositeOutput(total, [0.0] * count)
+        for spec, term in self.terms:
+            try:
+                result = term(queries, prompts, labels, **columns)
+            except Exception as exc:  # noqa: BLE001 - a term's own failure, handled by its policy
+                if spec.on_error == "raise":
+                    raise RuntimeError(f"reward term {spec.name!r} failed: {type(exc).__name__}: {exc}") from exc
+                log.warning("reward term %r failed on a batch (%s: %s); retrying sample by sample, policy %s",
+                            spec.name, type(exc).__name__, exc, spec.on_error)
+                result = self._per_sample(spec, term, queries, prompts, labels, columns, out)
+            for i, value in enumerate(result.rewards):
+                total[i] += spec.weight * value
+            out.logs[f"reward/{spec.name}"] = sum(result.rewards) / max(count, 1)
+            for key, value in result.extra_logs.items():
+                out.logs[f"reward/{spec.name}/{key}"] = value
+            if spec.name == self.score_term:
+                scores = list(result.scores)
+        out.scores = scores if scores is not None else list(total)
+        return out
+
+    @staticmethod
+    def _per_sample(spec: TermSpec, term: Callable[..., RewardOutput], queries: list[str], prompts: list[str],
+                    labels: list[Any], columns: dict[str, Any], out: CompositeOutput) -> RewardOutput:
+        """Isolate the failing samples: each that fails again gets 0 (and, for skip-sample, is left out)."""
+        rewards, scores = [], []
+        failures = 0
+        for i in range(len(queries)):
+            try:
+                single = term([queries[i]], [prompts[i]], [labels[i]], **{k: [v[i]] for k, v in columns.items()})
+                rewards.append(single.rewards[0])
+                scores.append(single.scores[0])
+            except Exception:  # noqa: BLE001 - counted and handled by the policy
+                failures += 1
+                rewards.append(0.0)
+                scores.append(0.0)
+                if spec.on_error == "skip-sample":
+                    out.skipped.add(i)
+        out.logs[f"reward_failures/{spec.name}"] = float(failures)
+        return RewardOutput(rewards, scores)
