@@ -46,11 +46,11 @@ def test_adapter_accepts_every_shape() -> None:
     assert call_reward(async_reward, QUERIES, PROMPTS, LABELS, source="a").rewards == [1.0, 1.0, 1.0]
     assert call_reward(trl_style, QUERIES, PROMPTS, LABELS, source="t").rewards == [10.0, 20.0, 30.0]
     with pytest.raises(ValueError, match="returned 2 rewards for 3 samples"):
-        call_reward(lambda q, p, l: [1.0, 2.0], QUERIES, PROMPTS, LABELS, source="short")
+        call_reward(lambda q, p, labels: [1.0, 2.0], QUERIES, PROMPTS, LABELS, source="short")
 
 
 def term(function):
-    return lambda q, p, l, **c: call_reward(function, q, p, l, source="t", **c)
+    return lambda q, p, labels, **c: call_reward(function, q, p, labels, source="t", **c)
 
 
 def test_weighted_sum_logs_each_term_and_scores_from_a_named_term() -> None:
@@ -85,5 +85,5 @@ def test_failure_policies_isolate_the_failing_sample(policy: str) -> None:
 
 
 def test_a_reward_output_passes_through() -> None:
-    out = call_reward(lambda q, p, l: RewardOutput([1.0] * len(q), [0.0] * len(q)), QUERIES, PROMPTS, LABELS, source="x")
+    out = call_reward(lambda q, p, labels: RewardOutput([1.0] * len(q), [0.0] * len(q)), QUERIES, PROMPTS, LABELS, source="x")
     assert out.rewards == [1.0, 1.0, 1.0] and out.scores == [0.0, 0.0, 0.0]

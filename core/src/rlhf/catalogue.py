@@ -27,4 +27,8 @@ FIRST_PARTY_PROVIDERS: dict[tuple[K, str], str] = {
     (K.PRESET, "dapo"): "rlhf-plugin-dapo",
     (K.PRESET, "gspo"): "rlhf-plugin-gspo",
     (K.PRESET, "reinforce_pp"): "rlhf-plugin-reinforce",
+    (K.REWARD_FUNCTION, "math_answer"): "rlhf-plugin-math",
+    (K.REWARD_FUNCTION, "format"): "rlhf-plugin-format",
+    (K.REWARD_SHAPER, "overlong_penalty"): "rlhf-plugin-length-penalties",
+    (K.REWARD_SHAPER, "stop_properly_penalty"): "rlhf-plugin-length-penalties",
 }

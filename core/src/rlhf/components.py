@@ -132,8 +132,16 @@ class RewardFunction(Protocol):
 
 @runtime_checkable
 class RewardShaper(Protocol):
-    """A shaping rule applied in configured order to scalar rewards, once per rollout batch,
-    in the controller: ``(B,)`` rewards plus per-sample info -> ``(B,)`` rewards."""
+    """A shaping rule on scalar rewards, in the controller, once per rollout batch, after
+    filtering and before the estimator's group step: ``(B,)`` -> ``(B,)``.
+
+    Every registered shaper is built for the run; those with ``active`` true (usually set
+    from their own flags) run in ascending ``order``. ``info`` holds ``response_lengths``
+    ``(B,)`` and ``truncated`` ``(B,)`` (finish reason ``length``).
+    """
+
+    active: bool
+    order: ClassVar[int]
 
     def apply(self, rewards: torch.Tensor, info: dict[str, Any]) -> torch.Tensor: ...
 

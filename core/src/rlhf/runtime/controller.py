@@ -67,6 +67,8 @@ class PPOController:
         self.executor = build(registry.get(K.AGENT_EXECUTOR, "single_turn"), config)
         self.reward = self._reward_terms(config, registry)
         self.kl = KLController(config.algo.kl.init_coef, config.algo.kl.target, config.algo.kl.horizon)
+        shapers = [build(reg.load(), config) for reg in registry.registrations(K.REWARD_SHAPER)]
+        self.shapers = sorted((s for s in shapers if s.active), key=lambda s: s.order)
         self.sample_filter = None
         if config.algo.dynamic_filtering_enable:
             self.sample_filter = build(registry.get(K.SAMPLE_FILTER, "dynamic_filtering", flag="--algo.dynamic_filtering_enable"), config)
@@ -222,6 +224,20 @@ class PPOController:
             sample.reward, sample.score = float(reward), float(score)
         return out.logs, {samples[i].group for i in out.skipped}
 
+    def _shape(self, samples: list[Sample]) -> None:
+        """Active shaping rules, in their order, on the scalar rewards (before the group step)."""
+        if not self.shapers:
+            return
+        import torch
+
+        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+        info = {"response_lengths": torch.tensor([len(s.response_ids) for s in samples]),
+                "truncated": torch.tensor([s.finish_reason == "length" for s in samples])}
+        for shaper in self.shapers:
+            rewards = shaper.apply(rewards, info)
+        for sample, reward in zip(samples, rewards.tolist()):
+            sample.reward = reward
+
     def _rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float]) -> tuple[list[Sample], dict[str, float]]:
         """Generate and reward; with a sample filter, rejected groups are replaced one prompt each.
 
@@ -273,6 +289,7 @@ class PPOController:
             metrics["timing/step_total"] = time.perf_counter() - start
             return metrics
         with timed(metrics, "timing/make_experience"):
+            self._shape(samples)
             payload = {"prompt_ids": [s.prompt_ids for s in samples], "response_ids": [s.response_ids for s in samples]}
             parts = _split_payload(payload)
             kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
