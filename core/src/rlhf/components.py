@@ -7,7 +7,8 @@ samples of one prompt adjacent). Tensors are ``torch.Tensor``; modules defining
 components import torch inside methods or under ``TYPE_CHECKING`` only.
 
 The runtime builds a selected component class with :func:`build`: through its
-``from_config(config)`` classmethod when it defines one, else with no arguments.
+``from_config(config)`` classmethod when it defines one, else with no arguments;
+a registered function or instance is used as it is.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ if TYPE_CHECKING:
     from rlhf.plugins import PluginHost
 
 
-def build(component_class: Any, config: Any) -> Any:
-    """Instantiate a registered component class for a run."""
-    from_config = getattr(component_class, "from_config", None)
-    return from_config(config) if from_config is not None else component_class()
+def build(component: Any, config: Any) -> Any:
+    """Instantiate a registered component class for a run; a registered function or instance is used as is."""
+    if not isinstance(component, type):
+        return component
+    from_config = getattr(component, "from_config", None)
+    return from_config(config) if from_config is not None else component()
 
 
 @runtime_checkable

@@ -316,7 +316,7 @@ class PPOController:
                 metrics.update(_mean_dicts(ray.get(critic_pending, timeout=TIMEOUT_S)))
         with timed(metrics, "timing/broadcast"):
             self.sync_weights()
-        metrics.update(actor_metrics, **adv_metrics, **{f"reward/{k}": v for k, v in extra.items()})
+        metrics.update(actor_metrics, **adv_metrics, **extra)
         metrics["reward"] = sum(s.reward for s in samples) / len(samples)
         metrics["score"] = sum(s.score for s in samples) / len(samples)
         metrics["response_length"] = sum(len(s.response_ids) for s in samples) / len(samples)

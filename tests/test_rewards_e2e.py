@@ -1,0 +1,71 @@
+"""Composed rewards in the tiny CPU loop: a pip-installed third-party pack next to first-party packs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from rlhf_test_support import PRIVATE, base_flags
+
+from rlhf.cli.main import main
+from rlhf.runtime.tracking import read_metrics
+
+pytestmark = pytest.mark.slow
+
+
+def test_third_party_pack_trains_composed_with_first_party_rewards(third_party_site: Path, task_files,
+                                                                  tiny_causal_lm_path: Path, tmp_path: Path) -> None:
+    flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=2),
+             "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16",
+             "--algo.kl.init_coef", "0",
+             "--reward.functions", "echo_length:0.01,math_answer:1.0,format:0.1:zero", "--reward.score_term", "math_answer",
+             "--echo.scale", "0.5", "--reward.overlong_buffer_len", "2", "--reward.stop_properly_penalty_coef", "0.5"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(third_party_site), str(PRIVATE)]), "RLHF_NO_PROGRESS": "1",
+           "RAY_ADDRESS": ""}
+    result = subprocess.run([sys.executable, "-m", "rlhf", "train", "ppo", *flags], capture_output=True, text=True,
+                            timeout=900, env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    metrics = read_metrics(tmp_path / "out")
+    assert [m["step"] for m in metrics] == [1, 2]
+    for key in ("reward/echo_length", "reward/math_answer", "reward/format", "policy_loss"):
+        assert all(key in m for m in metrics), key
+    config = yaml.safe_load((tmp_path / "out" / "rlhf_config.yaml").read_text())
+    assert {"echo", "math", "format", "length-penalties"} <= {p["name"] for p in config["plugin_set"]}
+    assert config["plugins"]["echo"]["scale"] == 0.5
+
+
+BROKEN_TERM = '''
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+def crashes_on_sevens(queries, prompts, labels, **kwargs):
+    if any("7" in str(label) for label in labels):
+        raise ValueError("cannot handle sevens")
+    return [1.0] * len(queries)
+
+
+@rlhf.hookimpl
+def rlhf_register_reward_functions(register):
+    register("crashes_on_sevens", crashes_on_sevens)
+'''
+
+
+def test_a_broken_term_does_not_stop_the_run(ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    plugin = tmp_path / "broken_term.py"
+    plugin.write_text(BROKEN_TERM)
+    argv = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=2), "--plugins", str(plugin),
+            "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
+            "--algo.kl.init_coef", "0", "--reward.functions", "crashes_on_sevens:1.0:skip-sample,math_answer:1.0"]
+    labels = [json.loads(line)["label"] for line in task_files["prompts"].read_text().splitlines()]
+    assert any("7" in label for label in labels[:8])
+    assert main(["train", "ppo", *argv]) == 0
+    metrics = read_metrics(tmp_path / "out")
+    assert sum(m.get("reward_failures/crashes_on_sevens", 0.0) for m in metrics) > 0
+    assert sum(m.get("reward_skipped_groups", 0.0) for m in metrics) > 0
