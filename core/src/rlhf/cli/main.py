@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rlhf.cli.demo_cmd import add_demo_parser
 
     add_demo_parser(sub)
+    from rlhf.serving.reward_server import add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 
@@ -81,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
             from rlhf.cli.plugins_cmd import show_plugins
 
             return show_plugins(host, as_json=args.json, kind=args.kind)
+        if args.command == "serve":
+            if extra:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            from rlhf.serving.reward_server import serve
+
+            return serve(host, args)
         if args.command == "demo":
             if extra:
                 parser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -90,11 +90,15 @@ class PPOController:
             terms.append((spec, functools.partial(call_reward, function, source=f"reward function {spec.name!r}")))
         remote = config.reward.remote_url
         if remote:
-            if not remote.endswith(".py"):
-                raise ConfigError(f"--reward.remote_url {remote}: only reward_func .py files are supported by this build")
-            function = build(registry.get(K.REWARD_FUNCTION, "reward_func_file", flag="--reward.remote_url"), config)
-            terms.append((TermSpec("reward_func_file", 1.0, config.reward.on_error),
-                          functools.partial(call_reward, function, source=f"reward_func in {remote}")))
+            if remote.endswith(".py"):
+                name = "reward_func_file"
+            elif remote.startswith(("http://", "https://")):
+                name = "remote_http"
+            else:
+                raise ConfigError(f"--reward.remote_url {remote}: give a reward_func .py file or http(s) URL(s)")
+            function = build(registry.get(K.REWARD_FUNCTION, name, flag="--reward.remote_url"), config)
+            terms.append((TermSpec(name, 1.0, config.reward.on_error),
+                          functools.partial(call_reward, function, source=f"--reward.remote_url {remote}")))
         self.uses_reward_model = bool(config.reward.model_name_or_path) and not remote
         if self.uses_reward_model:
             terms.append((TermSpec("reward_model", 1.0, config.reward.on_error), self._reward_model_term))

@@ -33,11 +33,16 @@ def extract_answer(response: str) -> str | None:
 
 
 def equivalent(answer: str, label: str) -> bool:
+    import threading
+
     from math_verify import parse, verify
 
-    gold = parse(f"${label}$")
-    guess = parse(f"${answer}$")
-    return bool(gold) and bool(guess) and bool(verify(gold, guess))
+    # math-verify's own timeouts use signal.alarm, which only works in the main thread
+    # (a reward server answers from worker threads): there, run without them
+    timeout: int | None = 5 if threading.current_thread() is threading.main_thread() else None
+    gold = parse(f"${label}$", parsing_timeout=timeout)
+    guess = parse(f"${answer}$", parsing_timeout=timeout)
+    return bool(gold) and bool(guess) and bool(verify(gold, guess, timeout_seconds=timeout))
 
 
 class MathAnswer:

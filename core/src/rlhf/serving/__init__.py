@@ -1,0 +1,1 @@
+"""HTTP services: ``rlhf serve reward``."""
