@@ -69,3 +69,23 @@ def test_a_broken_term_does_not_stop_the_run(ray_cluster, task_files, tiny_causa
     metrics = read_metrics(tmp_path / "out")
     assert sum(m.get("reward_failures/crashes_on_sevens", 0.0) for m in metrics) > 0
     assert sum(m.get("reward_skipped_groups", 0.0) for m in metrics) > 0
+
+
+def test_two_reward_models_are_summed_and_normalised(ray_cluster, task_files, tiny_causal_lm_path, tiny_reward_model_path,
+                                                     tmp_path) -> None:
+    import shutil
+
+    paths = []
+    for name, mean, std in (("rm_a", 0.0, 1.0), ("rm_b", 1.0, 2.0)):  # same weights, different stored statistics
+        target = tmp_path / name
+        shutil.copytree(tiny_reward_model_path, target)
+        config = json.loads((target / "config.json").read_text())
+        (target / "config.json").write_text(json.dumps({**config, "mean": mean, "std": std}))
+        paths.append(str(target))
+    argv = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=1), "--algo.kl.init_coef", "0",
+            "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
+            "--reward.model_name_or_path", ",".join(paths), "--reward.normalize_enable"]
+    assert main(["train", "ppo", *argv]) == 0
+    (metrics,) = read_metrics(tmp_path / "out")
+    assert metrics["reward/reward_model_1"] == pytest.approx((metrics["reward/reward_model_0"] - 1.0) / 2.0, abs=1e-5)
+    assert metrics["reward"] == pytest.approx(metrics["reward/reward_model_0"] + metrics["reward/reward_model_1"], abs=1e-5)

@@ -99,9 +99,11 @@ class PPOController:
             function = build(registry.get(K.REWARD_FUNCTION, name, flag="--reward.remote_url"), config)
             terms.append((TermSpec(name, 1.0, config.reward.on_error),
                           functools.partial(call_reward, function, source=f"--reward.remote_url {remote}")))
-        self.uses_reward_model = bool(config.reward.model_name_or_path) and not remote
-        if self.uses_reward_model:
-            terms.append((TermSpec("reward_model", 1.0, config.reward.on_error), self._reward_model_term))
+        # several reward models (--reward.model_name_or_path a,b) are summed, one term each
+        self.reward_model_paths = [] if remote else [p for p in (config.reward.model_name_or_path or "").split(",") if p]
+        for index, _ in enumerate(self.reward_model_paths):
+            name = "reward_model" if len(self.reward_model_paths) == 1 else f"reward_model_{index}"
+            terms.append((TermSpec(name, 1.0, config.reward.on_error), functools.partial(self._reward_model_term, index)))
         if not terms:
             raise ConfigError("no reward source: set --reward.functions, --reward.remote_url (a reward_func .py file) "
                               "or --reward.model_name_or_path")
@@ -110,11 +112,11 @@ class PPOController:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
-    def _reward_model_term(self, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> Any:
+    def _reward_model_term(self, index: int, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> Any:
         from rlhf.reward_output import RewardOutput
 
         rows = [{"prompt_ids": p, "response_ids": r} for p, r in zip(columns["prompt_ids"], columns["response_ids"])]
-        rewards = self.reward_model.call_split("rewards", rows)
+        rewards = self.reward_models[index].call_split("rewards", rows)
         return RewardOutput(rewards, list(rewards))
 
     def _setup(self) -> None:
@@ -152,17 +154,18 @@ class PPOController:
         self.engines = RolloutEngines(cfg, actor_path)
         self.actor = WorkerGroup(PolicyWorker, "actor", ranks(cfg.actor), dumped, num_gpus=gpus)
         pending = self.actor.setup_async(training_steps)
-        self.ref = self.critic = self.reward_model = None
+        self.ref = self.critic = None
+        self.reward_models: list[WorkerGroup] = []
         if cfg.algo.kl.init_coef > 0:
             self.ref = WorkerGroup(ReferenceWorker, "ref", ranks(cfg.ref), dumped, num_gpus=gpus)
             pending += self.ref.setup_async()
         if self.estimator.needs_critic:
             self.critic = WorkerGroup(CriticWorker, "critic", ranks(cfg.critic), dumped, num_gpus=gpus)
             pending += self.critic.setup_async(training_steps)
-        if self.uses_reward_model:
-            self.reward_model = WorkerGroup(RewardModelWorker, "reward", ranks(cfg.reward), dumped, num_gpus=gpus)
-            path = cfg.reward.model_name_or_path.split(",")[0]
-            pending += self.reward_model.setup_async(path)
+        for path in self.reward_model_paths:
+            group = WorkerGroup(RewardModelWorker, "reward", ranks(cfg.reward), dumped, num_gpus=gpus)
+            pending += group.setup_async(path)
+            self.reward_models.append(group)
         ray.get(pending, timeout=TIMEOUT_S)
 
     def _resume(self) -> None:

@@ -277,6 +277,13 @@ class RewardModelWorker(_ValueWorker):
         self._zero3 = zero3_context(ds_config)
         model = load_value_model(path, dtype_of(self.config), self.config.ds.attn_implementation, self.head)
         self.pad_id = model.config.pad_token_id or 0
+        # --reward.normalize_enable: (r − μ)/σ with the statistics reward-model training stored in its config
+        self.normalize = (1.0, 0.0)
+        if self.config.reward.normalize_enable:
+            mean, std = getattr(model.config, "mean", None), getattr(model.config, "std", None)
+            if mean is None or std is None:
+                raise ValueError(f"--reward.normalize_enable: {path}/config.json has no 'mean' and 'std'")
+            self.normalize = (1.0 / float(std), float(mean))
         self.engine, *_ = deepspeed.initialize(model=model, config=ds_config)
 
     def rewards(self, payload: dict[str, list]) -> list[float]:
@@ -288,7 +295,8 @@ class RewardModelWorker(_ValueWorker):
             last = batch.attention_mask.sum(dim=1) - 1
             return values.gather(1, last[:, None]).expand(-1, batch.action_mask.shape[1])
 
-        return [row[0] for row in self._per_token_rows(payload, compute)]  # every response has >= 1 token
+        scale, mean = self.normalize
+        return [(row[0] - mean) * scale for row in self._per_token_rows(payload, compute)]  # every response has >= 1 token
 
 
 class CriticWorker(_ValueWorker):
