@@ -30,6 +30,7 @@ FIRST_PARTY_PROVIDERS: dict[tuple[K, str], str] = {
     (K.REWARD_FUNCTION, "math_answer"): "rlhf-plugin-math",
     (K.REWARD_FUNCTION, "format"): "rlhf-plugin-format",
     (K.REWARD_FUNCTION, "remote_http"): "rlhf-plugin-remote",
+    (K.REWARD_FUNCTION, "code_tests"): "rlhf-plugin-code",
     (K.REWARD_SHAPER, "overlong_penalty"): "rlhf-plugin-length-penalties",
     (K.REWARD_SHAPER, "stop_properly_penalty"): "rlhf-plugin-length-penalties",
 }
