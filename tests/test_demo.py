@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -32,7 +33,7 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     env = {**os.environ, "RLHF_NO_PROGRESS": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "rlhf", "demo", "--rl-steps", "15", "--run-dir", str(tmp_path), "--sft-target", "0.1",
-         "--engine", "hf"],
+         "--engine", "hf", "--rewards", "math+format"],
         capture_output=True, text=True, timeout=900, env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -40,4 +41,6 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     run = tmp_path / "seed0"
     assert (run / "reward_curve.png").stat().st_size > 10_000
     assert (run / "rl" / "model.safetensors").is_file() and (run / "sft" / "model.safetensors").is_file()
-    assert len((run / "rl" / "metrics.jsonl").read_text().splitlines()) == 15
+    rows = [json.loads(line) for line in (run / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 15
+    assert all("reward/math_answer" in r and "reward/format" in r for r in rows)  # the packs composed

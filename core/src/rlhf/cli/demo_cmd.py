@@ -15,6 +15,8 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--rl-steps", type=int, default=500, help="GRPO steps (32 prompts x 8 samples each)")
     demo.add_argument("--engine", choices=("vllm", "hf"), default="vllm", help="rollout engine")
     demo.add_argument("--sft-target", type=float, default=0.3, help="stop SFT at this held-out greedy accuracy")
+    demo.add_argument("--rewards", choices=("exact", "math+format"), default="exact",
+                      help="exact-match reward file, or the math and format packs composed")
 
 
 def run_demo_command(host: PluginHost, args: argparse.Namespace) -> int:
@@ -22,7 +24,7 @@ def run_demo_command(host: PluginHost, args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir) / f"seed{args.seed}"
     result = run_demo(run_dir, seed=args.seed, rl_steps=args.rl_steps, engine=args.engine,
-                      sft_target=args.sft_target, plugins=host)
+                      sft_target=args.sft_target, plugins=host, rewards=args.rewards)
     plot_rewards(run_dir, run_dir / "reward_curve.png")
     report(result)
     return 0

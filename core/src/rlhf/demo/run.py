@@ -27,13 +27,21 @@ class DemoResult:
     run_dir: Path
 
 
-def rl_arguments(run_dir: Path, model_dir: Path, steps: int, seed: int, engine: str) -> list[str]:
-    """The ``rlhf train ppo`` flags of the demo's GRPO run (printed so users can reuse them)."""
+#: ``--rewards`` choices: the exact-match reward file, or first-party packs composed
+REWARD_FLAGS = {
+    "exact": lambda run_dir: ["--reward.remote_url", str(run_dir / "reward.py")],
+    "math+format": lambda run_dir: ["--reward.functions", "math_answer:1.0,format:0.1:zero",
+                                    "--reward.score_term", "math_answer", "--format.pattern", r"\s*\d+\s*"],
+}
+
+
+def rl_arguments(run_dir: Path, model_dir: Path, steps: int, seed: int, engine: str, rewards: str = "exact") -> list[str]:
+    """The ``rlhf train ppo`` flags of the demo's GRPO run."""
     prompts_per_step, samples = 32, 8
     return [
         "--actor.model_name_or_path", str(model_dir),
         "--data.prompt_dataset", str(run_dir / "prompts.jsonl"), "--data.label_key", "label",
-        "--reward.remote_url", str(run_dir / "reward.py"),
+        *REWARD_FLAGS[rewards](run_dir),
         "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
         "--rollout.n_samples_per_prompt", str(samples), "--rollout.batch_size", str(prompts_per_step),
         "--rollout.max_new_tokens", "5", "--rollout.temperature", "1.0", "--rollout.micro_batch_size", "256",
@@ -45,7 +53,8 @@ def rl_arguments(run_dir: Path, model_dir: Path, steps: int, seed: int, engine: 
     ]
 
 
-def run_demo(run_dir: Path, *, seed: int, rl_steps: int, engine: str, sft_target: float, plugins: Any) -> DemoResult:
+def run_demo(run_dir: Path, *, seed: int, rl_steps: int, engine: str, sft_target: float, plugins: Any,
+             rewards: str = "exact") -> DemoResult:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -70,7 +79,7 @@ def run_demo(run_dir: Path, *, seed: int, rl_steps: int, engine: str, sft_target
     (run_dir / "reward.py").write_text(task.REWARD_FILE)
     trainer_class = plugins.registry.get(ComponentKind.TRAINER, "ppo")
     config, _ = ConfigParser(trainer_class.config_class, plugins, prog="rlhf demo").parse(
-        rl_arguments(run_dir, sft_dir, rl_steps, seed, engine)
+        rl_arguments(run_dir, sft_dir, rl_steps, seed, engine, rewards)
     )
     config = trainer_class.prepare_config(config, plugins)
     config.plugin_set = plugins.resolved()

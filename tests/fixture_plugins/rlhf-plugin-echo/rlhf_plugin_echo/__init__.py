@@ -7,7 +7,7 @@ rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
 
 @rlhf.hookimpl
 def rlhf_register_reward_functions(register):
-    register("echo_length", "rlhf_plugin_echo.rewards:echo_length", description="reward = response length / 100")
+    register("echo_length", "rlhf_plugin_echo.rewards:EchoLength", description="reward = scale x response length")
 
 
 @rlhf.hookimpl
