@@ -31,5 +31,5 @@ def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, tmp_path: 
         entry_points = next(n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt"))
         requires = [line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
         groups = archive.read(entry_points).decode()
-    assert requires == ["Requires-Dist: rlhf-core<0.2,>=0.1"]
+    assert "Requires-Dist: rlhf-core<0.2,>=0.1" in requires  # every plugin targets the core with a range
     assert f"[rlhf.{plugin_dir.parent.name}]\n{plugin_dir.name} = " in groups

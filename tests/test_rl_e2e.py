@@ -50,7 +50,7 @@ def test_grpo_with_a_reward_file(engine, ray_cluster, task_files, tiny_causal_lm
     flags += ["--ckpt.save_steps", "2", "--logger.tensorboard_dir", str(tmp_path / "tb"),
               "--eval.dataset", str(task_files["prompts"]), "--eval.steps", "2", "--eval.n_samples_per_prompt", "2"]
     assert main(["train", "ppo", *flags, *grpo_flags(task_files["reward"])]) == 0
-    metrics = assert_run_outputs(tmp_path, tiny_causal_lm_path, 4, ("group_reward_std", "reward/digit_share", "policy_loss"))
+    metrics = assert_run_outputs(tmp_path, tiny_causal_lm_path, 4, ("group_reward_std", "reward/reward_func_file/digit_share", "policy_loss"))
     assert "critic_loss" not in metrics[0] and "kl" not in metrics[0]  # no critic, no reference
     assert [("eval/pass1" in m, "eval/pass2" in m) for m in metrics] == [(False, False), (True, True)] * 2
     assert 0.0 <= metrics[1]["eval/pass1"] <= metrics[1]["eval/pass2"] <= 1.0
