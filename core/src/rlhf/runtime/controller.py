@@ -6,7 +6,6 @@ generate (agent executor) → reward → experience (old/ref log-probs, values, 
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import time
@@ -19,6 +18,7 @@ from rlhf.config.base import ConfigError
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime import checkpoint
 from rlhf.runtime.batch import Sample
+from rlhf.runtime.rewarding import RewardStage
 
 log = logging.getLogger("rlhf.runtime")
 
@@ -65,59 +65,14 @@ class PPOController:
         registry = plugins.registry
         self.estimator = build(registry.get(K.ADVANTAGE_ESTIMATOR, config.algo.advantage.estimator), config)
         self.executor = build(registry.get(K.AGENT_EXECUTOR, "single_turn"), config)
-        self.reward = self._reward_terms(config, registry)
+        self.rewards = RewardStage(config, registry)
         self.kl = KLController(config.algo.kl.init_coef, config.algo.kl.target, config.algo.kl.horizon)
-        shapers = [build(reg.load(), config) for reg in registry.registrations(K.REWARD_SHAPER)]
-        self.shapers = sorted((s for s in shapers if s.active), key=lambda s: s.order)
         self.sample_filter = None
         if config.algo.dynamic_filtering_enable:
             self.sample_filter = build(registry.get(K.SAMPLE_FILTER, "dynamic_filtering", flag="--algo.dynamic_filtering_enable"), config)
         self.step = 0
 
     # ----------------------------------------------------------------- set-up
-
-    def _reward_terms(self, config: Any, registry: Any) -> Any:
-        """The composite reward: ``--reward.functions`` terms, the ``--reward.remote_url`` file, the reward model."""
-        from rlhf.reward_terms import CompositeReward, TermSpec, call_reward, parse_terms
-
-        try:
-            specs = parse_terms(config.reward.functions, config.reward.on_error)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        terms: list[tuple[TermSpec, Any]] = []
-        for spec in specs:
-            function = build(registry.get(K.REWARD_FUNCTION, spec.name, flag="--reward.functions"), config)
-            terms.append((spec, functools.partial(call_reward, function, source=f"reward function {spec.name!r}")))
-        remote = config.reward.remote_url
-        if remote:
-            if remote.endswith(".py"):
-                name = "reward_func_file"
-            elif remote.startswith(("http://", "https://")):
-                name = "remote_http"
-            else:
-                raise ConfigError(f"--reward.remote_url {remote}: give a reward_func .py file or http(s) URL(s)")
-            function = build(registry.get(K.REWARD_FUNCTION, name, flag="--reward.remote_url"), config)
-            terms.append((TermSpec(name, 1.0, config.reward.on_error),
-                          functools.partial(call_reward, function, source=f"--reward.remote_url {remote}")))
-        # several reward models (--reward.model_name_or_path a,b) are summed, one term each
-        self.reward_model_paths = [] if remote else [p for p in (config.reward.model_name_or_path or "").split(",") if p]
-        for index, _ in enumerate(self.reward_model_paths):
-            name = "reward_model" if len(self.reward_model_paths) == 1 else f"reward_model_{index}"
-            terms.append((TermSpec(name, 1.0, config.reward.on_error), functools.partial(self._reward_model_term, index)))
-        if not terms:
-            raise ConfigError("no reward source: set --reward.functions, --reward.remote_url (a reward_func .py file) "
-                              "or --reward.model_name_or_path")
-        try:
-            return CompositeReward(terms, config.reward.score_term)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-
-    def _reward_model_term(self, index: int, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> Any:
-        from rlhf.reward_output import RewardOutput
-
-        rows = [{"prompt_ids": p, "response_ids": r} for p, r in zip(columns["prompt_ids"], columns["response_ids"])]
-        rewards = self.reward_models[index].call_split("rewards", rows)
-        return RewardOutput(rewards, list(rewards))
 
     def _setup(self) -> None:
         import ray
@@ -155,17 +110,16 @@ class PPOController:
         self.actor = WorkerGroup(PolicyWorker, "actor", ranks(cfg.actor), dumped, num_gpus=gpus)
         pending = self.actor.setup_async(training_steps)
         self.ref = self.critic = None
-        self.reward_models: list[WorkerGroup] = []
         if cfg.algo.kl.init_coef > 0:
             self.ref = WorkerGroup(ReferenceWorker, "ref", ranks(cfg.ref), dumped, num_gpus=gpus)
             pending += self.ref.setup_async()
         if self.estimator.needs_critic:
             self.critic = WorkerGroup(CriticWorker, "critic", ranks(cfg.critic), dumped, num_gpus=gpus)
             pending += self.critic.setup_async(training_steps)
-        for path in self.reward_model_paths:
+        for path in self.rewards.reward_model_paths:
             group = WorkerGroup(RewardModelWorker, "reward", ranks(cfg.reward), dumped, num_gpus=gpus)
             pending += group.setup_async(path)
-            self.reward_models.append(group)
+            self.rewards.reward_models.append(group)
         ray.get(pending, timeout=TIMEOUT_S)
 
     def _resume(self) -> None:
@@ -217,34 +171,6 @@ class PPOController:
             ))
         return samples
 
-    def _reward(self, samples: list[Sample]) -> tuple[dict[str, float], set[int]]:
-        """Reward every sample; returns the per-term logs and the groups a ``skip-sample`` term left out.
-
-        Reward functions get OpenRLHF's arguments plus ``prompt_ids``, ``response_ids`` and
-        ``finish_reasons`` keyword columns."""
-        out = self.reward(
-            [s.prompt + s.response for s in samples], [s.prompt for s in samples], [s.label for s in samples],
-            prompt_ids=[s.prompt_ids for s in samples], response_ids=[s.response_ids for s in samples],
-            finish_reasons=[s.finish_reason for s in samples],
-        )
-        for sample, reward, score in zip(samples, out.rewards, out.scores):
-            sample.reward, sample.score = float(reward), float(score)
-        return out.logs, {samples[i].group for i in out.skipped}
-
-    def _shape(self, samples: list[Sample]) -> None:
-        """Active shaping rules, in their order, on the scalar rewards (before the group step)."""
-        if not self.shapers:
-            return
-        import torch
-
-        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-        info = {"response_lengths": torch.tensor([len(s.response_ids) for s in samples]),
-                "truncated": torch.tensor([s.finish_reason == "length" for s in samples])}
-        for shaper in self.shapers:
-            rewards = shaper.apply(rewards, info)
-        for sample, reward in zip(samples, rewards.tolist()):
-            sample.reward = reward
-
     def _rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float]) -> tuple[list[Sample], dict[str, float]]:
         """Generate and reward; with a sample filter, rejected groups are replaced one prompt each.
 
@@ -262,7 +188,7 @@ class PPOController:
             with timed(metrics, "timing/generation"):
                 samples = self._generate(prompts, n, cfg.rollout.temperature, seed)
             with timed(metrics, "timing/make_experience"):
-                extra, skipped_groups = self._reward(samples)
+                extra, skipped_groups = self.rewards.reward(samples)
             if skipped_groups:
                 metrics["reward_skipped_groups"] = metrics.get("reward_skipped_groups", 0.0) + len(skipped_groups)
                 samples = [s for s in samples if s.group not in skipped_groups]
@@ -296,7 +222,7 @@ class PPOController:
             metrics["timing/step_total"] = time.perf_counter() - start
             return metrics
         with timed(metrics, "timing/make_experience"):
-            self._shape(samples)
+            self.rewards.shape(samples)
             payload = {"prompt_ids": [s.prompt_ids for s in samples], "response_ids": [s.response_ids for s in samples]}
             parts = _split_payload(payload)
             kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
@@ -339,7 +265,7 @@ class PPOController:
 
         n = self.config.eval.n_samples_per_prompt
         samples = self._generate(self.eval_prompts, n, self.config.eval.temperature, seed_base=10**6 + self.step)
-        self._reward(samples)  # a skip-sample failure still yields a 0 score here
+        self.rewards.reward(samples)  # a skip-sample failure still yields a 0 score here
         scores = torch.tensor([s.score for s in samples]).view(-1, n)
         return {"eval/reward": float(torch.tensor([s.reward for s in samples]).mean()),
                 "eval/pass1": float((scores > 0).float().mean()), f"eval/pass{n}": float((scores > 0).any(dim=1).float().mean())}

@@ -1,0 +1,96 @@
+"""The reward stage of the controller: composite reward terms, then shaping rules.
+
+Runs in the controller, once per generated batch (``reward``) and once per rollout batch
+after filtering (``shape``). Reward-model terms call the reward-model worker groups the
+controller attaches to :attr:`RewardStage.reward_models`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from rlhf.components import build
+from rlhf.config.base import ConfigError
+from rlhf.registry import ComponentKind as K
+from rlhf.runtime.batch import Sample
+
+
+class RewardStage:
+    def __init__(self, config: Any, registry: Any) -> None:
+        self.reward_models: list[Any] = []  # WorkerGroups, one per path in reward_model_paths
+        self.composite = self._terms(config, registry)
+        shapers = [build(reg.load(), config) for reg in registry.registrations(K.REWARD_SHAPER)]
+        self.shapers = sorted((s for s in shapers if s.active), key=lambda s: s.order)
+
+    def _terms(self, config: Any, registry: Any) -> Any:
+        """The composite reward: ``--reward.functions`` terms, the ``--reward.remote_url`` file, the reward model."""
+        from rlhf.reward_terms import CompositeReward, TermSpec, call_reward, parse_terms
+
+        try:
+            specs = parse_terms(config.reward.functions, config.reward.on_error)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        terms: list[tuple[TermSpec, Any]] = []
+        for spec in specs:
+            function = build(registry.get(K.REWARD_FUNCTION, spec.name, flag="--reward.functions"), config)
+            terms.append((spec, functools.partial(call_reward, function, source=f"reward function {spec.name!r}")))
+        remote = config.reward.remote_url
+        if remote:
+            if remote.endswith(".py"):
+                name = "reward_func_file"
+            elif remote.startswith(("http://", "https://")):
+                name = "remote_http"
+            else:
+                raise ConfigError(f"--reward.remote_url {remote}: give a reward_func .py file or http(s) URL(s)")
+            function = build(registry.get(K.REWARD_FUNCTION, name, flag="--reward.remote_url"), config)
+            terms.append((TermSpec(name, 1.0, config.reward.on_error),
+                          functools.partial(call_reward, function, source=f"--reward.remote_url {remote}")))
+        # several reward models (--reward.model_name_or_path a,b) are summed, one term each
+        self.reward_model_paths = [] if remote else [p for p in (config.reward.model_name_or_path or "").split(",") if p]
+        for index, _ in enumerate(self.reward_model_paths):
+            name = "reward_model" if len(self.reward_model_paths) == 1 else f"reward_model_{index}"
+            terms.append((TermSpec(name, 1.0, config.reward.on_error), functools.partial(self._reward_model_term, index)))
+        if not terms:
+            raise ConfigError("no reward source: set --reward.functions, --reward.remote_url (a reward_func .py file) "
+                              "or --reward.model_name_or_path")
+        try:
+            return CompositeReward(terms, config.reward.score_term)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def _reward_model_term(self, index: int, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> Any:
+        from rlhf.reward_output import RewardOutput
+
+        rows = [{"prompt_ids": p, "response_ids": r} for p, r in zip(columns["prompt_ids"], columns["response_ids"])]
+        rewards = self.reward_models[index].call_split("rewards", rows)
+        return RewardOutput(rewards, list(rewards))
+
+    def reward(self, samples: list[Sample]) -> tuple[dict[str, float], set[int]]:
+        """Reward every sample; returns the per-term logs and the groups a ``skip-sample`` term left out.
+
+        Reward functions get OpenRLHF's arguments plus ``prompt_ids``, ``response_ids`` and
+        ``finish_reasons`` keyword columns."""
+        out = self.composite(
+            [s.prompt + s.response for s in samples], [s.prompt for s in samples], [s.label for s in samples],
+            prompt_ids=[s.prompt_ids for s in samples], response_ids=[s.response_ids for s in samples],
+            finish_reasons=[s.finish_reason for s in samples],
+        )
+        for sample, reward, score in zip(samples, out.rewards, out.scores):
+            sample.reward, sample.score = float(reward), float(score)
+        return out.logs, {samples[i].group for i in out.skipped}
+
+    def shape(self, samples: list[Sample]) -> None:
+        """Active shaping rules, in their order, on the scalar rewards (before the group step)."""
+        if not self.shapers:
+            return
+        import torch
+
+        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+        info = {"response_lengths": torch.tensor([len(s.response_ids) for s in samples]),
+                "truncated": torch.tensor([s.finish_reason == "length" for s in samples])}
+        for shaper in self.shapers:
+            rewards = shaper.apply(rewards, info)
+        for sample, reward in zip(samples, rewards.tolist()):
+            sample.reward = reward
+
