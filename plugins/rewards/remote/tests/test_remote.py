@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -12,12 +11,7 @@ from fastapi import FastAPI, Response
 from rlhf_plugin_remote.client import RemoteOptions, RemoteReward
 
 from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from rlhf.runtime.worker_group import free_port
 
 
 class LoopbackServer:

@@ -35,15 +35,18 @@ class RemoteReward:
     def __call__(self, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> dict[str, Any]:
         import httpx
 
+        from rlhf.runtime.worker_group import split_evenly
+
         first = next(self._start)
-        chunks = _split(len(queries), len(self.urls))
+        chunks = split_evenly(list(range(len(queries))), len(self.urls))
         merged: dict[str, Any] = {"rewards": [], "scores": [], "extra_logs": {}}
         with httpx.Client(timeout=self.options.timeout_s) as client:
-            for offset, (start, end) in enumerate(chunks):
-                if start == end:
+            for offset, rows in enumerate(chunks):
+                if not rows:
                     continue
                 url = self.urls[(first + offset) % len(self.urls)]
-                body = {"query": queries[start:end], "prompts": prompts[start:end], "labels": [str(x) for x in labels[start:end]]}
+                body = {"query": [queries[i] for i in rows], "prompts": [prompts[i] for i in rows],
+                        "labels": [str(labels[i]) for i in rows]}
                 answer = self._post(client, url, body)
                 rewards = answer["rewards"]
                 merged["rewards"] += rewards
@@ -69,12 +72,3 @@ class RemoteReward:
                 wait *= 2
         raise AssertionError("unreachable")
 
-
-def _split(count: int, parts: int) -> list[tuple[int, int]]:
-    size, extra = divmod(count, parts)
-    bounds, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        bounds.append((start, end))
-        start = end
-    return bounds
