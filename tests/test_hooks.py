@@ -55,6 +55,10 @@ def test_hook_rlhf_register_trainers(plugin_host, register_plugin) -> None:
     check_registration(ComponentKind.TRAINER, plugin_host, register_plugin)
 
 
+def test_hook_rlhf_register_commands(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.COMMAND, plugin_host, register_plugin)
+
+
 def test_hook_rlhf_register_reward_functions(plugin_host, register_plugin) -> None:
     check_registration(ComponentKind.REWARD_FUNCTION, plugin_host, register_plugin)
 

@@ -33,4 +33,11 @@ FIRST_PARTY_PROVIDERS: dict[tuple[K, str], str] = {
     (K.REWARD_FUNCTION, "code_tests"): "rlhf-plugin-code",
     (K.REWARD_SHAPER, "overlong_penalty"): "rlhf-plugin-length-penalties",
     (K.REWARD_SHAPER, "stop_properly_penalty"): "rlhf-plugin-length-penalties",
+    (K.TRAINER, "sft"): "rlhf-plugin-sft",
+    (K.TRAINER, "rm"): "rlhf-plugin-rm",
+    (K.TRAINER, "dpo"): "rlhf-plugin-dpo",
+    (K.TRAINER, "kto"): "rlhf-plugin-kto",
+    (K.TRAINER, "prm"): "rlhf-plugin-prm",
+    (K.TRAINER, "kd"): "rlhf-plugin-kd",
+    (K.COMMAND, "generate"): "rlhf-plugin-best-of-n",
 }

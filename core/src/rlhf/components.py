@@ -121,6 +121,21 @@ class Trainer(Protocol):
     def run(self) -> None: ...
 
 
+class Command(Protocol):
+    """A top-level ``rlhf NAME`` subcommand from a plugin (e.g. ``rlhf generate``).
+
+    ``add_arguments`` fills the subcommand's argparse parser; ``run`` executes in the CLI
+    process, once, and returns the exit status.
+    """
+
+    help: ClassVar[str]
+
+    @classmethod
+    def add_arguments(cls, parser: Any) -> None: ...
+
+    def run(self, host: PluginHost, args: Any) -> int: ...
+
+
 @runtime_checkable
 class RewardFunction(Protocol):
     """A batched reward: OpenRLHF's ``reward_func(queries, prompts, labels, **kwargs)`` contract.

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rlhf.components import (
         AdvantageEstimator,
         AgentExecutor,
+        Command,
         ModelLoader,
         OptimizerFactory,
         PolicyLoss,
@@ -152,6 +153,17 @@ def rlhf_register_presets(register: Register[dict[str, Any]]) -> None:
 
     A preset sits between the defaults and the YAML file: ``--config`` and flags override it.
     When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none.
+    """
+
+
+@hookspec
+def rlhf_register_commands(register: Register[type[Command]]) -> None:
+    """Register top-level subcommands, run as ``rlhf NAME [args]`` (e.g. ``rlhf generate``).
+
+    A command class has a ``help`` string, a ``add_arguments(parser)`` classmethod filling an
+    argparse parser, and ``run(host, args) -> int`` (the exit status).
+    When: at plugin load. Process: the CLI process. How often: once per process.
     Shapes: none.
     """
 

@@ -33,6 +33,7 @@ class ComponentKind(str, Enum):
     OPTIMIZER = "optimizer"
     SCHEDULER = "scheduler"
     PRESET = "preset"
+    COMMAND = "command"
 
     @property
     def hook_name(self) -> str:

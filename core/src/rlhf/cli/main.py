@@ -25,6 +25,8 @@ plugin selection (same syntax in ${ENV_PLUGINS}; the flag wins when both are set
   --plugins ./my.py      also load a plugin from a .py file
   --plugins ''           load no installed plugin (recovery: `rlhf --plugins '' plugins`)
   --strict-plugins       any plugin failure is an error (also ${ENV_STRICT}=1)
+
+plugins add commands too (e.g. `rlhf generate` from rlhf-plugin-best-of-n); `rlhf plugins --kind algorithms` lists them.
 """
 
 
@@ -64,7 +66,25 @@ def build_parser() -> argparse.ArgumentParser:
     from rlhf.serving.reward_server import add_serve_parser
 
     add_serve_parser(sub)
+    from rlhf.cli.lora_cmd import add_lora_parser
+
+    add_lora_parser(sub)
     return parser
+
+
+BUILTIN_COMMANDS = ("plugins", "train", "demo", "serve", "lora")
+
+
+def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -> int:
+    """``rlhf NAME …`` for a command a plugin registered (``rlhf_register_commands``)."""
+    from rlhf.registry import ComponentKind
+
+    host = PluginHost.load(selection)
+    command = host.registry.get(ComponentKind.COMMAND, name, flag="rlhf")
+    parser = argparse.ArgumentParser(prog=f"rlhf {name}", description=command.help, allow_abbrev=False,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    command.add_arguments(parser)
+    return command().run(host, parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         selection, rest = split_plugin_args(argv)
+        first = next((i for i, arg in enumerate(rest) if not arg.startswith("-")), None)
+        if first is not None and rest[first] not in BUILTIN_COMMANDS:
+            return run_plugin_command(selection, rest[first], rest[:first] + rest[first + 1 :])
         parser = build_parser()
         args, extra = parser.parse_known_args(rest)
         if args.command is None:
@@ -90,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
             from rlhf.serving.reward_server import serve
 
             return serve(host, args)
+        if args.command == "lora":
+            if extra:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            from rlhf.cli.lora_cmd import run_lora_command
+
+            return run_lora_command(args)
         if args.command == "demo":
             if extra:
                 parser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -8,68 +8,27 @@ the batches an uninterrupted run would have seen.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any
 
 from rlhf.config.base import ConfigError
-
-
-def _load_one(source: str, split: str) -> Any:
-    import datasets
-
-    path = Path(source)
-    if path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
-        loaded = datasets.load_from_disk(str(path))
-        return loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded
-    suffix = path.suffix.lower()
-    if suffix in {".json", ".jsonl"}:
-        return datasets.load_dataset("json", data_files=str(path), split="train")
-    if suffix == ".parquet":
-        return datasets.load_dataset("parquet", data_files=str(path), split="train")
-    if path.exists():
-        raise ConfigError(f"--data.prompt_dataset {source}: unsupported file type {suffix!r} (use .json, .jsonl, .parquet or a saved dataset dir)")
-    return datasets.load_dataset(source, split=split)
+from rlhf.data.sources import load_mixed, row_value
+from rlhf.data.templates import format_prompt
 
 
 def load_prompt_rows(data_cfg: Any, seed: int) -> list[dict[str, Any]]:
     """Load, mix (``--data.prompt_probs``) and truncate (``--data.max_samples``) the prompt datasets."""
-    import datasets
-
-    if not data_cfg.prompt_dataset:
-        raise ConfigError("--data.prompt_dataset is required: a .json/.jsonl/.parquet file or a saved dataset dir")
-    sources = [s.strip() for s in data_cfg.prompt_dataset.split(",") if s.strip()]
-    parts = [_load_one(s, data_cfg.prompt_split) for s in sources]
-    if len(parts) > 1:
-        probs = [float(p) for p in (data_cfg.prompt_probs or ",".join(["1"] * len(parts))).split(",")]
-        if len(probs) != len(parts):
-            raise ConfigError(f"--data.prompt_probs has {len(probs)} values for {len(parts)} datasets in --data.prompt_dataset")
-        total = sum(probs)
-        mixed = datasets.interleave_datasets(parts, probabilities=[p / total for p in probs], seed=seed)
-    else:
-        mixed = parts[0]
-    rows = mixed.select(range(min(len(mixed), data_cfg.max_samples)))
-    return [dict(r) for r in rows]
+    return load_mixed(data_cfg.prompt_dataset, data_cfg.prompt_probs, data_cfg.prompt_split, data_cfg.max_samples, seed,
+                      "--data.prompt_dataset", "--data.prompt_probs")
 
 
 def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, source: str) -> list[dict[str, Any]]:
     """Apply the chat template / input template and tokenize each row."""
     prompts = []
     for index, row in enumerate(rows):
-        present = [k for k, v in row.items() if v is not None]  # datasets fills keys missing in a row with None
-        if row.get(data_cfg.input_key) is None:
-            raise ConfigError(
-                f"{source} row {index} has no key {data_cfg.input_key!r} (keys: {', '.join(present)}); set --data.input_key"
-            )
-        if data_cfg.label_key and row.get(data_cfg.label_key) is None:
-            raise ConfigError(f"{source} row {index} has no key {data_cfg.label_key!r} (keys: {', '.join(present)}); set --data.label_key")
-        value = row[data_cfg.input_key]
-        if data_cfg.apply_chat_template:
-            messages = [{"role": "user", "content": value}] if isinstance(value, str) else value
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        else:
-            text = data_cfg.input_template.format(value) if data_cfg.input_template else str(value)
-            ids = tokenizer(text)["input_ids"]
+        value = row_value(row, data_cfg.input_key, "--data.input_key", source, index)
+        if data_cfg.label_key:
+            row_value(row, data_cfg.label_key, "--data.label_key", source, index)
+        text, ids = format_prompt(value, data_cfg, tokenizer)
         label = row.get(data_cfg.label_key) if data_cfg.label_key else None
         prompts.append({"prompt": text, "prompt_ids": ids, "label": label})
     return prompts

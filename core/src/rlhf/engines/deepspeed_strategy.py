@@ -11,8 +11,6 @@ import contextlib
 import os
 from typing import Any
 
-from rlhf.config.ppo import PPOConfig
-
 
 def on_gpu() -> bool:
     import torch
@@ -41,11 +39,12 @@ def torch_dtype(name: str) -> Any:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
-def dtype_of(config: PPOConfig) -> Any:
+def dtype_of(config: Any) -> Any:
     return torch_dtype(config.ds.param_dtype)
 
 
-def train_config(config: PPOConfig, optimizer_block: dict[str, Any] | None, world_size: int, max_norm: float) -> dict[str, Any]:
+def train_config(config: Any, optimizer_block: dict[str, Any] | None, world_size: int, max_norm: float) -> dict[str, Any]:
+    """ZeRO config of a trained model; reads ``config.ds`` and ``config.train.micro_batch_size/batch_size``."""
     ds = config.ds
     micro = config.train.micro_batch_size
     accumulation = max(1, config.train.batch_size // (micro * world_size))
@@ -74,13 +73,14 @@ def train_config(config: PPOConfig, optimizer_block: dict[str, Any] | None, worl
     return block
 
 
-def eval_config(config: PPOConfig, offload: bool) -> dict[str, Any]:
+def eval_config(config: Any, offload: bool, micro_batch_size: int | None = None) -> dict[str, Any]:
+    """ZeRO config of a model that is only evaluated; ZeRO-3 (when training uses it) partitions it too."""
     stage = 3 if config.ds.zero_stage == 3 else 0
     zero: dict[str, Any] = {"stage": stage}
     if offload and stage == 3:
         zero["offload_param"] = {"device": "cpu", "pin_memory": on_gpu()}
     return {
-        "train_micro_batch_size_per_gpu": config.rollout.micro_batch_size,
+        "train_micro_batch_size_per_gpu": micro_batch_size or config.rollout.micro_batch_size,
         "zero_optimization": zero,
         "bf16": {"enabled": config.ds.param_dtype == "bf16"},
         "fp16": {"enabled": config.ds.param_dtype == "fp16"},

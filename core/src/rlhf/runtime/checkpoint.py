@@ -31,12 +31,24 @@ def latest(root: Path) -> tuple[int, Path] | None:
 
 def save(root: Path, step: int, state: dict[str, Any], write: Callable[[Path], None], max_num: int) -> Path:
     """``write(staging_dir)`` fills the checkpoint; it appears under its final name only when complete."""
+    staging = stage(root, step)
+    write(staging)
+    return commit(root, step, state, max_num)
+
+
+def stage(root: Path, step: int) -> Path:
+    """A fresh, empty staging dir for step ``step`` (a leftover of a crashed save is removed)."""
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"global_step{step}"
     staging = root / f".staging-global_step{step}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    write(staging)
+    return staging
+
+
+def commit(root: Path, step: int, state: dict[str, Any], max_num: int) -> Path:
+    """Write ``state.json`` into the filled staging dir, rename it into place, drop the oldest checkpoints."""
+    final = root / f"global_step{step}"
+    staging = root / f".staging-global_step{step}"
     (staging / "state.json").write_text(json.dumps(state, indent=1))
     if final.exists():
         shutil.rmtree(final)

@@ -258,7 +258,7 @@ class _ValueWorker(_ModelWorker):
         """Values of the prefix before each action token, ``(B, T)``."""
         from rlhf.engines.hf_models import token_values
 
-        values = token_values(self.engine.module, batch.input_ids, batch.attention_mask, self.head)
+        values = token_values(self.engine.module, batch.input_ids, batch.attention_mask, head=self.head)
         return values.gather(1, batch.action_index) * batch.action_mask
 
 
@@ -291,7 +291,7 @@ class RewardModelWorker(_ValueWorker):
         from rlhf.engines.hf_models import token_values
 
         def compute(batch: Any) -> Any:
-            values = token_values(self.engine.module, batch.input_ids, batch.attention_mask, self.head)
+            values = token_values(self.engine.module, batch.input_ids, batch.attention_mask, head=self.head)
             last = batch.attention_mask.sum(dim=1) - 1
             return values.gather(1, last[:, None]).expand(-1, batch.action_mask.shape[1])
 

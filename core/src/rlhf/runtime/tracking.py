@@ -11,13 +11,15 @@ SHOWN = ("reward", "kl", "response_length", "timing/step_total")
 
 
 class MetricsTracker:
-    def __init__(self, config: Any, run_dir: Path, total_steps: int, initial_step: int = 0) -> None:
+    def __init__(self, config: Any, run_dir: Path, total_steps: int, initial_step: int = 0, *, desc: str = "rl steps",
+                 shown: tuple[str, ...] = SHOWN) -> None:
         from tqdm import tqdm
 
         self.config = config
         self.every = max(1, config.logger.logging_steps)
+        self.shown = shown
         self.path = run_dir / "metrics.jsonl"
-        self.bar = tqdm(total=total_steps, initial=initial_step, desc="rl steps", dynamic_ncols=True,
+        self.bar = tqdm(total=total_steps, initial=initial_step, desc=desc, dynamic_ncols=True,
                         disable=os.environ.get("RLHF_NO_PROGRESS") == "1")
         self.tensorboard = None
         if config.logger.tensorboard_dir:
@@ -40,7 +42,7 @@ class MetricsTracker:
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.bar.update(1)
-        self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in SHOWN if k in metrics})
+        self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in self.shown if k in metrics})
         if step % self.every:
             return
         with self.path.open("a") as handle:

@@ -1,0 +1,26 @@
+"""``rlhf lora merge``: fold a LoRA adapter into its base model (OpenRLHF's ``lora_combiner``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_lora_parser(sub: Any) -> None:
+    lora = sub.add_parser("lora", help="LoRA adapter tools: rlhf lora merge …")
+    actions = lora.add_subparsers(dest="lora_command", metavar="ACTION", required=True)
+    merge = actions.add_parser("merge", help="merge an adapter into its base model and save a plain HF model",
+                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    merge.add_argument("--model_path", required=True, help="the base model the adapter was trained on")
+    merge.add_argument("--lora_path", required=True, help="the adapter dir (adapter_config.json, adapter weights)")
+    merge.add_argument("--output_path", required=True, help="where the merged model is written")
+    merge.add_argument("--is_rm", action="store_true", help="the adapter belongs to a reward model (value head)")
+    merge.add_argument("--param_dtype", choices=["bf16", "fp16", "fp32"], default="bf16", help="dtype of the merged weights")
+
+
+def run_lora_command(args: Any) -> int:
+    from rlhf.engines.lora import merge_adapter
+
+    out = merge_adapter(args.model_path, args.lora_path, args.output_path, is_rm=args.is_rm, dtype=args.param_dtype)
+    print(f"merged {args.lora_path} into {args.model_path}: {out}")
+    return 0

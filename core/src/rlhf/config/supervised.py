@@ -1,0 +1,95 @@
+"""The configuration tree shared by the supervised trainers (``rlhf train sft|rm|dpo|kto|prm|kd``).
+
+Section and flag names follow OpenRLHF's supervised CLIs (``train_sft``, ``train_rm``,
+``train_dpo``): ``--model.*`` for the trained model and its loss, ``--train.*`` for the
+schedule, ``--adam.*`` for the optimizer, ``--ds.*``, ``--data.*``, ``--eval.*``,
+``--ckpt.*``, ``--logger.*``. Each trainer plugin subclasses :class:`SupervisedConfig`
+and its ``model`` section to add its own loss flags.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import Field
+
+from rlhf.config.base import Section, flag
+from rlhf.config.ppo import AdamSection, DeepSpeedSection, LoggerSection, MuonSection
+from rlhf.registry import ComponentKind as K
+
+
+class SupervisedModelSection(Section):
+    model_name_or_path: str | None = flag(None, "HF model name or path of the trained model")
+    aux_loss_coef: float = flag(0.0, "MoE balancing loss coefficient")
+
+
+class FrozenModelSection(Section):
+    """A model that is only evaluated: the DPO/KTO reference or the distillation teacher."""
+
+    model_name_or_path: str | None = flag(None, "HF model name or path (default: the trained model's)")
+    offload: bool = flag(False, "Offload its weights to CPU (ZeRO-3 parameter offload)", switch=True)
+
+
+class SupervisedTrainSection(Section):
+    micro_batch_size: int = flag(8, "Batch size per device per forward")
+    batch_size: int = flag(128, "Global batch size per optimizer step")
+    max_epochs: int = flag(2, "Passes over the training data")
+    seed: int = flag(42, "Random seed (data order, initialisation of new heads)")
+    optim: str = flag("adam", "Optimizer (a registered optimizer name)", component=K.OPTIMIZER)
+    lr_scheduler: str = flag("cosine_with_min_lr", "LR scheduler (a registered scheduler name)", component=K.SCHEDULER)
+    lr_warmup_ratio: float = flag(0.03, "Warmup steps as a fraction of training steps")
+    min_lr_ratio: float = flag(0.1, "Minimum LR as a fraction of the peak LR")
+    max_norm: float = flag(1.0, "Gradient clipping norm")
+    gradient_checkpointing_enable: bool = flag(False, "Gradient checkpointing", switch=True)
+    gradient_checkpointing_reentrant: bool = flag(False, "Reentrant gradient checkpointing", switch=True)
+
+
+class SupervisedDataSection(Section):
+    dataset: str | None = flag(None, "Training dataset path(s) or name(s), comma-separated")
+    dataset_probs: str | None = flag(None, "Sampling probabilities of the datasets, comma-separated")
+    dataset_split: str = flag("train", "Split of the training datasets")
+    max_len: int = flag(2048, "Max tokens per sample; longer samples are dropped (and counted)")
+    max_samples: int = flag(100000000, "Max number of training samples")
+    input_key: str = flag("input", "Dataset key of the prompt")
+    input_template: str | None = flag("User: {}\nAssistant: ", "Prompt template with one {} (unused with a chat template)")
+    apply_chat_template: bool = flag(False, "Use the tokenizer's chat template", switch=True)
+    tokenizer_chat_template: str | None = flag(None, "A Jinja chat template replacing the tokenizer's")
+    disable_fast_tokenizer: bool = flag(False, "Use the slow tokenizer", switch=True)
+
+
+class SupervisedEvalSection(Section):
+    steps: int = flag(-1, "Evaluate every N optimizer steps (-1: only at the end)")
+    dataset: str | None = flag(None, "Evaluation dataset path(s) (default: none)")
+    split: str = flag("train", "Split of the evaluation dataset")
+    holdout: float = flag(0.0, "Hold out this fraction of the training data for evaluation when no --eval.dataset")
+
+
+class SupervisedCkptSection(Section):
+    save_steps: int = flag(-1, "Save a checkpoint every N optimizer steps (-1: never)")
+    path: str = flag("./ckpt/checkpoints", "Checkpoint directory")
+    max_num: int = flag(3, "Checkpoints to keep")
+    max_mem: float = flag(math.inf, "Maximum checkpoint disk use (GB)")
+    load_enable: bool = flag(False, "Resume from the latest checkpoint", switch=True)
+    output_dir: str = flag("./ckpt", "Output directory of the final model (or LoRA adapter)")
+
+
+class SupervisedConfig(Section):
+    """Fields every supervised trainer has; plugins subclass it (and ``model``) for their loss flags."""
+
+    model: SupervisedModelSection = Field(default_factory=SupervisedModelSection)
+    train: SupervisedTrainSection = Field(default_factory=SupervisedTrainSection)
+    adam: AdamSection = Field(default_factory=lambda: AdamSection(lr=5e-6))
+    muon: MuonSection = Field(default_factory=MuonSection)
+    ds: DeepSpeedSection = Field(default_factory=DeepSpeedSection)
+    data: SupervisedDataSection = Field(default_factory=SupervisedDataSection)
+    eval: SupervisedEvalSection = Field(default_factory=SupervisedEvalSection)
+    ckpt: SupervisedCkptSection = Field(default_factory=SupervisedCkptSection)
+    logger: LoggerSection = Field(default_factory=LoggerSection)
+    local_rank: int = flag(-1, "local_rank for deepspeed")
+    plugins: dict[str, dict[str, Any]] = flag(
+        default_factory=dict, help="Options of plugins, by plugin namespace (flags: --<namespace>.<field>)", cli=False
+    )
+    plugin_set: list[dict[str, Any]] = flag(
+        default_factory=list, help="The resolved plugin set of the run (written by rlhf; do not edit)", cli=False
+    )

@@ -1,0 +1,86 @@
+"""Token ids with loss masks for supervised data: prompt + response, whole conversations, raw text.
+
+A mask value of 1 marks a token the model is trained to predict (response or assistant
+tokens); 0 marks context. Prompt and response are tokenized separately and joined, so a
+BPE merge can never move the boundary between them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlhf.config.base import ConfigError
+from rlhf.data.templates import as_messages, format_prompt
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _with_eos(ids: list[int], tokenizer: Any) -> list[int]:
+    eos = tokenizer.eos_token_id
+    return ids if (ids and ids[-1] == eos) or eos is None else ids + [eos]
+
+
+def response_ids(prompt_value: Any, response_value: Any, data_cfg: Any, tokenizer: Any) -> list[int]:
+    """The response's token ids, ending with EOS, rendered the way the prompt was (chat template or plain)."""
+    if data_cfg.apply_chat_template:
+        prompt_messages = as_messages(prompt_value)
+        prompt_text = tokenizer.apply_chat_template(prompt_messages, tokenize=False, add_generation_prompt=True)
+        full = tokenizer.apply_chat_template(prompt_messages + as_messages(response_value, "assistant"), tokenize=False)
+        if not full.startswith(prompt_text):
+            raise ConfigError("the chat template renders the prompt differently once a response follows; "
+                              "use --data.input_template instead of --data.apply_chat_template")
+        return _with_eos(_ids(tokenizer, full[len(prompt_text):]), tokenizer)
+    text = response_value if isinstance(response_value, str) else as_messages(response_value)[-1]["content"]
+    return _with_eos(_ids(tokenizer, text), tokenizer)
+
+
+def prompt_response(prompt_value: Any, response_value: Any, data_cfg: Any, tokenizer: Any) -> tuple[list[int], list[int]]:
+    """``(ids, loss_mask)`` of one prompt + response: the mask covers the response (and its EOS) only."""
+    _, prompt = format_prompt(prompt_value, data_cfg, tokenizer)
+    response = response_ids(prompt_value, response_value, data_cfg, tokenizer)
+    return prompt + response, [0] * len(prompt) + [1] * len(response)
+
+
+def pretrain_text(text: str, tokenizer: Any) -> tuple[list[int], list[int]]:
+    """``--model.pretrain_mode_enable``: every token is trained (the first one has nothing to be predicted from)."""
+    ids = _with_eos(tokenizer(text)["input_ids"], tokenizer)
+    return ids, [1] * len(ids)
+
+
+def conversation(messages: list[dict[str, Any]], tokenizer: Any, source: str, index: int) -> tuple[list[int], list[int]]:
+    """``--data.multiturn``: the whole chat through the template, trained on every assistant turn only.
+
+    The text is cut where each assistant turn starts and ends in the rendered conversation
+    (found by rendering the prefixes), and each piece is tokenized on its own.
+    """
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+        raise ConfigError(f"{source} row {index}: --data.multiturn needs a list of {{role, content}} messages")
+    full = tokenizer.apply_chat_template(messages, tokenize=False)
+    cuts: list[tuple[int, int]] = []
+    for turn, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = tokenizer.apply_chat_template(messages[:turn], tokenize=False, add_generation_prompt=True)
+        through = tokenizer.apply_chat_template(messages[: turn + 1], tokenize=False)
+        if not (full.startswith(before) and full.startswith(through)):
+            raise ConfigError(f"{source} row {index}: the chat template does not render conversation prefixes as "
+                              "prefixes, so assistant turns cannot be located; --data.multiturn needs such a template")
+        cuts.append((len(before), len(through)))
+    if not cuts:
+        raise ConfigError(f"{source} row {index}: the conversation has no assistant turn to train on")
+    ids: list[int] = []
+    mask: list[int] = []
+    position = 0
+    for start, end in cuts:
+        context = _ids(tokenizer, full[position:start]) if start > position else []
+        answer = _ids(tokenizer, full[start:end])
+        ids += context + answer
+        mask += [0] * len(context) + [1] * len(answer)
+        position = end
+    if position < len(full):
+        tail = _ids(tokenizer, full[position:])
+        ids += tail
+        mask += [0] * len(tail)
+    return ids, mask

@@ -1,0 +1,119 @@
+"""LoRA / QLoRA through peft, for every trained model (supervised trainers and RL actors).
+
+``--ds.lora.rank R`` (> 0) wraps the loaded model in a peft LoRA model: only the
+adapters (and, for reward models, the value head) train, checkpoints and final saves
+hold the adapter only, and ``rlhf lora merge`` folds an adapter into its base model.
+``--ds.load_in_4bit`` (QLoRA) loads the frozen base in 4-bit NF4 with bitsandbytes,
+which needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlhf.config.base import ConfigError
+
+
+def lora_enabled(ds: Any) -> bool:
+    return ds.lora.rank > 0
+
+
+def quantization_config(ds: Any) -> Any:
+    """The ``BitsAndBytesConfig`` of ``--ds.load_in_4bit``, or None; a clear error where it cannot run."""
+    if not ds.load_in_4bit:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError("--ds.load_in_4bit needs a CUDA GPU (bitsandbytes 4-bit kernels); "
+                          "drop the flag on CPU machines (plain --ds.lora.rank still works)")
+    if not lora_enabled(ds):
+        raise ConfigError("--ds.load_in_4bit trains LoRA adapters on a frozen 4-bit base: set --ds.lora.rank > 0")
+    if ds.zero_stage == 3:
+        raise ConfigError("--ds.load_in_4bit does not work with --ds.zero_stage 3 (4-bit weights cannot be partitioned)")
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=torch.bfloat16)
+
+
+def apply_lora(model: Any, ds: Any, *, value_head: str | None = None, gradient_checkpointing: bool = False) -> Any:
+    """Wrap ``model`` in peft LoRA adapters per ``--ds.lora.*``; returns the model unchanged when rank is 0.
+
+    ``value_head``: a reward/critic head trained in full next to the adapters (saved with them).
+    """
+    if not lora_enabled(ds):
+        return model
+    from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
+
+    if ds.load_in_4bit:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
+    elif gradient_checkpointing:
+        model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
+    targets = ds.lora.target_modules
+    if isinstance(targets, list) and len(targets) == 1:
+        targets = targets[0]
+    config = LoraConfig(
+        r=ds.lora.rank,
+        lora_alpha=ds.lora.alpha,
+        lora_dropout=ds.lora.dropout,
+        target_modules=targets,
+        task_type=TaskType.SEQ_CLS if value_head else TaskType.CAUSAL_LM,
+        modules_to_save=[value_head] if value_head else None,
+        bias="none",
+    )
+    return get_peft_model(model, config)
+
+
+def is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "merge_adapter")
+
+
+def merged_state_dict(model: Any) -> dict[str, Any]:
+    """The base model's state dict with the adapters folded in, under the base model's own names.
+
+    Used for RL weight sync to the rollout engines. ZeRO-3 callers gather first.
+    """
+    model.merge_adapter()
+    try:
+        out: dict[str, Any] = {}
+        for name, tensor in model.state_dict().items():
+            if "lora_" in name or ".original_module." in name:
+                continue
+            name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+            name = name.replace(".modules_to_save.default.", ".")
+            out[name] = tensor.detach().to("cpu", copy=True)
+        return out
+    finally:
+        model.unmerge_adapter()
+
+
+def merge_adapter(base_path: str, adapter_path: str, output_path: str, *, is_rm: bool = False,
+                  dtype: str = "bf16") -> Path:
+    """``rlhf lora merge``: load the base, apply the adapter, fold it in, save a plain HF model."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from rlhf.engines.deepspeed_strategy import torch_dtype
+
+    if not (Path(adapter_path) / "adapter_config.json").exists():
+        raise ConfigError(f"--lora_path {adapter_path}: no adapter_config.json there (is it a LoRA adapter dir?)")
+    auto = AutoModelForSequenceClassification if is_rm else AutoModelForCausalLM
+    kwargs: dict[str, Any] = {"num_labels": 1} if is_rm else {}
+    base = auto.from_pretrained(base_path, dtype=torch_dtype(dtype) if dtype else torch.float32, **kwargs)
+    merged = PeftModel.from_pretrained(base, adapter_path).merge_and_unload()
+    source_config = Path(adapter_path) / "config.json"
+    if is_rm and source_config.exists():  # the RM's normalisation statistics travel with the adapter
+        import json
+
+        stats = json.loads(source_config.read_text())
+        for key in ("mean", "std"):
+            if key in stats:
+                setattr(merged.config, key, stats[key])
+    out = Path(output_path)
+    merged.save_pretrained(out)
+    tokenizer_source = adapter_path if (Path(adapter_path) / "tokenizer_config.json").exists() else base_path
+    AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(out)
+    return out

@@ -1,0 +1,131 @@
+"""DeepSpeed engines of the supervised trainers, in the trainer's own process(es).
+
+A supervised run is one process per device: ``rlhf train sft …`` alone is one rank;
+under ``torchrun``/``deepspeed`` launchers every rank runs the same command and the
+launcher's ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables form the group (gloo on CPU).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+
+def join_process_group() -> tuple[int, int]:
+    """Initialise torch.distributed (a one-rank group when no launcher set it up); ``(rank, world_size)``."""
+    import torch.distributed as dist
+
+    from rlhf.engines.deepspeed_strategy import init_distributed
+    from rlhf.runtime.worker_group import free_port
+
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    init_distributed()
+    return dist.get_rank(), dist.get_world_size()
+
+
+def optimizer_section(config: Any) -> SimpleNamespace:
+    """The view optimizer and scheduler plugins read (``section.adam``, ``section.lr_warmup_ratio``…)."""
+    train = config.train
+    return SimpleNamespace(adam=config.adam, muon=config.muon, optim=train.optim, lr_scheduler=train.lr_scheduler,
+                           lr_warmup_ratio=train.lr_warmup_ratio, min_lr_ratio=train.min_lr_ratio, max_norm=train.max_norm)
+
+
+def load_trained(config: Any, *, value_head: str | None) -> Any:
+    """The trained model: a causal LM, or (``value_head`` set) a model with that one-output head;
+    gradient checkpointing and LoRA per the config."""
+    from rlhf.engines.deepspeed_strategy import torch_dtype
+    from rlhf.engines.hf_models import attn_implementation, load_value_model
+    from rlhf.engines.lora import apply_lora, quantization_config
+
+    path = config.model.model_name_or_path
+    if not path:
+        from rlhf.config.base import ConfigError
+
+        raise ConfigError("--model.model_name_or_path is required")
+    dtype, attn, quant = torch_dtype(config.ds.param_dtype), config.ds.attn_implementation, quantization_config(config.ds)
+    extra = {"quantization_config": quant} if quant is not None else {}
+    if value_head:
+        model = load_value_model(path, dtype, attn, value_head, **extra)
+    else:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation(attn), **extra)
+    checkpointing = config.train.gradient_checkpointing_enable
+    if checkpointing:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": config.train.gradient_checkpointing_reentrant})
+    return apply_lora(model, config.ds, value_head=value_head, gradient_checkpointing=checkpointing)
+
+
+def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *, value_head: str | None) -> tuple[Any, Any]:
+    """``(engine, zero3_context)``; keep the context alive as long as the engine."""
+    import deepspeed
+
+    from rlhf.components import build
+    from rlhf.engines.deepspeed_strategy import train_config, zero3_context
+    from rlhf.registry import ComponentKind as K
+
+    section = optimizer_section(config)
+    optimizer = build(plugins.registry.get(K.OPTIMIZER, section.optim, flag="--train.optim"), config)
+    scheduler = build(plugins.registry.get(K.SCHEDULER, section.lr_scheduler, flag="--train.lr_scheduler"), config)
+    ds_config = train_config(config, optimizer.deepspeed_config(section), world_size, section.max_norm)
+    context = zero3_context(ds_config)  # must outlive from_pretrained
+    model = load_trained(config, value_head=value_head)
+    engine, *_ = deepspeed.initialize(
+        model=model,
+        model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=ds_config,
+        lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_steps), section),
+    )
+    return engine, context
+
+
+def frozen_engine(config: Any, path: str, offload: bool) -> tuple[Any, Any]:
+    """An evaluated-only causal LM (reference, teacher): ZeRO-3 partitioned when training is, offloadable."""
+    import deepspeed
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.engines.deepspeed_strategy import eval_config, torch_dtype, zero3_context
+    from rlhf.engines.hf_models import attn_implementation
+
+    ds_config = eval_config(config, offload, config.train.micro_batch_size)
+    context = zero3_context(ds_config)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(config.ds.param_dtype),
+                                                 attn_implementation=attn_implementation(config.ds.attn_implementation))
+    engine, *_ = deepspeed.initialize(model=model, config=ds_config)
+    engine.eval()
+    return engine, context
+
+
+def save_final(engine: Any, tokenizer: Any, output_dir: Path, rank: int, config_updates: dict[str, Any]) -> None:
+    """Write the trained model (or only its LoRA adapter) to ``output_dir``; every rank calls this.
+
+    Files are written into a staging dir and moved into place one by one, so a crash never
+    leaves a half-written weight file under its final name.
+    """
+    import torch.distributed as dist
+
+    from rlhf.engines.deepspeed_strategy import full_state_dict
+    from rlhf.engines.lora import is_peft
+
+    module = engine.module
+    state = full_state_dict(module)
+    if rank == 0:
+        base = module.get_base_model() if is_peft(module) else module
+        for key, value in config_updates.items():
+            setattr(base.config, key, value)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        staging = output_dir / f".staging-model-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        module.save_pretrained(staging, state_dict=state)
+        if is_peft(module):
+            base.config.save_pretrained(staging)  # the base config (RM statistics) travels with the adapter
+        tokenizer.save_pretrained(staging)
+        for item in sorted(staging.iterdir()):
+            os.replace(item, output_dir / item.name)
+        staging.rmdir()
+    dist.barrier()

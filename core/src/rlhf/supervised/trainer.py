@@ -1,0 +1,300 @@
+"""The loop every supervised trainer plugin (sft, rm, dpo, kto, prm, kd) runs.
+
+A plugin subclasses :class:`SupervisedTrainer` and supplies three things: how rows
+become examples (:meth:`build_examples`), how examples become a batch
+(:meth:`collate`), and the loss of a batch (:meth:`compute`, returning sums over
+*units* — tokens or samples — that :meth:`units` counts). The loop owns the rest:
+data order, one exact mean per optimizer step across micro-batches and ranks,
+DeepSpeed, evaluation, checkpoints and resume, logging, and the final save.
+
+Everything runs in the trainer's process(es), one per device (see
+:mod:`rlhf.supervised.engines`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+from rlhf.config.base import ConfigError
+from rlhf.config.supervised import SupervisedConfig
+
+log = logging.getLogger("rlhf.supervised")
+
+
+class LossParts(NamedTuple):
+    """What :meth:`SupervisedTrainer.compute` returns for one micro-batch.
+
+    ``loss_sum``: scalar tensor, the loss summed over the micro-batch's units. ``metrics``:
+    name -> sum over the same units (logged divided by the step's unit count). ``aux``:
+    an optional per-forward MoE balancing loss (added as ``--model.aux_loss_coef × mean``).
+    """
+
+    loss_sum: Any
+    metrics: dict[str, Any]
+    aux: Any = None
+
+
+class SupervisedTrainer:
+    """Base of the supervised trainers; see the module docstring for the contract."""
+
+    config_class: ClassVar[type[SupervisedConfig]] = SupervisedConfig
+    #: None: a causal LM is trained; a name: a value model whose head has that attribute name.
+    value_head: ClassVar[str | None] = None
+    #: Config sections naming evaluated-only models (``ref``, ``teacher``), loaded into ``self.frozen``.
+    frozen_sections: ClassVar[tuple[str, ...]] = ()
+    shown_metrics: ClassVar[tuple[str, ...]] = ("loss",)
+
+    def __init__(self, config: SupervisedConfig, plugins: Any, run_dir: Path) -> None:
+        self.config, self.plugins, self.run_dir = config, plugins, Path(run_dir)
+        self.frozen: dict[str, Any] = {}
+        self.rank, self.world_size = 0, 1
+        self.tokenizer: Any = None
+
+    # ----- the trainer plugin's part -------------------------------------------------
+    def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+        """Rows -> examples, each with a ``length`` (its longest token sequence). Runs once per dataset."""
+        raise NotImplementedError
+
+    def collate(self, examples: list[dict[str, Any]]) -> Any:
+        """Examples -> one micro-batch (a :class:`~rlhf.supervised.batch.SupervisedBatch` by default)."""
+        from rlhf.supervised.batch import collate
+
+        return collate([e["ids"] for e in examples], [e["mask"] for e in examples], self.pad_id,
+                       self.config.ds.packing_samples)
+
+    def units(self, batch: Any) -> float:
+        """How many units the loss of ``batch`` is a sum over (default: trained tokens)."""
+        return float(batch.loss_mask.sum())
+
+    def compute(self, batch: Any, training: bool) -> LossParts:
+        """The loss of one micro-batch, with ``self.engine`` (and ``self.frozen``) on ``self.device``."""
+        raise NotImplementedError
+
+    def eval_finished(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Called after every evaluation with its averaged metrics; returns what to log."""
+        return metrics
+
+    def final_config_updates(self) -> dict[str, Any]:
+        """Keys written into the saved model's ``config.json`` (the RM's reward statistics)."""
+        return {}
+
+    # ----- helpers for plugins ---------------------------------------------------------
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+
+    def forward(self, model: Any, batch: Any) -> Any:
+        """The HF forward of a batch (asks MoE models for their balancing loss when it is used)."""
+        extra = {"output_router_logits": True} if self.config.model.aux_loss_coef > 0 else {}
+        return model(**batch.model_inputs(), **extra)
+
+    def sequence_logprobs(self, model: Any, batch: Any) -> tuple[Any, Any]:
+        """``((N,) Σ log p over each sample's trained tokens, forward output)``; under no_grad for frozen models."""
+        import torch
+
+        from rlhf.supervised.batch import per_sample_sum, token_logprobs
+
+        frozen = model is not self.engine
+        with torch.no_grad() if frozen else contextlib.nullcontext():
+            out = self.forward(model, batch)
+            return per_sample_sum(token_logprobs(out.logits, batch), batch), out
+
+    # ----- the loop ---------------------------------------------------------------------
+    def run(self) -> None:
+        import torch
+        from transformers import AutoTokenizer
+
+        from rlhf.supervised.engines import frozen_engine, join_process_group, trained_engine
+
+        cfg = self.config
+        self.rank, self.world_size = join_process_group()
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model.model_name_or_path or "",
+                                                       use_fast=not cfg.data.disable_fast_tokenizer)
+        if cfg.data.tokenizer_chat_template:
+            self.tokenizer.chat_template = cfg.data.tokenizer_chat_template
+        train, evaluation = self._datasets()
+        self.train_examples, self.eval_examples = train, evaluation
+        self.steps_per_epoch = len(train) // cfg.train.batch_size
+        if self.steps_per_epoch == 0:
+            raise ConfigError(f"--data.dataset has {len(train)} usable samples, fewer than --train.batch_size {cfg.train.batch_size}")
+        total = self.steps_per_epoch * cfg.train.max_epochs
+        self.engine, self._context = trained_engine(cfg, self.plugins, self.world_size, total, value_head=self.value_head)
+        self.device = self.engine.device
+        for name in self.frozen_sections:
+            section = getattr(cfg, name)
+            self.frozen[name], _ = frozen_engine(cfg, section.model_name_or_path or cfg.model.model_name_or_path,
+                                                 section.offload)
+        step = self._resume()
+        tracker = self._tracker(total, step)
+        self.plugins.train_start(cfg, self.run_dir)
+        status = "failed"
+        try:
+            while step < total:
+                torch.manual_seed(cfg.train.seed * 1000003 + step)  # dropout etc.: resumes replay exactly
+                metrics = self._train_step(step)
+                step += 1
+                if cfg.eval.steps > 0 and step % cfg.eval.steps == 0 and step < total:
+                    metrics.update(self.evaluate())
+                if cfg.ckpt.save_steps > 0 and step % cfg.ckpt.save_steps == 0:
+                    self.save_checkpoint(step)
+                if tracker is not None:
+                    tracker.log(step, metrics)
+                self.plugins.step_end(step, metrics)
+            final = self.evaluate()
+            if tracker is not None and final:
+                tracker.log(step, final)
+            from rlhf.supervised.engines import save_final
+
+            save_final(self.engine, self.tokenizer, Path(cfg.ckpt.output_dir), self.rank, self.final_config_updates())
+            status = "completed"
+        finally:
+            if tracker is not None:
+                tracker.close()
+            self.plugins.train_end(cfg, self.run_dir, status)
+
+    def _datasets(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        from rlhf.data.sources import load_mixed
+
+        cfg = self.config
+        rows = load_mixed(cfg.data.dataset, cfg.data.dataset_probs, cfg.data.dataset_split, cfg.data.max_samples,
+                          cfg.train.seed, "--data.dataset", "--data.dataset_probs")
+        eval_rows: list[dict[str, Any]] = []
+        if cfg.eval.dataset:
+            eval_rows = load_mixed(cfg.eval.dataset, None, cfg.eval.split, cfg.data.max_samples, cfg.train.seed,
+                                   "--eval.dataset", "--eval.dataset")
+        elif cfg.eval.holdout > 0:
+            order = list(range(len(rows)))
+            random.Random(cfg.train.seed).shuffle(order)
+            cut = max(1, int(len(rows) * cfg.eval.holdout))
+            eval_rows, rows = [rows[i] for i in order[:cut]], [rows[i] for i in order[cut:]]
+        return (self._usable(self.build_examples(rows, cfg.data.dataset), "--data.dataset"),
+                self._usable(self.build_examples(eval_rows, cfg.eval.dataset or "holdout"), "--eval.dataset"))
+
+    def _usable(self, examples: list[dict[str, Any]], flag: str) -> list[dict[str, Any]]:
+        kept = [e for e in examples if e["length"] <= self.config.data.max_len]
+        if len(kept) < len(examples) and self.rank == 0:
+            log.warning("%s: dropped %d of %d samples longer than --data.max_len %d", flag, len(examples) - len(kept),
+                        len(examples), self.config.data.max_len)
+        return kept
+
+    def _step_examples(self, step: int) -> list[dict[str, Any]]:
+        """This rank's share of optimizer step ``step``: a seeded shuffle per epoch, so resumes match."""
+        size = self.config.train.batch_size
+        epoch, index = divmod(step, self.steps_per_epoch)
+        order = list(range(len(self.train_examples)))
+        random.Random(self.config.train.seed * 7919 + epoch).shuffle(order)
+        chosen = order[index * size : (index + 1) * size]
+        per_rank = size // self.world_size
+        return [self.train_examples[i] for i in chosen[self.rank * per_rank : (self.rank + 1) * per_rank]]
+
+    def _micro_batches(self, examples: list[dict[str, Any]]) -> list[Any]:
+        micro = self.config.train.micro_batch_size
+        return [self.collate(examples[i : i + micro]) for i in range(0, len(examples), micro)]
+
+    def _all_reduce(self, values: list[float]) -> list[float]:
+        import torch
+
+        tensor = torch.tensor(values, dtype=torch.float64)
+        if self.world_size > 1:
+            torch.distributed.all_reduce(tensor)
+        return tensor.tolist()
+
+    def _train_step(self, step: int) -> dict[str, float]:
+        """One optimizer step: the loss is Σ loss_sum / Σ units over every micro-batch of every rank."""
+        batches = self._micro_batches(self._step_examples(step))
+        (total_units,) = self._all_reduce([sum(self.units(b) for b in batches)])
+        total_units = max(total_units, 1.0)
+        # DeepSpeed divides each micro-batch's loss by the accumulation steps and averages ranks: undo both.
+        scale = float(self.engine.gradient_accumulation_steps() * self.world_size)
+        sums: dict[str, float] = {}
+        aux = [0.0, 0.0]  # Σ aux loss, forwards that reported one
+        self.engine.train()
+        for batch in batches:
+            parts = self.compute(batch.to(self.device), training=True)
+            loss = parts.loss_sum / total_units * scale
+            if parts.aux is not None and self.config.model.aux_loss_coef > 0:
+                loss = loss + self.config.model.aux_loss_coef * parts.aux
+                aux = [aux[0] + float(parts.aux.detach()), aux[1] + 1]
+            self.engine.backward(loss)
+            self.engine.step()
+            sums["loss"] = sums.get("loss", 0.0) + float(parts.loss_sum.detach())
+            for key, value in parts.metrics.items():
+                sums[key] = sums.get(key, 0.0) + float(value.detach() if hasattr(value, "detach") else value)
+        keys = sorted(sums)
+        *reduced, aux_total, aux_count = self._all_reduce([sums[k] for k in keys] + aux)
+        metrics = {k: v / total_units for k, v in zip(keys, reduced)}
+        if aux_count:
+            metrics["aux_loss"] = aux_total / aux_count
+        metrics["lr"] = float(self.engine.get_lr()[0])
+        return metrics
+
+    def evaluate(self, examples: list[dict[str, Any]] | None = None) -> dict[str, float]:
+        """Average loss and metrics over ``examples`` (default: the eval examples) on all ranks;
+        ``{}`` without eval data."""
+        import torch
+
+        examples = self.eval_examples if examples is None else examples
+        if not examples:
+            return {}
+        mine = examples[self.rank :: self.world_size]
+        sums: dict[str, float] = {"loss": 0.0}
+        units = 0.0
+        self.engine.eval()
+        with torch.no_grad():
+            for batch in self._micro_batches(mine):
+                units += self.units(batch)
+                parts = self.compute(batch.to(self.device), training=False)
+                sums["loss"] += float(parts.loss_sum)
+                for key, value in parts.metrics.items():
+                    sums[key] = sums.get(key, 0.0) + float(value.detach() if hasattr(value, "detach") else value)
+        keys = sorted(sums)
+        reduced = self._all_reduce([units] + [sums[k] for k in keys])
+        averaged = {k: v / max(reduced[0], 1.0) for k, v in zip(keys, reduced[1:])}
+        return {f"eval/{k}": v for k, v in self.eval_finished(averaged).items()}
+
+    # ----- checkpoints --------------------------------------------------------------------
+    def save_checkpoint(self, step: int) -> None:
+        import torch.distributed as dist
+
+        from rlhf.runtime import checkpoint
+
+        root = Path(self.config.ckpt.path)
+        if self.rank == 0:
+            checkpoint.stage(root, step)
+        dist.barrier()
+        staging = root / f".staging-global_step{step}"
+        self.engine.save_checkpoint(str(staging), tag="model")
+        plugin_state: dict[str, Any] = {}
+        self.plugins.checkpoint_save(step, staging, plugin_state)
+        dist.barrier()
+        if self.rank == 0:
+            state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state}
+            checkpoint.commit(root, step, state, self.config.ckpt.max_num)
+        dist.barrier()
+
+    def _resume(self) -> int:
+        from rlhf.runtime import checkpoint
+
+        if not self.config.ckpt.load_enable:
+            return 0
+        found = checkpoint.latest(Path(self.config.ckpt.path))
+        if found is None:
+            log.warning("--ckpt.load_enable: no checkpoint under %s; starting from step 0", self.config.ckpt.path)
+            return 0
+        step, directory = found
+        self.engine.load_checkpoint(str(directory), tag="model", load_optimizer_states=True, load_lr_scheduler_states=True)
+        state = checkpoint.load_state(directory)
+        self.plugins.checkpoint_load(step, directory, state.get("plugins", {}))
+        return int(state["step"])
+
+    def _tracker(self, total: int, step: int) -> Any:
+        if self.rank != 0:
+            return None
+        from rlhf.runtime.tracking import MetricsTracker
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        return MetricsTracker(self.config, self.run_dir, total, step, desc="steps", shown=self.shown_metrics)

@@ -1,0 +1,62 @@
+"""The SFT trainer: examples, loss, and its config (see the package docstring)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from rlhf.config.base import flag
+from rlhf.config.supervised import SupervisedConfig, SupervisedDataSection, SupervisedModelSection
+from rlhf.supervised.trainer import LossParts, SupervisedTrainer
+
+
+class SFTModelSection(SupervisedModelSection):
+    pretrain_mode_enable: bool = flag(False, "Train on every token of --data.input_key (continued pretraining)", switch=True)
+
+
+class SFTDataSection(SupervisedDataSection):
+    output_key: str = flag("output", "Dataset key of the response")
+    multiturn: bool = flag(False, "--data.input_key holds whole conversations; train on every assistant turn", switch=True)
+
+
+class SFTConfig(SupervisedConfig):
+    """``rlhf train sft``"""
+
+    model: SFTModelSection = Field(default_factory=SFTModelSection)
+    data: SFTDataSection = Field(default_factory=SFTDataSection)
+
+
+def nll_sum(logprobs: Any, loss_mask: Any) -> Any:
+    """Σ −log p over trained tokens; ``(R, L)`` log-probs and mask -> scalar."""
+    return -(logprobs * loss_mask).sum()
+
+
+class SFTTrainer(SupervisedTrainer):
+    """Supervised fine-tuning: masked NLL, token mean per optimizer step."""
+
+    config_class: ClassVar[type[SFTConfig]] = SFTConfig
+
+    def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+        from rlhf.data.conversations import conversation, pretrain_text, prompt_response
+        from rlhf.data.sources import row_value
+
+        data = self.config.data
+        examples = []
+        for index, row in enumerate(rows):
+            value = row_value(row, data.input_key, "--data.input_key", source, index)
+            if data.multiturn:
+                ids, mask = conversation(value, self.tokenizer, source, index)
+            elif self.config.model.pretrain_mode_enable:
+                ids, mask = pretrain_text(str(value), self.tokenizer)
+            else:
+                output = row_value(row, data.output_key, "--data.output_key", source, index)
+                ids, mask = prompt_response(value, output, data, self.tokenizer)
+            examples.append({"ids": ids, "mask": mask, "length": len(ids)})
+        return examples
+
+    def compute(self, batch: Any, training: bool) -> LossParts:
+        from rlhf.supervised.batch import token_logprobs
+
+        out = self.forward(self.engine, batch)
+        return LossParts(nll_sum(token_logprobs(out.logits, batch), batch.loss_mask), {}, getattr(out, "aux_loss", None))
