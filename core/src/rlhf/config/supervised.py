@@ -93,3 +93,12 @@ class SupervisedConfig(Section):
     plugin_set: list[dict[str, Any]] = flag(
         default_factory=list, help="The resolved plugin set of the run (written by rlhf; do not edit)", cli=False
     )
+
+
+class PreferenceDataSection(SupervisedDataSection):
+    """Pairwise preference data (reward models, DPO): a prompt and a chosen/rejected response."""
+
+    prompt_key: str | None = flag(None, "Dataset key of the prompt (none: chosen/rejected are complete texts)")
+    chosen_key: str = flag("chosen", "Dataset key of the preferred response")
+    rejected_key: str = flag("rejected", "Dataset key of the dispreferred response")
+    margin_key: str | None = flag(None, "Dataset key of a per-pair margin (reward models with --model.margin_loss_enable)")

@@ -84,3 +84,32 @@ def conversation(messages: list[dict[str, Any]], tokenizer: Any, source: str, in
         ids += tail
         mask += [0] * len(tail)
     return ids, mask
+
+
+def preference_pair(row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: str, index: int) -> dict[str, Any]:
+    """One preference row -> chosen/rejected ``ids`` and ``mask`` (+ ``margin``), for RM and DPO-style trainers.
+
+    With ``--data.prompt_key`` the prompt is templated once and each response follows it
+    (masks cover the responses); without it, chosen and rejected are complete texts or
+    conversations and every token counts.
+    """
+    from rlhf.data.sources import row_value
+
+    chosen = row_value(row, data_cfg.chosen_key, "--data.chosen_key", source, index)
+    rejected = row_value(row, data_cfg.rejected_key, "--data.rejected_key", source, index)
+    sides = {}
+    for name, value in (("chosen", chosen), ("rejected", rejected)):
+        if data_cfg.prompt_key:
+            prompt = row_value(row, data_cfg.prompt_key, "--data.prompt_key", source, index)
+            ids, mask = prompt_response(prompt, value, data_cfg, tokenizer)
+        elif data_cfg.apply_chat_template and not isinstance(value, str):
+            ids = _with_eos(_ids(tokenizer, tokenizer.apply_chat_template(value, tokenize=False)), tokenizer)
+            mask = [1] * len(ids)
+        else:
+            ids = _with_eos(tokenizer(str(value))["input_ids"], tokenizer)
+            mask = [1] * len(ids)
+        sides[name] = (ids, mask)
+    margin = float(row[data_cfg.margin_key]) if data_cfg.margin_key and row.get(data_cfg.margin_key) is not None else 0.0
+    return {"chosen_ids": sides["chosen"][0], "chosen_mask": sides["chosen"][1], "rejected_ids": sides["rejected"][0],
+            "rejected_mask": sides["rejected"][1], "margin": margin,
+            "length": max(len(sides["chosen"][0]), len(sides["rejected"][0]))}

@@ -99,3 +99,11 @@ def per_sample_sum(values: torch.Tensor, batch: SupervisedBatch, weights: torch.
 def at_last_token(values: torch.Tensor, batch: SupervisedBatch) -> torch.Tensor:
     """``(R, L) -> (N,)``: each sample's value at its last token (the reward-model readout)."""
     return values.flatten()[batch.last_index]
+
+
+def collate_pairs(examples: list[dict[str, Any]], pad_id: int, packed: bool) -> SupervisedBatch:
+    """Preference pairs in one forward: samples ``0..N-1`` are the chosen responses, ``N..2N-1``
+    the rejected ones (``extras["margin"]``: ``(N,)`` floats)."""
+    sequences = [e["chosen_ids"] for e in examples] + [e["rejected_ids"] for e in examples]
+    masks = [e["chosen_mask"] for e in examples] + [e["rejected_mask"] for e in examples]
+    return collate(sequences, masks, pad_id, packed, {"margin": [e["margin"] for e in examples]})

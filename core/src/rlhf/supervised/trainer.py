@@ -240,7 +240,9 @@ class SupervisedTrainer:
         examples = self.eval_examples if examples is None else examples
         if not examples:
             return {}
-        mine = examples[self.rank :: self.world_size]
+        # equal shares: under ZeRO-3 every forward is collective, so ranks must run the same micro-batches
+        usable = len(examples) - len(examples) % self.world_size
+        mine = examples[:usable][self.rank :: self.world_size]
         sums: dict[str, float] = {"loss": 0.0}
         units = 0.0
         self.engine.eval()
