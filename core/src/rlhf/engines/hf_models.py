@@ -63,5 +63,6 @@ def token_values(model: Any, input_ids: Any, attention_mask: Any = None, head: s
     if hasattr(model, "get_base_model"):
         model = model.get_base_model()
     backbone = getattr(model, model.base_model_prefix)
+    inputs["use_cache"] = False  # a cache would also switch off packed-sequence masking
     hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, **inputs).last_hidden_state
     return getattr(model, head)(hidden).squeeze(-1).float()

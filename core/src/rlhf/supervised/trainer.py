@@ -74,6 +74,10 @@ class SupervisedTrainer:
         """The loss of one micro-batch, with ``self.engine`` (and ``self.frozen``) on ``self.device``."""
         raise NotImplementedError
 
+    def setup(self) -> None:
+        """Called once per trainer process after the trained and frozen engines are loaded, before
+        resume and the first step (cross-model checks, e.g. a teacher's vocabulary)."""
+
     def eval_finished(self, metrics: dict[str, float]) -> dict[str, float]:
         """Called after every evaluation with its averaged metrics; returns what to log."""
         return metrics
@@ -128,6 +132,7 @@ class SupervisedTrainer:
             section = getattr(cfg, name)
             self.frozen[name], _ = frozen_engine(cfg, section.model_name_or_path or cfg.model.model_name_or_path,
                                                  section.offload)
+        self.setup()
         step = self._resume()
         tracker = self._tracker(total, step)
         self.plugins.train_start(cfg, self.run_dir)

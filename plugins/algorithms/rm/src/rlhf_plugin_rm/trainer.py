@@ -57,9 +57,7 @@ class RewardModelTrainer(SupervisedTrainer):
         from rlhf.engines.hf_models import token_values
         from rlhf.supervised.batch import at_last_token
 
-        inputs = batch.model_inputs()
-        inputs.pop("use_cache")
-        values = token_values(self.engine.module, head=self.value_head, **inputs)
+        values = token_values(self.engine.module, head=self.value_head, **batch.model_inputs())
         return at_last_token(values, batch)
 
     def compute(self, batch: Any, training: bool) -> LossParts:

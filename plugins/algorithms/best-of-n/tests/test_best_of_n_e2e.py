@@ -1,0 +1,118 @@
+"""``rlhf generate`` end to end in a subprocess, on the tiny offline models (HF and vLLM engines)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rlhf_plugin_best_of_n.post_processors import iterative_dpo
+
+TEMPLATE = "User: {}\nAssistant: "
+PROMPTS = [f"what is {a}+{b}? please compute" for a, b in [(1, 2), (13, 4), (25, 25), (7, 90), (310, 2), (5, 5)]]
+
+
+def run_generate(tmp_path: Path, *argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}
+    return subprocess.run([sys.executable, "-m", "rlhf", "generate", *argv], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+def prompt_file(tmp_path: Path) -> str:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"question": p}) + "\n" for p in PROMPTS))
+    return str(path)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def transformers_rewards(reward_model_path: Path, prompts: list[str], responses: list[str]) -> list[float]:
+    """The reference: the RM's logit on `template(prompt) + response + EOS`, one unpadded sequence at a time."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(reward_model_path)
+    model = AutoModelForSequenceClassification.from_pretrained(reward_model_path, dtype=torch.float32).eval()
+    out = []
+    with torch.no_grad():
+        for prompt, response in zip(prompts, responses):
+            ids = tokenizer(TEMPLATE.format(prompt) + response)["input_ids"] + [tokenizer.eos_token_id]
+            out.append(float(model(torch.tensor([ids])).logits[0, 0]))
+    return out
+
+
+def test_unknown_post_processor_exits_2_naming_the_flag(tmp_path):
+    result = run_generate(tmp_path, "--model", "nowhere", "--dataset", "none.jsonl", "--output", str(tmp_path / "o.jsonl"),
+                          "--post_processor", "best_one", timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "rlhf: error: --post_processor 'best_one' is unknown (known: csft, iter_dpo, none, rs)" in result.stderr
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_generate_hf_iter_dpo_end_to_end(tmp_path, tiny_causal_lm_path, tiny_reward_model_path):
+    common = ["--model", str(tiny_causal_lm_path), "--dataset", prompt_file(tmp_path), "--input_key", "question",
+              "--input_template", TEMPLATE, "--best_of_n", "4", "--max_new_tokens", "12", "--engine", "hf",
+              "--reward_model", str(tiny_reward_model_path), "--dtype", "fp32", "--micro_batch_size", "4", "--seed", "3"]
+    pairs_path, samples_path = tmp_path / "out" / "pairs.jsonl", tmp_path / "out" / "samples.jsonl"
+    result = run_generate(tmp_path, *common, "--post_processor", "iter_dpo", "--output", str(pairs_path))
+    assert result.returncode == 0, result.stderr
+    pairs = read_jsonl(pairs_path)
+    assert len(pairs) == len(PROMPTS)
+    assert [p["prompt"] for p in pairs] == PROMPTS  # the raw dataset value, for `rlhf train dpo --data.prompt_key prompt`
+    for pair in pairs:
+        assert set(pair) == {"prompt", "chosen", "rejected", "chosen_reward", "rejected_reward"}
+        assert pair["chosen_reward"] >= pair["rejected_reward"]
+    reference = transformers_rewards(tiny_reward_model_path, [p["prompt"] for p in pairs] * 2,
+                                     [p["chosen"] for p in pairs] + [p["rejected"] for p in pairs])
+    assert [p["chosen_reward"] for p in pairs] + [p["rejected_reward"] for p in pairs] == pytest.approx(reference, abs=1e-4)
+
+    # the same seed samples the same responses: the pairs are the best/worst of every scored sample
+    result = run_generate(tmp_path, *common, "--output", str(samples_path))
+    assert result.returncode == 0, result.stderr
+    samples = read_jsonl(samples_path)
+    assert len(samples) == 4 * len(PROMPTS)
+    assert [s["prompt_index"] for s in samples] == [i for i in range(len(PROMPTS)) for _ in range(4)]
+    assert len({s["output"] for s in samples}) > len(PROMPTS)  # sampled, not n copies of one response
+    assert iterative_dpo(samples) == pairs
+
+
+@pytest.mark.slow
+def test_generate_hf_csft_on_an_iteration_slice(tmp_path, tiny_causal_lm_path, tiny_reward_model_path):
+    output = tmp_path / "csft.jsonl"
+    result = run_generate(tmp_path, "--model", str(tiny_causal_lm_path), "--dataset", prompt_file(tmp_path), "--input_key",
+                          "question", "--best_of_n", "3", "--max_new_tokens", "8", "--engine", "hf", "--dtype", "fp32",
+                          "--iter", "1", "--rollout_batch_size", "4", "--reward_model", str(tiny_reward_model_path),
+                          "--post_processor", "csft", "--normalize_reward", "--output", str(output))
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(output)
+    assert len(rows) == 2 * 3  # rows [4, 8) of 6 prompts: the last two, 3 samples each
+    scores = []
+    for i, row in enumerate(rows):
+        match = re.fullmatch(r"(.*) <rm_score>: (-?\d+\.\d\d) ", row["input"], flags=re.S)
+        assert match and match.group(1) == PROMPTS[4 + i // 3], row
+        scores.append(float(match.group(2)))
+    assert abs(sum(scores) / len(scores)) < 0.01  # z-normalised over the whole set (up to the 2-decimal rounding)
+
+
+@pytest.mark.slow
+def test_generate_vllm_scores_every_sample(tmp_path, tiny_causal_lm_path, tiny_reward_model_path):
+    output = tmp_path / "vllm.jsonl"
+    argv = ["--model", str(tiny_causal_lm_path), "--dataset", prompt_file(tmp_path), "--input_key", "question",
+            "--input_template", TEMPLATE, "--best_of_n", "4", "--max_new_tokens", "12", "--engine", "vllm",
+            "--dtype", "fp32", "--reward_model", str(tiny_reward_model_path), "--output", str(output)]
+    result = run_generate(tmp_path, *argv, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(output)
+    assert len(rows) == 4 * len(PROMPTS)
+    assert [r["prompt_index"] for r in rows] == [i for i in range(len(PROMPTS)) for _ in range(4)]
+    assert all(r["input"] == PROMPTS[r["prompt_index"]] for r in rows)
+    assert len({r["output"] for r in rows}) > len(PROMPTS)
+    reference = transformers_rewards(tiny_reward_model_path, [r["input"] for r in rows], [r["output"] for r in rows])
+    assert [r["reward"] for r in rows] == pytest.approx(reference, abs=1e-4)
