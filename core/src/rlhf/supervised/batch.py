@@ -41,9 +41,10 @@ class SupervisedBatch:
         def move(t: Any) -> Any:
             return t.to(device) if t is not None else None
 
+        extras = {k: v.to(device) if hasattr(v, "to") else v for k, v in self.extras.items()}
         return SupervisedBatch(move(self.input_ids), move(self.attention_mask), move(self.position_ids),
                                move(self.loss_mask), move(self.sample_ids), move(self.last_index), self.num_samples,
-                               self.extras)
+                               extras)
 
 
 def collate(sequences: list[list[int]], masks: list[list[float]], pad_id: int, packed: bool,

@@ -78,6 +78,10 @@ class SupervisedTrainer:
         """Called once per trainer process after the trained and frozen engines are loaded, before
         resume and the first step (cross-model checks, e.g. a teacher's vocabulary)."""
 
+    def step_finished(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Called after every optimizer step with its averaged metrics (rank 0 logs them); returns what to log."""
+        return metrics
+
     def eval_finished(self, metrics: dict[str, float]) -> dict[str, float]:
         """Called after every evaluation with its averaged metrics; returns what to log."""
         return metrics
@@ -231,7 +235,7 @@ class SupervisedTrainer:
                 sums[key] = sums.get(key, 0.0) + float(value.detach() if hasattr(value, "detach") else value)
         keys = sorted(sums)
         *reduced, aux_total, aux_count = self._all_reduce([sums[k] for k in keys] + aux)
-        metrics = {k: v / total_units for k, v in zip(keys, reduced)}
+        metrics = self.step_finished({k: v / total_units for k, v in zip(keys, reduced)})
         if aux_count:
             metrics["aux_loss"] = aux_total / aux_count
         metrics["lr"] = float(self.engine.get_lr()[0])

@@ -10,8 +10,8 @@ One iteration of the OpenRLHF loops (prompts slice ``i`` of ``B``)::
 
     rlhf generate --model ckpt/iter0 --dataset prompts.jsonl --output rs.jsonl --iter 0 --rollout_batch_size 512 \\
         --best_of_n 8 --reward_model ckpt/rm --post_processor rs            # or iter_dpo / csft
-    rlhf train sft --model.name_or_path ckpt/iter0 --data.dataset rs.jsonl  # rs / csft: input, output
-    rlhf train dpo … --data.dataset pairs.jsonl --data.prompt_key prompt    # iter_dpo: prompt, chosen, rejected
+    rlhf train sft --model.model_name_or_path ckpt/iter0 --data.dataset rs.jsonl --data.output_key output  # rs, csft
+    rlhf train dpo --model.model_name_or_path ckpt/iter0 --data.dataset pairs.jsonl --data.prompt_key prompt  # iter_dpo
 """
 
 from __future__ import annotations

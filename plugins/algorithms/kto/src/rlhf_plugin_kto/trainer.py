@@ -110,7 +110,7 @@ class KTOTrainer(SupervisedTrainer):
 
         cfg = self.config.model
         n = batch.extras["matched"]
-        desirable = batch.extras["desirable"].to(self.device)
+        desirable = batch.extras["desirable"]
         logps, out = self.sequence_logprobs(self.engine, batch)  # (2N,)
         ref_logps, _ = self.sequence_logprobs(self.frozen["ref"], batch)  # (2N,), no grad
         kl = kl_estimate(logps[n:], ref_logps[n:])
@@ -130,10 +130,12 @@ class KTOTrainer(SupervisedTrainer):
         return LossParts(losses.sum(), metrics, getattr(out, "aux_loss", None))
 
     def eval_finished(self, metrics: dict[str, float]) -> dict[str, float]:
-        """Adds the mean implicit reward of each kind (the totals are averaged over all samples)."""
+        """After every step and evaluation: adds the mean implicit reward of each kind (the totals are averaged over all samples)."""
         frac = metrics.get("desirable_frac", 0.0)
         if frac > 0:
             metrics["desirable_reward"] = metrics["desirable_reward_total"] / frac
         if frac < 1:
             metrics["undesirable_reward"] = metrics["undesirable_reward_total"] / (1 - frac)
         return metrics
+
+    step_finished = eval_finished

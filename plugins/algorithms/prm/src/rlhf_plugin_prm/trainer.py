@@ -158,7 +158,7 @@ class PRMTrainer(SupervisedTrainer):
 
         reward_ids = None if self.reward_ids is None else self.reward_ids.to(self.device)  # (K,), a tiny copy
         out = self.forward(self.engine, batch)  # logits (R, L, V)
-        label_ids = batch.extras["label_ids"].to(self.device)
+        label_ids = batch.extras["label_ids"]
         at = label_ids != IGNORE
-        losses, correct = prm_loss(out.logits[at], label_ids[at], batch.extras["probs"].to(self.device)[at], reward_ids)
+        losses, correct = prm_loss(out.logits[at], label_ids[at], batch.extras["probs"][at], reward_ids)
         return LossParts(losses.sum(), {"acc": correct.sum()}, getattr(out, "aux_loss", None))
