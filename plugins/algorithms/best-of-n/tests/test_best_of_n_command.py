@@ -26,11 +26,14 @@ def write_prompts(path: Path, count: int, key: str = "input") -> Path:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--post_processor", "bogus"], "--post_processor 'bogus' is unknown"),
-    (["--post_processor", "rs"], "--post_processor rs ranks responses by reward: pass --reward_model"),
+    (["--post_processor", "rs"], "--post_processor rs needs a reward per response: pass --reward_model PATH"),
+    (["--post_processor", "csft"], "--post_processor csft needs a reward per response: pass --reward_model PATH"),
+    (["--best_of_n", "0"], "--best_of_n must be >= 1, got 0"),
     (["--post_processor", "iter_dpo", "--reward_model", "rm", "--best_of_n", "1"], "needs --best_of_n >= 2"),
     (["--best_of_n", "4", "--temperature", "0"], "use a temperature > 0"),
     (["--iter", "1"], "--iter and --rollout_batch_size go together"),
     (["--input_template", "no slot"], "--input_template 'no slot' has no {}"),
+    (["--input_template", "{} {name}"], "--input_template '{} {name}' does not format"),
     (["--post_processor", "csft", "--reward_model", "rm", "--csft_prompt_template", "{input}"], "--csft_prompt_template"),
 ])
 def test_flag_errors_name_the_flag(argv, message):

@@ -105,12 +105,12 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--post_processor {args.post_processor!r} is unknown (known: {', '.join(sorted(POST_PROCESSORS))})")
     _, needs_rewards, least_n = POST_PROCESSORS[args.post_processor]
     if needs_rewards and not args.reward_model:
-        raise ConfigError(f"--post_processor {args.post_processor} ranks responses by reward: pass --reward_model PATH")
+        raise ConfigError(f"--post_processor {args.post_processor} needs a reward per response: pass --reward_model PATH")
+    if args.best_of_n < 1:
+        raise ConfigError(f"--best_of_n must be >= 1, got {args.best_of_n}")
     if args.best_of_n < least_n:
         raise ConfigError(f"--post_processor {args.post_processor} needs --best_of_n >= {least_n} "
                           f"(a chosen and a rejected response per prompt), got {args.best_of_n}")
-    if args.best_of_n < 1:
-        raise ConfigError(f"--best_of_n must be >= 1, got {args.best_of_n}")
     if args.best_of_n > 1 and args.temperature <= 0:
         raise ConfigError(f"--best_of_n {args.best_of_n} with --temperature {args.temperature} samples one greedy response "
                           "n times; use a temperature > 0")
@@ -123,8 +123,13 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError("--iter and --rollout_batch_size go together (prompt rows [iter·B, (iter+1)·B))")
     if args.iter is not None and (args.iter < 0 or args.rollout_batch_size < 1):
         raise ConfigError(f"--iter must be >= 0 and --rollout_batch_size >= 1, got {args.iter} and {args.rollout_batch_size}")
-    if not args.apply_chat_template and args.input_template and "{}" not in args.input_template:
-        raise ConfigError(f"--input_template {args.input_template!r} has no {{}} where the prompt goes")
+    if not args.apply_chat_template and args.input_template:
+        if "{}" not in args.input_template:
+            raise ConfigError(f"--input_template {args.input_template!r} has no {{}} where the prompt goes")
+        try:
+            args.input_template.format("prompt")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(f"--input_template {args.input_template!r} does not format (double other braces): {exc!r}") from exc
     if args.post_processor == "csft" or args.csft_reward is not None:
         try:
             check_csft_template(args.csft_prompt_template)

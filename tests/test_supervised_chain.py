@@ -1,0 +1,57 @@
+"""The classic pipeline on tiny models: SFT -> reward model (from the SFT model) -> PPO with that reward model."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import yaml
+from rlhf_test_support import base_flags
+
+from rlhf.cli.main import main
+from rlhf.runtime.tracking import read_metrics
+
+pytestmark = pytest.mark.slow
+
+
+def _train(*args: str) -> None:
+    env = {**os.environ, "RLHF_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-m", "rlhf", "train", *args], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_sft_then_rm_then_ppo(ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    rng = random.Random(0)
+    sft_rows, pairs = tmp_path / "sft.jsonl", tmp_path / "pairs.jsonl"
+    with sft_rows.open("w") as sft, pairs.open("w") as prefs:
+        for _ in range(32):
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            sft.write(json.dumps({"input": f"what is {a}+{b}?", "output": str(a + b)}) + "\n")
+            prefs.write(json.dumps({"prompt": f"what is {a}+{b}?", "chosen": str(a + b), "rejected": "no"}) + "\n")
+    sft_model, reward_model = tmp_path / "sft", tmp_path / "rm"
+    common = ["--data.apply_chat_template", "--train.batch_size", "8", "--train.micro_batch_size", "4",
+              "--adam.lr", "1e-3", "--ds.param_dtype", "fp32"]
+    _train("sft", "--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset", str(sft_rows),
+           "--ckpt.output_dir", str(sft_model), *common)
+    _train("rm", "--model.model_name_or_path", str(sft_model), "--data.dataset", str(pairs), "--data.prompt_key", "prompt",
+           "--eval.holdout", "0.25", "--ckpt.output_dir", str(reward_model), *common)
+    stats = json.loads((reward_model / "config.json").read_text())
+    assert stats["std"] > 0
+
+    run = tmp_path / "ppo"
+    flags = base_flags(sft_model, task_files["prompts"], run, "hf", steps=2)
+    flags += ["--reward.model_name_or_path", str(reward_model), "--reward.normalize_enable",
+              "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.advantage.estimator", "gae"]
+    assert main(["train", "ppo", *flags]) == 0
+    metrics = read_metrics(run / "out")
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all("critic_loss" in m and "reward" in m for m in metrics)
+    recorded = yaml.safe_load((run / "out" / "rlhf_config.yaml").read_text())
+    # OpenRLHF's rule: with gae and no critic path, the critic starts from the (first) reward model
+    assert recorded["reward"]["model_name_or_path"] == recorded["critic"]["model_name_or_path"] == str(reward_model)
+    assert recorded["actor"]["model_name_or_path"] == str(sft_model)
