@@ -178,8 +178,8 @@ def test_cross_flag_rules(host: PluginHost, argv: list[str], message: str) -> No
 
 def test_flags_without_effect_yet_are_announced(host: PluginHost, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        parse(host, "--train.enable_ema", "--ds.lora.rank", "8")
-    assert "not implemented by this runtime yet, so without effect: --train.enable_ema, --ds.lora.rank" in caplog.text
+        parse(host, "--train.enable_ema", "--ds.enable_sleep")
+    assert "not implemented by this runtime yet, so without effect: --train.enable_ema, --ds.enable_sleep" in caplog.text
 
 
 def test_post_parse_rewrites(host: PluginHost, caplog: pytest.LogCaptureFixture) -> None:

@@ -70,9 +70,11 @@ def test_ppo_with_critic_reward_model_and_kl(engine, ray_cluster, task_files, ti
     assert (tmp_path / "ckpt" / "global_step2" / "hf" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("engine", ["hf", "vllm"])
-def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, ray_cluster, task_files, tiny_causal_lm_path,
+@pytest.mark.parametrize("engine,extra", [("hf", []), ("vllm", []), ("vllm", ["--ds.lora.rank", "8", "--actor.adam.lr", "1e-2"])],
+                         ids=["hf", "vllm", "vllm-lora"])
+def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_cluster, task_files, tiny_causal_lm_path,
                                                              tmp_path) -> None:
+    """With LoRA the engines get the base weights with the adapters folded in."""
     from transformers import AutoModelForCausalLM
 
     from rlhf.config.loading import ConfigParser
@@ -84,7 +86,7 @@ def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, ray_cluster
     host = PluginHost.load()
     config, _ = ConfigParser(PPOConfig, host, prog="t").parse(
         base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=1) + grpo_flags(task_files["reward"])
-        + ["--actor.lr_warmup_ratio", "0"])  # a one-step run would otherwise warm up over its only step, at lr 0
+        + ["--actor.lr_warmup_ratio", "0", *extra])  # a one-step run would otherwise warm up over its only step, at lr 0
     config = PPOTrainer.prepare_config(config, host)
     config.plugin_set = host.resolved()
     controller = PPOController(config, host, tmp_path / "out")

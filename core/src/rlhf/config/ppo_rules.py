@@ -100,6 +100,10 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
+    if cfg.ds.load_in_4bit:
+        from rlhf.engines.lora import check_4bit
+
+        check_4bit(cfg.ds)
     unimplemented = [flag for flag, on in (
         ("--train.async_enable", cfg.train.async_enable),
         ("--train.colocate_all", cfg.train.colocate_all),
@@ -108,8 +112,6 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         ("--critic.freezing_steps", cfg.critic.freezing_steps > 0),
         ("--ds.packing_samples", cfg.ds.packing_samples),
         ("--ds.ring_attn_size", cfg.ds.ring_attn_size > 1),
-        ("--ds.lora.rank", cfg.ds.lora.rank > 0),
-        ("--ds.load_in_4bit", cfg.ds.load_in_4bit),
         ("--ds.enable_sleep", cfg.ds.enable_sleep),
     ) if on]
     if unimplemented:

@@ -19,17 +19,20 @@ def attn_implementation(requested: str) -> str:
     return requested
 
 
-def load_causal_lm(path: str, dtype: Any, attn: str) -> Any:
+def load_causal_lm(path: str, dtype: Any, attn: str, **kwargs: Any) -> Any:
+    """``kwargs``: more ``from_pretrained`` arguments (a 4-bit quantization config)."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation(attn))
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation(attn), **kwargs)
 
 
-def load_value_model(path: str, dtype: Any, attn: str, head: str = "score", **kwargs: Any) -> Any:
+def load_value_model(path: str, dtype: Any, attn: str, head: str = "score", *, require_head: bool = False,
+                     **kwargs: Any) -> Any:
     """A sequence-regression model whose ``head`` maps every hidden state to one value.
 
     A causal-LM checkpoint (e.g. the actor used as critic, or an SFT model becoming a
     reward model) gets a fresh bias-free head drawn from N(0, 1/(d+1)), as OpenRLHF's.
+    ``require_head``: a checkpoint without a trained head is an error (reward models must have one).
     ``kwargs``: more ``from_pretrained`` arguments (a 4-bit quantization config).
     """
     from transformers import AutoModelForSequenceClassification
@@ -41,6 +44,9 @@ def load_value_model(path: str, dtype: Any, attn: str, head: str = "score", **kw
         raise ValueError(f"model at {path} has no value head named {head!r} (--ds.value_head_prefix); "
                          f"{type(model).__name__} names its head 'score'")
     if any(key.startswith(f"{head}.") for key in info.get("missing_keys", ())):
+        if require_head:
+            raise ValueError(f"{path} has no trained value head {head!r}, so its rewards would be random; "
+                             "pass a reward model trained with `rlhf train rm` (or set --ds.value_head_prefix)")
         _init_value_head(getattr(model, head), model.config.hidden_size)
     return model
 

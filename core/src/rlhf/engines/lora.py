@@ -19,10 +19,8 @@ def lora_enabled(ds: Any) -> bool:
     return ds.lora.rank > 0
 
 
-def quantization_config(ds: Any) -> Any:
-    """The ``BitsAndBytesConfig`` of ``--ds.load_in_4bit``, or None; a clear error where it cannot run."""
-    if not ds.load_in_4bit:
-        return None
+def check_4bit(ds: Any) -> None:
+    """``--ds.load_in_4bit`` needs a GPU, LoRA adapters to train, and ZeRO below 3: a clear error otherwise."""
     import torch
 
     if not torch.cuda.is_available():
@@ -32,6 +30,14 @@ def quantization_config(ds: Any) -> Any:
         raise ConfigError("--ds.load_in_4bit trains LoRA adapters on a frozen 4-bit base: set --ds.lora.rank > 0")
     if ds.zero_stage == 3:
         raise ConfigError("--ds.load_in_4bit does not work with --ds.zero_stage 3 (4-bit weights cannot be partitioned)")
+
+
+def quantization_config(ds: Any) -> Any:
+    """The ``BitsAndBytesConfig`` of ``--ds.load_in_4bit``, or None."""
+    if not ds.load_in_4bit:
+        return None
+    check_4bit(ds)
+    import torch
     from transformers import BitsAndBytesConfig
 
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,

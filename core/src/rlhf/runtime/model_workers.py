@@ -148,10 +148,15 @@ class PolicyWorker(_CausalLMWorker):
         self.loss = build(self.plugins.registry.get(K.POLICY_LOSS, cfg.actor.policy_loss_type, flag="--actor.policy_loss_type"), cfg)
 
         def load() -> Any:
-            model = load_causal_lm(cfg.actor.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation)
-            if cfg.actor.gradient_checkpointing_enable:
+            from rlhf.engines.lora import apply_lora, quantization_config
+
+            quant = quantization_config(cfg.ds)
+            extra = {"quantization_config": quant} if quant is not None else {}
+            model = load_causal_lm(cfg.actor.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, **extra)
+            checkpointing = cfg.actor.gradient_checkpointing_enable
+            if checkpointing:
                 model.gradient_checkpointing_enable({"use_reentrant": cfg.actor.gradient_checkpointing_reentrant})
-            return model
+            return apply_lora(model, cfg.ds, gradient_checkpointing=checkpointing)
 
         self._training_engine("actor", load, num_training_steps)
 
@@ -180,8 +185,9 @@ class PolicyWorker(_CausalLMWorker):
             column = functools.partial(_padded_column, payload, rows, mask.shape[1])
             aggregate = functools.partial(aggregate_loss, mask=mask, mode=mode, num_tokens=tokens,
                                           num_sequences=sequences, scale=self._scale())
-            logits = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-            scaled = action_logits(logits, batch, cfg.rollout.temperature)
+            moe = {"output_router_logits": True} if cfg.actor.aux_loss_coef > 0 else {}
+            output = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **moe)
+            scaled = action_logits(output.logits, batch, cfg.rollout.temperature)
             logp = torch.log_softmax(scaled, -1).gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1) * mask
             # one on-policy optimizer step: the weights that sampled are the ones being
             # differentiated, so π_old is exactly this forward's value
@@ -214,6 +220,9 @@ class PolicyWorker(_CausalLMWorker):
                 metrics["entropy"] = masked_mean(entropy.detach(), mask)
                 if cfg.actor.entropy_coef != 0:
                     loss = loss - cfg.actor.entropy_coef * aggregate(entropy)
+            if moe and getattr(output, "aux_loss", None) is not None:
+                loss = loss + cfg.actor.aux_loss_coef * output.aux_loss  # MoE balancing, per forward
+                metrics["aux_loss"] = output.aux_loss.detach()
             self.engine.backward(loss)
             self.engine.step()
             for key, value in metrics.items():
@@ -224,12 +233,18 @@ class PolicyWorker(_CausalLMWorker):
         return result
 
     def full_state(self) -> Any:
-        """All ranks call this; rank 0 returns a Ray reference to the full CPU state dict."""
+        """All ranks call this; rank 0 returns a Ray reference to the full CPU state dict
+        (with LoRA: the base weights with the adapters folded in, under the base model's names)."""
         import ray
 
-        from rlhf.engines.deepspeed_strategy import full_state_dict
+        from rlhf.engines.deepspeed_strategy import full_state_dict, gathered
+        from rlhf.engines.lora import is_peft, merged_state_dict
 
-        state = full_state_dict(self.engine.module)
+        if is_peft(self.engine.module):
+            with gathered(self.engine.module):
+                state = merged_state_dict(self.engine.module)
+        else:
+            state = full_state_dict(self.engine.module)
         return ray.put(state) if self.rank == 0 else None
 
     def save_checkpoint(self, directory: str) -> None:
@@ -275,7 +290,7 @@ class RewardModelWorker(_ValueWorker):
         self.head = self.config.ds.value_head_prefix
         ds_config = eval_config(self.config, self.config.reward.offload)
         self._zero3 = zero3_context(ds_config)
-        model = load_value_model(path, dtype_of(self.config), self.config.ds.attn_implementation, self.head)
+        model = load_value_model(path, dtype_of(self.config), self.config.ds.attn_implementation, self.head, require_head=True)
         self.pad_id = model.config.pad_token_id or 0
         # --reward.normalize_enable: (r − μ)/σ with the statistics reward-model training stored in its config
         self.normalize = (1.0, 0.0)

@@ -113,7 +113,8 @@ class HFEngine:
 
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(param_dtype)).eval()
         self.pad_id = self.model.config.pad_token_id or 0
-        self.eos_id = self.model.config.eos_token_id
+        eos = self.model.generation_config.eos_token_id or self.model.config.eos_token_id
+        self.eos_ids = set(eos) if isinstance(eos, (list, tuple)) else {eos}  # Llama-3 style lists too
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         import torch
@@ -132,7 +133,7 @@ class HFEngine:
             out = self.model.generate(
                 input_ids=input_ids, attention_mask=attention, max_new_tokens=max(r["max_tokens"] for r in requests),
                 do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None, top_k=0 if sample else None,
-                pad_token_id=self.pad_id, eos_token_id=self.eos_id, output_logits=True, return_dict_in_generate=True,
+                pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), output_logits=True, return_dict_in_generate=True,
             )
         tokens = out.sequences[:, width:]
         logits = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)
@@ -141,8 +142,9 @@ class HFEngine:
         for i, r in enumerate(requests):
             ids = tokens[i, : r["max_tokens"]].tolist()
             finish = "length"
-            if self.eos_id in ids:
-                ids = ids[: ids.index(self.eos_id) + 1]
+            stop = next((j for j, token in enumerate(ids) if token in self.eos_ids), None)
+            if stop is not None:
+                ids = ids[: stop + 1]
                 finish = "stop"
             results.append({"response_ids": ids, "logprobs": logprobs[i, : len(ids)].tolist(), "finish_reason": finish})
         return results

@@ -54,6 +54,15 @@ class SupervisedTrainer:
         self.rank, self.world_size = 0, 1
         self.tokenizer: Any = None
 
+    @classmethod
+    def prepare_config(cls, config: SupervisedConfig, plugins: Any) -> SupervisedConfig:
+        """Cross-flag checks in the CLI process before anything loads; subclasses extend it (call super)."""
+        if config.ds.load_in_4bit:
+            from rlhf.engines.lora import check_4bit
+
+            check_4bit(config.ds)
+        return config
+
     # ----- the trainer plugin's part -------------------------------------------------
     def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
         """Rows -> examples, each with a ``length`` (its longest token sequence). Runs once per dataset."""

@@ -139,3 +139,11 @@ def test_missing_output_key_names_file_row_and_flag(tmp_path, tiny_causal_lm_pat
                   "--data.dataset", str(data), "--ckpt.output_dir", str(tmp_path / "o"), "--ds.param_dtype", "fp32")
     assert result.returncode == 2
     assert f"{data} row 1 has no key 'output'" in result.stderr and "--data.output_key" in result.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only error")
+def test_4bit_on_cpu_is_a_clear_error_before_anything_loads(tmp_path) -> None:
+    result = rlhf(sys.executable, "-m", "rlhf", "train", "sft", "--model.model_name_or_path", "unused",
+                  "--data.dataset", "unused.jsonl", "--ds.load_in_4bit", "--ds.lora.rank", "8")
+    assert result.returncode == 2
+    assert "--ds.load_in_4bit needs a CUDA GPU" in result.stderr

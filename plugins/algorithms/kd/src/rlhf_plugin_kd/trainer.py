@@ -53,7 +53,7 @@ class KDTrainer(SupervisedTrainer):
                               "(it must use the student's tokenizer)")
         if not 0.0 <= config.model.kd_coef <= 1.0:
             raise ConfigError(f"--model.kd_coef must be in [0, 1] (the weight of KD against NLL), got {config.model.kd_coef}")
-        return config
+        return super().prepare_config(config, plugins)
 
     def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
         """Rows -> ``{ids, mask, length}``: prompt + response tokens, the mask over the response (and EOS)."""
