@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -14,15 +11,13 @@ from rlhf_test_support import base_flags
 
 from rlhf.cli.main import main
 from rlhf.runtime.tracking import read_metrics
+from rlhf.testing.cli import assert_ok, run_rlhf
 
 pytestmark = pytest.mark.slow
 
 
 def _train(*args: str) -> None:
-    env = {**os.environ, "RLHF_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-m", "rlhf", "train", *args], capture_output=True, text=True, env=env,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert_ok(run_rlhf("train", *args))
 
 
 def test_sft_then_rm_then_ppo(ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:

@@ -57,6 +57,17 @@ def flag(
     return Field(default=default, description=help, json_schema_extra=extra)
 
 
+def plugin_options_field() -> Any:
+    """The ``plugins`` field of every trainer's config tree: plugin options by namespace (YAML only)."""
+    return flag(default_factory=dict, help="Options of plugins, by plugin namespace (flags: --<namespace>.<field>)",
+                cli=False)
+
+
+def plugin_set_field() -> Any:
+    """The ``plugin_set`` field of every trainer's config tree, written by rlhf and reloaded by workers."""
+    return flag(default_factory=list, help="The resolved plugin set of the run (written by rlhf; do not edit)", cli=False)
+
+
 def cli_extra(field_info: Any) -> dict[str, Any]:
     extra = field_info.json_schema_extra
     return extra if isinstance(extra, dict) else {}

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rlhf.config.base import Section, flag
+from rlhf.config.base import Section, flag, plugin_options_field, plugin_set_field
 from rlhf.registry import ComponentKind as K
 
 
@@ -265,9 +265,5 @@ class PPOConfig(Section):
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     local_rank: int = flag(-1, "local_rank for deepspeed")
     use_ms: bool = flag(False, "Use ModelScope instead of the HF hub", switch=True)
-    plugins: dict[str, dict[str, Any]] = flag(
-        default_factory=dict, help="Options of plugins, by plugin namespace (flags: --<namespace>.<field>)", cli=False
-    )
-    plugin_set: list[dict[str, Any]] = flag(
-        default_factory=list, help="The resolved plugin set of the run (written by rlhf; do not edit)", cli=False
-    )
+    plugins: dict[str, dict[str, Any]] = plugin_options_field()
+    plugin_set: list[dict[str, Any]] = plugin_set_field()

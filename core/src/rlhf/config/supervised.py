@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
-from rlhf.config.base import Section, flag
+from rlhf.config.base import Section, flag, plugin_options_field, plugin_set_field
 from rlhf.config.ppo import AdamSection, DeepSpeedSection, LoggerSection, MuonSection
 from rlhf.registry import ComponentKind as K
 
@@ -87,12 +87,8 @@ class SupervisedConfig(Section):
     ckpt: SupervisedCkptSection = Field(default_factory=SupervisedCkptSection)
     logger: LoggerSection = Field(default_factory=LoggerSection)
     local_rank: int = flag(-1, "local_rank for deepspeed")
-    plugins: dict[str, dict[str, Any]] = flag(
-        default_factory=dict, help="Options of plugins, by plugin namespace (flags: --<namespace>.<field>)", cli=False
-    )
-    plugin_set: list[dict[str, Any]] = flag(
-        default_factory=list, help="The resolved plugin set of the run (written by rlhf; do not edit)", cli=False
-    )
+    plugins: dict[str, dict[str, Any]] = plugin_options_field()
+    plugin_set: list[dict[str, Any]] = plugin_set_field()
 
 
 class PreferenceDataSection(SupervisedDataSection):

@@ -314,7 +314,10 @@ class SupervisedTrainer:
     def _tracker(self, total: int, step: int) -> Any:
         if self.rank != 0:
             return None
+        import yaml
+
         from rlhf.runtime.tracking import MetricsTracker
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(self.config.model_dump(mode="json"), sort_keys=False))
         return MetricsTracker(self.config, self.run_dir, total, step, desc="steps", shown=self.shown_metrics)

@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from rlhf_plugin_best_of_n.post_processors import iterative_dpo
+
+from rlhf.testing.cli import run_rlhf
 
 TEMPLATE = "User: {}\nAssistant: "
 PROMPTS = [f"what is {a}+{b}? please compute" for a, b in [(1, 2), (13, 4), (25, 25), (7, 90), (310, 2), (5, 5)]]
 
 
 def run_generate(tmp_path: Path, *argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}
-    return subprocess.run([sys.executable, "-m", "rlhf", "generate", *argv], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
+    return run_rlhf("generate", *argv, timeout=timeout,
+                    env={"HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")})
 
 
 def prompt_file(tmp_path: Path) -> str:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlhf.config.supervised import PreferenceDataSection
 from rlhf.data.conversations import preference_pair
 from rlhf.supervised.batch import collate_pairs, per_sample_sum, token_logprobs
+from rlhf.testing.cli import assert_ok, run_rlhf
 
 
 def _log_sigmoid(x: float) -> float:
@@ -76,14 +74,11 @@ def write_pairs(path: Path, count: int) -> Path:
 def test_dpo_training_separates_chosen_from_rejected(tmp_path, tiny_causal_lm_path, variant) -> None:
     data = write_pairs(tmp_path / "pairs.jsonl", 32)
     out = tmp_path / "dpo"
-    env = {**os.environ, "RLHF_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "rlhf", "train", "dpo", "--model.model_name_or_path", str(tiny_causal_lm_path),
-         "--data.dataset", str(data), "--data.apply_chat_template", "--train.batch_size", "8",
-         "--train.micro_batch_size", "4", "--adam.lr", "5e-4", "--ds.param_dtype", "fp32", "--ds.zero_stage", "2",
-         "--ref.offload", "--ckpt.output_dir", str(out), *variant],
-        capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert_ok(run_rlhf(
+        "train", "dpo", "--model.model_name_or_path", str(tiny_causal_lm_path),
+        "--data.dataset", str(data), "--data.apply_chat_template", "--train.batch_size", "8",
+        "--train.micro_batch_size", "4", "--adam.lr", "5e-4", "--ds.param_dtype", "fp32", "--ds.zero_stage", "2",
+        "--ref.offload", "--ckpt.output_dir", str(out), *variant))
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["margin"] > metrics[0]["margin"] + 0.05
     assert metrics[-1]["acc"] == 1.0

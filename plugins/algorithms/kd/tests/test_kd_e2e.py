@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ENV = {**os.environ, "RLHF_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+from rlhf.testing.cli import run_rlhf
 
 
 def rlhf(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlhf", *args], env=ENV, capture_output=True, text=True, timeout=timeout)
+    return run_rlhf(*args, timeout=timeout, env={"HF_DATASETS_OFFLINE": "1"})
 
 
 def write_rows(path: Path, count: int, seed: int) -> Path:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from rlhf_plugin_kto.trainer import KTOConfig, KTOTrainer
 
 from rlhf.config.base import ConfigError
 from rlhf.supervised.batch import per_sample_sum, token_logprobs
+from rlhf.testing.cli import run_rlhf
 
 WORDS = "the a an answer question what is plus minus times number think step result".split()
 
@@ -132,9 +131,7 @@ def write_jsonl(path: Path, items: list[dict]) -> Path:
 
 
 def rlhf(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RLHF_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "rlhf", "train", "kto", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=600)
+    return run_rlhf("train", "kto", *args, cwd=cwd)
 
 
 def test_cli_bad_row_exits_2_naming_the_row(tmp_path, tiny_causal_lm_path):

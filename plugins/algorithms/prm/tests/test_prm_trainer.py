@@ -7,10 +7,8 @@ special token ``<|user|>`` as the step placeholder and ``+``/``-`` as the reward
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from rlhf_plugin_prm.losses import IGNORE, SOFT, prm_loss
 from rlhf_plugin_prm.trainer import PRMConfig, PRMTrainer
 
 from rlhf.config.base import ConfigError
+from rlhf.testing.cli import run_rlhf
 
 STEP = "<|user|>"
 WORDS = "the a an answer question what is plus minus times number think step result".split()
@@ -147,9 +146,7 @@ def write_jsonl(path: Path, items: list[dict]) -> Path:
 
 
 def rlhf(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RLHF_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "rlhf", "train", "prm", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=600)
+    return run_rlhf("train", "prm", *args, cwd=cwd)
 
 
 def base_flags(model: Path, data: Path, tmp_path: Path) -> list[str]:

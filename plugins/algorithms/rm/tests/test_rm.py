@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +12,11 @@ import torch
 from rlhf_plugin_rm.losses import pairwise_loss
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from rlhf.testing.cli import assert_ok, run_rlhf
 
-def rlhf(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RLHF_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-m", "rlhf", *args], capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
+
+def rlhf(*args: str) -> None:
+    assert_ok(run_rlhf(*args))
 
 
 def write_pairs(path: Path, count: int, seed: int) -> Path:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,16 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlhf.config.supervised import SupervisedDataSection
 from rlhf.data.conversations import pretrain_text, prompt_response
 from rlhf.supervised.batch import collate, token_logprobs
-
-
-def rlhf(*args: str, timeout: int = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RLHF_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    env = {k: v for k, v in env.items() if k not in {"RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR", "LOCAL_RANK"}}
-    return subprocess.run(list(args), capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
-
-
-def check(result: subprocess.CompletedProcess[str]) -> None:
-    assert result.returncode == 0, result.stderr[-4000:]
+from rlhf.testing.cli import assert_ok, run_rlhf
 
 
 def write_rows(path: Path, count: int, seed: int = 0) -> Path:
@@ -88,13 +76,12 @@ def test_one_step_is_the_full_batch_token_mean(tmp_path, tiny_causal_lm_path, la
     data = write_rows(tmp_path / "sft.jsonl", 8)
     lr, eps = 1e3, 1e3
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "rlhf"] if launcher == "single" else [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "rlhf"]
-    check(rlhf(*command, "train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
+    command = () if launcher == "single" else ("torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+    assert_ok(run_rlhf("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
                "--data.dataset", str(data), "--train.batch_size", "8", "--train.micro_batch_size", str(micro),
                "--train.max_epochs", "1", "--train.lr_warmup_ratio", "0", "--train.max_norm", "0",
                "--adam.lr", str(lr), "--adam.eps", str(eps), "--ds.param_dtype", "fp32", "--ds.zero_stage", str(stage),
-               "--ds.attn_implementation", "eager", "--ckpt.output_dir", str(out)))
+               "--ds.attn_implementation", "eager", "--ckpt.output_dir", str(out), launcher=command))
     trained = load_file(out / "model.safetensors")
     expected = _expected_one_step(tiny_causal_lm_path, data, lr, eps)
     moved = 0.0
@@ -111,7 +98,7 @@ def test_lora_sft_saves_an_adapter_that_merges_exactly(tmp_path, tiny_causal_lm_
 
     data = write_rows(tmp_path / "sft.jsonl", 32)
     out, merged = tmp_path / "adapter", tmp_path / "merged"
-    check(rlhf(sys.executable, "-m", "rlhf", "train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
+    assert_ok(run_rlhf("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
                "--data.dataset", str(data), "--data.apply_chat_template", "--train.batch_size", "8",
                "--train.micro_batch_size", "4", "--adam.lr", "1e-2", "--ds.param_dtype", "fp32", "--ds.zero_stage", "2",
                "--ds.lora.rank", "8", "--ds.lora.alpha", "16", "--train.gradient_checkpointing_enable",
@@ -120,7 +107,7 @@ def test_lora_sft_saves_an_adapter_that_merges_exactly(tmp_path, tiny_causal_lm_
     assert not (out / "model.safetensors").exists()  # adapters only
     losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if "loss" in line]
     assert losses[-1] < losses[0]
-    check(rlhf(sys.executable, "-m", "rlhf", "lora", "merge", "--model_path", str(tiny_causal_lm_path),
+    assert_ok(run_rlhf("lora", "merge", "--model_path", str(tiny_causal_lm_path),
                "--lora_path", str(out), "--output_path", str(merged), "--param_dtype", "fp32"))
     ids = torch.tensor([[1, 40, 41, 42, 43, 44, 45]])
     base = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path, dtype=torch.float32)
@@ -135,7 +122,7 @@ def test_lora_sft_saves_an_adapter_that_merges_exactly(tmp_path, tiny_causal_lm_
 def test_missing_output_key_names_file_row_and_flag(tmp_path, tiny_causal_lm_path) -> None:
     data = tmp_path / "bad.jsonl"
     data.write_text(json.dumps({"input": "a", "output": "b"}) + "\n" + json.dumps({"input": "c", "answer": "d"}) + "\n")
-    result = rlhf(sys.executable, "-m", "rlhf", "train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
+    result = run_rlhf("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
                   "--data.dataset", str(data), "--ckpt.output_dir", str(tmp_path / "o"), "--ds.param_dtype", "fp32")
     assert result.returncode == 2
     assert f"{data} row 1 has no key 'output'" in result.stderr and "--data.output_key" in result.stderr
@@ -143,7 +130,30 @@ def test_missing_output_key_names_file_row_and_flag(tmp_path, tiny_causal_lm_pat
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only error")
 def test_4bit_on_cpu_is_a_clear_error_before_anything_loads(tmp_path) -> None:
-    result = rlhf(sys.executable, "-m", "rlhf", "train", "sft", "--model.model_name_or_path", "unused",
+    result = run_rlhf("train", "sft", "--model.model_name_or_path", "unused",
                   "--data.dataset", "unused.jsonl", "--ds.load_in_4bit", "--ds.lora.rank", "8")
     assert result.returncode == 2
     assert "--ds.load_in_4bit needs a CUDA GPU" in result.stderr
+
+
+@pytest.mark.slow
+def test_moe_balancing_loss_is_added_and_logged(tmp_path, tiny_tokenizer_path) -> None:
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_path)
+    moe = tmp_path / "tiny-moe"
+    config = MixtralConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=2,
+                           max_position_embeddings=256, pad_token_id=tokenizer.pad_token_id,
+                           eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    torch.manual_seed(0)
+    MixtralForCausalLM(config).save_pretrained(moe)
+    tokenizer.save_pretrained(moe)
+    out = tmp_path / "out"
+    assert_ok(run_rlhf("train", "sft", "--model.model_name_or_path", str(moe),
+               "--data.dataset", str(write_rows(tmp_path / "sft.jsonl", 16)), "--train.batch_size", "8",
+               "--train.micro_batch_size", "4", "--ds.param_dtype", "fp32", "--model.aux_loss_coef", "0.01",
+               "--ckpt.output_dir", str(out)))
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # Switch-style balancing loss: num_experts · Σ f_i·P_i, which is 2 (= top-k) when routing is uniform
+    assert all(0.5 < m["aux_loss"] < 8.0 for m in metrics)

@@ -13,7 +13,8 @@ from rlhf.config.supervised import (
     SupervisedConfig,
     SupervisedModelSection,
 )
-from rlhf.supervised.trainer import LossParts, SupervisedTrainer
+from rlhf.supervised.pairs import PairwiseTrainer
+from rlhf.supervised.trainer import LossParts
 
 
 class DPOModelSection(SupervisedModelSection):
@@ -31,25 +32,12 @@ class DPOConfig(SupervisedConfig):
     data: PreferenceDataSection = Field(default_factory=lambda: PreferenceDataSection(input_template=None, prompt_key="prompt"))
 
 
-class DPOTrainer(SupervisedTrainer):
+class DPOTrainer(PairwiseTrainer):
     """Pairs forward once through the policy and once through the frozen reference."""
 
     config_class: ClassVar[type[DPOConfig]] = DPOConfig
     frozen_sections: ClassVar[tuple[str, ...]] = ("ref",)
     shown_metrics: ClassVar[tuple[str, ...]] = ("loss", "acc", "margin")
-
-    def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
-        from rlhf.data.conversations import preference_pair
-
-        return [preference_pair(row, self.config.data, self.tokenizer, source, i) for i, row in enumerate(rows)]
-
-    def collate(self, examples: list[dict[str, Any]]) -> Any:
-        from rlhf.supervised.batch import collate_pairs
-
-        return collate_pairs(examples, self.pad_id, self.config.ds.packing_samples)
-
-    def units(self, batch: Any) -> float:
-        return float(batch.num_samples // 2)
 
     def compute(self, batch: Any, training: bool) -> LossParts:
         import torch

@@ -9,7 +9,8 @@ from pydantic import Field
 
 from rlhf.config.base import flag
 from rlhf.config.supervised import PreferenceDataSection, SupervisedConfig, SupervisedModelSection
-from rlhf.supervised.trainer import LossParts, SupervisedTrainer
+from rlhf.supervised.pairs import PairwiseTrainer
+from rlhf.supervised.trainer import LossParts
 
 
 class RMModelSection(SupervisedModelSection):
@@ -25,7 +26,7 @@ class RMConfig(SupervisedConfig):
     data: PreferenceDataSection = Field(default_factory=lambda: PreferenceDataSection(input_template=None))
 
 
-class RewardModelTrainer(SupervisedTrainer):
+class RewardModelTrainer(PairwiseTrainer):
     """Bradley-Terry reward model: one forward of chosen + rejected, reward at the last token."""
 
     config_class: ClassVar[type[RMConfig]] = RMConfig
@@ -38,19 +39,6 @@ class RewardModelTrainer(SupervisedTrainer):
     @property
     def value_head(self) -> str:  # type: ignore[override]
         return self.config.ds.value_head_prefix
-
-    def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
-        from rlhf.data.conversations import preference_pair
-
-        return [preference_pair(row, self.config.data, self.tokenizer, source, i) for i, row in enumerate(rows)]
-
-    def collate(self, examples: list[dict[str, Any]]) -> Any:
-        from rlhf.supervised.batch import collate_pairs
-
-        return collate_pairs(examples, self.pad_id, self.config.ds.packing_samples)
-
-    def units(self, batch: Any) -> float:
-        return float(batch.num_samples // 2)
 
     def rewards(self, batch: Any) -> Any:
         """``(2N,)`` rewards: the head's value at each sequence's last token."""

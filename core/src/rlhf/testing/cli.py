@@ -1,0 +1,31 @@
+"""Running the real ``rlhf`` command in a subprocess from tests, as a user would.
+
+Trainers initialise torch.distributed and DeepSpeed process-wide, so tests run them in
+their own process; this helper gives every such test the same clean environment.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+#: Variables a launcher (torchrun, an outer test) may have set that would make a child join the wrong group.
+_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def run_rlhf(*args: str, launcher: Sequence[str] = (), cwd: Path | None = None, timeout: float = 600,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m rlhf ARGS`` (or ``python -m <launcher…> -m rlhf ARGS``), offline, without progress bars."""
+    full_env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS}
+    full_env.update(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1", **(env or {}))
+    command = [sys.executable, "-m", *launcher, *(["-m"] if launcher else []), "rlhf", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout)
+
+
+def assert_ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    """Fail with the end of stderr when the command did not exit 0."""
+    assert result.returncode == 0, f"exit {result.returncode}:\n{result.stderr[-4000:]}"
+    return result
