@@ -1,0 +1,68 @@
+"""Supervised runs: checkpoints, resume after a crash, periodic eval, dataset mixing."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from rlhf.runtime.tracking import read_metrics
+from rlhf.testing.cli import assert_ok, run_rlhf
+
+pytestmark = pytest.mark.slow
+
+CRASH_PLUGIN = '''
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+@rlhf.hookimpl
+def rlhf_step_end(step, metrics):
+    if step == 2:
+        raise RuntimeError("simulated crash after step 2")
+'''
+
+
+def _rows(path: Path, count: int, seed: int, word: str) -> Path:
+    rng = random.Random(seed)
+    with path.open("w") as handle:
+        for _ in range(count):
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            handle.write(json.dumps({"input": f"{word} {a}+{b}?", "output": str(a + b)}) + "\n")
+    return path
+
+
+def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path) -> None:
+    first, second = _rows(tmp_path / "a.jsonl", 40, 0, "add"), _rows(tmp_path / "b.jsonl", 40, 1, "sum")
+
+    def flags(run: Path) -> list[str]:
+        return ["train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
+                "--data.dataset", f"{first},{second}", "--data.dataset_probs", "0.75,0.25", "--data.max_samples", "40",
+                "--eval.holdout", "0.2", "--eval.steps", "2", "--train.batch_size", "8", "--train.micro_batch_size", "4",
+                "--train.max_epochs", "2", "--adam.lr", "1e-3", "--ds.param_dtype", "fp32", "--ds.zero_stage", "2",
+                "--ckpt.save_steps", "2", "--ckpt.max_num", "2", "--ckpt.path", str(run / "ckpt"),
+                "--ckpt.output_dir", str(run / "out")]
+
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert_ok(run_rlhf(*flags(straight)))
+    crash = tmp_path / "crash_plugin.py"
+    crash.write_text(CRASH_PLUGIN)
+    failed = run_rlhf("--plugins", str(crash), *flags(resumed))
+    assert failed.returncode != 0 and "simulated crash after step 2" in failed.stderr
+    assert (resumed / "ckpt" / "global_step2" / "state.json").exists()
+    assert_ok(run_rlhf(*flags(resumed), "--ckpt.load_enable"))
+
+    a, b = read_metrics(straight / "out"), read_metrics(resumed / "out")
+    train_a = {m["step"]: m["loss"] for m in a if "loss" in m}
+    train_b = {m["step"]: m["loss"] for m in b if "loss" in m}
+    assert sorted(train_a) == list(range(1, 9))  # 32 training rows (8 held out) / 8 per step × 2 epochs
+    for step in range(3, 9):
+        assert train_b[step] == pytest.approx(train_a[step], rel=1e-5), step
+    evals = [m["step"] for m in a if "eval/loss" in m]
+    assert evals == [2, 4, 6, 8]  # --eval.steps 2, the last one at the end
+    assert sorted(p.name for p in (straight / "ckpt").iterdir()) == ["global_step6", "global_step8"]  # max_num 2
+    config_text = (straight / "out" / "rlhf_config.yaml").read_text()
+    assert "dataset_probs: 0.75,0.25" in config_text and "plugin_set:" in config_text
