@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import time
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -141,6 +142,13 @@ class SupervisedTrainer:
         total = self.steps_per_epoch * cfg.train.max_epochs
         self.engine, self._context = trained_engine(cfg, self.plugins, self.world_size, total, value_head=self.value_head)
         self.device = self.engine.device
+        if cfg.ds.packing_samples and self.rank == 0:
+            from rlhf.engines.hf_models import attn_implementation
+
+            if not attn_implementation(cfg.ds.attn_implementation).startswith("flash"):
+                log.warning("--ds.packing_samples without flash-attn: the packed row gets a full block-diagonal mask, "
+                            "so attention costs grow with the square of the packed length (measured slower than "
+                            "padding on CPU, see benchmarks/sft_packing.py); it pays off with flash_attention_2 on GPU")
         for name in self.frozen_sections:
             section = getattr(cfg, name)
             self.frozen[name], _ = frozen_engine(cfg, section.model_name_or_path or cfg.model.model_name_or_path,
@@ -223,7 +231,9 @@ class SupervisedTrainer:
 
     def _train_step(self, step: int) -> dict[str, float]:
         """One optimizer step: the loss is Σ loss_sum / Σ units over every micro-batch of every rank."""
+        started = time.perf_counter()
         batches = self._micro_batches(self._step_examples(step))
+        tokens = sum(int((b.sample_ids >= 0).sum()) for b in batches)  # real tokens, padding excluded
         (total_units,) = self._all_reduce([sum(self.units(b) for b in batches)])
         total_units = max(total_units, 1.0)
         # DeepSpeed divides each micro-batch's loss by the accumulation steps and averages ranks: undo both.
@@ -248,6 +258,9 @@ class SupervisedTrainer:
         if aux_count:
             metrics["aux_loss"] = aux_total / aux_count
         metrics["lr"] = float(self.engine.get_lr()[0])
+        elapsed = time.perf_counter() - started
+        (all_tokens,) = self._all_reduce([float(tokens)])
+        metrics.update({"timing/step": elapsed, "throughput/tokens_per_s": all_tokens / max(elapsed, 1e-9)})
         return metrics
 
     def evaluate(self, examples: list[dict[str, Any]] | None = None) -> dict[str, float]:

@@ -69,16 +69,20 @@ def write_pairs(path: Path, count: int) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", [[], ["--model.ipo_enable"], ["--model.label_smoothing", "0.1", "--model.nll_loss_coef", "0.2"]],
-                         ids=["dpo", "ipo", "cdpo+nll"])
-def test_dpo_training_separates_chosen_from_rejected(tmp_path, tiny_causal_lm_path, variant) -> None:
+@pytest.mark.parametrize(
+    "variant,launcher",
+    [([], ()), (["--model.ipo_enable"], ()), (["--model.label_smoothing", "0.1", "--model.nll_loss_coef", "0.2"], ()),
+     ([], ("torch.distributed.run", "--standalone", "--nproc_per_node", "2"))],
+    ids=["dpo", "ipo", "cdpo+nll", "dpo-2ranks"],
+)
+def test_dpo_training_separates_chosen_from_rejected(tmp_path, tiny_causal_lm_path, variant, launcher) -> None:
     data = write_pairs(tmp_path / "pairs.jsonl", 32)
     out = tmp_path / "dpo"
     assert_ok(run_rlhf(
         "train", "dpo", "--model.model_name_or_path", str(tiny_causal_lm_path),
         "--data.dataset", str(data), "--data.apply_chat_template", "--train.batch_size", "8",
         "--train.micro_batch_size", "4", "--adam.lr", "5e-4", "--ds.param_dtype", "fp32", "--ds.zero_stage", "2",
-        "--ref.offload", "--ckpt.output_dir", str(out), *variant))
+        "--ref.offload", "--ckpt.output_dir", str(out), *variant, launcher=launcher))
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["margin"] > metrics[0]["margin"] + 0.05
     assert metrics[-1]["acc"] == 1.0
