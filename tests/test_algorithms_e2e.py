@@ -15,6 +15,9 @@ CASES = {
                  "--rollout.micro_batch_size", "4",
                  "--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_mode", "clip"],
                 ("critic_loss", "vllm_kl", "is_filter_ratio")),
+    "gae+lora": (["--algo.advantage.estimator", "gae", "--rollout.n_samples_per_prompt", "1", "--train.batch_size", "4",
+                  "--rollout.micro_batch_size", "4", "--ds.lora.rank", "4"],  # LoRA on actor and critic
+                 ("critic_loss", "value_mean")),
     "reinforce+kl_loss": (["--algo.advantage.estimator", "reinforce", "--rollout.n_samples_per_prompt", "2",
                            "--algo.kl.use_loss", "--algo.kl.estimator", "k2", "--algo.advantage.gamma", "0.9"],
                           ("kl_loss",)),
@@ -53,6 +56,8 @@ def test_algorithm_trains(case, ray_cluster, task_files, tiny_causal_lm_path, tm
     for key in ("policy_loss", "reward", *keys):
         assert all(key in m for m in metrics), key
     assert all(m["policy_loss"] == m["policy_loss"] for m in metrics)  # not NaN
+    if "--ds.lora.rank" in flags:  # the final save of a LoRA actor is its adapter
+        assert (tmp_path / "out" / "adapter_config.json").exists() and not (tmp_path / "out" / "model.safetensors").exists()
 
 
 def test_dapo_preset_filters_and_refills(ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:

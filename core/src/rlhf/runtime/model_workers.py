@@ -327,11 +327,16 @@ class CriticWorker(_ValueWorker):
         self._init_common(master_addr, master_port)
         cfg = self.config
         self.head = cfg.ds.value_head_prefix
-        self._training_engine(
-            "critic",
-            lambda: load_value_model(cfg.critic.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, self.head),
-            num_training_steps,
-        )
+        def load() -> Any:
+            from rlhf.engines.lora import apply_lora, quantization_config
+
+            quant = quantization_config(cfg.ds)
+            extra = {"quantization_config": quant} if quant is not None else {}
+            model = load_value_model(cfg.critic.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, self.head,
+                                     **extra)
+            return apply_lora(model, cfg.ds, value_head=self.head)  # OpenRLHF adapts the critic too
+
+        self._training_engine("critic", load, num_training_steps)
 
     def values(self, payload: dict[str, list]) -> list[list[float]]:
         return self._per_token_rows(payload, self._action_values)
