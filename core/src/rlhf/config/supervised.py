@@ -91,6 +91,12 @@ class SupervisedConfig(Section):
     plugin_set: list[dict[str, Any]] = plugin_set_field()
 
 
+class PromptResponseDataSection(SupervisedDataSection):
+    """Rows of a prompt (``--data.input_key``) and a response (``--data.output_key``): sft, kd, kto."""
+
+    output_key: str = flag("output", "Dataset key of the response")
+
+
 class PreferenceDataSection(SupervisedDataSection):
     """Pairwise preference data (reward models, DPO): a prompt and a chosen/rejected response."""
 

@@ -43,6 +43,16 @@ def prompt_response(prompt_value: Any, response_value: Any, data_cfg: Any, token
     return prompt + response, [0] * len(prompt) + [1] * len(response)
 
 
+def row_prompt_response(row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: str,
+                        index: int) -> tuple[list[int], list[int]]:
+    """:func:`prompt_response` of a row's ``--data.input_key`` and ``--data.output_key`` values."""
+    from rlhf.data.sources import row_value
+
+    prompt = row_value(row, data_cfg.input_key, "--data.input_key", source, index)
+    response = row_value(row, data_cfg.output_key, "--data.output_key", source, index)
+    return prompt_response(prompt, response, data_cfg, tokenizer)
+
+
 def pretrain_text(text: str, tokenizer: Any) -> tuple[list[int], list[int]]:
     """``--model.pretrain_mode_enable``: every token is trained (the first one has nothing to be predicted from)."""
     ids = _with_eos(tokenizer(text)["input_ids"], tokenizer)

@@ -32,16 +32,17 @@ def check_4bit(ds: Any) -> None:
         raise ConfigError("--ds.load_in_4bit does not work with --ds.zero_stage 3 (4-bit weights cannot be partitioned)")
 
 
-def quantization_config(ds: Any) -> Any:
-    """The ``BitsAndBytesConfig`` of ``--ds.load_in_4bit``, or None."""
+def quantization_kwargs(ds: Any) -> dict[str, Any]:
+    """``from_pretrained`` arguments of ``--ds.load_in_4bit`` (a ``BitsAndBytesConfig``); empty without it."""
     if not ds.load_in_4bit:
-        return None
+        return {}
     check_4bit(ds)
     import torch
     from transformers import BitsAndBytesConfig
 
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=torch.bfloat16)
+    return {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                      bnb_4bit_use_double_quant=True,
+                                                      bnb_4bit_compute_dtype=torch.bfloat16)}
 
 
 def apply_lora(model: Any, ds: Any, *, value_head: str | None = None, gradient_checkpointing: bool = False) -> Any:

@@ -148,11 +148,10 @@ class PolicyWorker(_CausalLMWorker):
         self.loss = build(self.plugins.registry.get(K.POLICY_LOSS, cfg.actor.policy_loss_type, flag="--actor.policy_loss_type"), cfg)
 
         def load() -> Any:
-            from rlhf.engines.lora import apply_lora, quantization_config
+            from rlhf.engines.lora import apply_lora, quantization_kwargs
 
-            quant = quantization_config(cfg.ds)
-            extra = {"quantization_config": quant} if quant is not None else {}
-            model = load_causal_lm(cfg.actor.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, **extra)
+            model = load_causal_lm(cfg.actor.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation,
+                                   **quantization_kwargs(cfg.ds))
             checkpointing = cfg.actor.gradient_checkpointing_enable
             if checkpointing:
                 model.gradient_checkpointing_enable({"use_reentrant": cfg.actor.gradient_checkpointing_reentrant})
@@ -328,12 +327,10 @@ class CriticWorker(_ValueWorker):
         cfg = self.config
         self.head = cfg.ds.value_head_prefix
         def load() -> Any:
-            from rlhf.engines.lora import apply_lora, quantization_config
+            from rlhf.engines.lora import apply_lora, quantization_kwargs
 
-            quant = quantization_config(cfg.ds)
-            extra = {"quantization_config": quant} if quant is not None else {}
             model = load_value_model(cfg.critic.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, self.head,
-                                     **extra)
+                                     **quantization_kwargs(cfg.ds))
             return apply_lora(model, cfg.ds, value_head=self.head)  # OpenRLHF adapts the critic too
 
         self._training_engine("critic", load, num_training_steps)

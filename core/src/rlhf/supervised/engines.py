@@ -37,23 +37,20 @@ def optimizer_section(config: Any) -> SimpleNamespace:
 def load_trained(config: Any, *, value_head: str | None) -> Any:
     """The trained model: a causal LM, or (``value_head`` set) a model with that one-output head;
     gradient checkpointing and LoRA per the config."""
-    from rlhf.engines.deepspeed_strategy import torch_dtype
-    from rlhf.engines.hf_models import attn_implementation, load_value_model
-    from rlhf.engines.lora import apply_lora, quantization_config
+    from rlhf.engines.deepspeed_strategy import dtype_of
+    from rlhf.engines.hf_models import load_causal_lm, load_value_model
+    from rlhf.engines.lora import apply_lora, quantization_kwargs
 
     path = config.model.model_name_or_path
     if not path:
         from rlhf.config.base import ConfigError
 
         raise ConfigError("--model.model_name_or_path is required")
-    dtype, attn, quant = torch_dtype(config.ds.param_dtype), config.ds.attn_implementation, quantization_config(config.ds)
-    extra = {"quantization_config": quant} if quant is not None else {}
+    attn, extra = config.ds.attn_implementation, quantization_kwargs(config.ds)
     if value_head:
-        model = load_value_model(path, dtype, attn, value_head, **extra)
+        model = load_value_model(path, dtype_of(config), attn, value_head, **extra)
     else:
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation(attn), **extra)
+        model = load_causal_lm(path, dtype_of(config), attn, **extra)
     checkpointing = config.train.gradient_checkpointing_enable
     if checkpointing:
         model.gradient_checkpointing_enable(
@@ -87,15 +84,13 @@ def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *
 def frozen_engine(config: Any, path: str, offload: bool) -> tuple[Any, Any]:
     """An evaluated-only causal LM (reference, teacher): ZeRO-3 partitioned when training is, offloadable."""
     import deepspeed
-    from transformers import AutoModelForCausalLM
 
-    from rlhf.engines.deepspeed_strategy import eval_config, torch_dtype, zero3_context
-    from rlhf.engines.hf_models import attn_implementation
+    from rlhf.engines.deepspeed_strategy import dtype_of, eval_config, zero3_context
+    from rlhf.engines.hf_models import load_causal_lm
 
     ds_config = eval_config(config, offload, config.train.micro_batch_size)
     context = zero3_context(ds_config)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(config.ds.param_dtype),
-                                                 attn_implementation=attn_implementation(config.ds.attn_implementation))
+    model = load_causal_lm(path, dtype_of(config), config.ds.attn_implementation)
     engine, *_ = deepspeed.initialize(model=model, config=ds_config)
     engine.eval()
     return engine, context

@@ -12,16 +12,12 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from rlhf.config.base import ConfigError, flag
-from rlhf.config.supervised import FrozenModelSection, SupervisedConfig, SupervisedDataSection, SupervisedModelSection
+from rlhf.config.supervised import FrozenModelSection, PromptResponseDataSection, SupervisedConfig, SupervisedModelSection
 from rlhf.supervised.trainer import LossParts, SupervisedTrainer
 
 
 class KDModelSection(SupervisedModelSection):
     kd_coef: float = flag(0.4, "Weight α of the distillation term: loss = (1 − α)·NLL + α·KD, α in [0, 1]")
-
-
-class KDDataSection(SupervisedDataSection):
-    output_key: str = flag("output", "Dataset key of the response")
 
 
 class TeacherSection(FrozenModelSection):
@@ -34,7 +30,7 @@ class KDConfig(SupervisedConfig):
     """``rlhf train kd``"""
 
     model: KDModelSection = Field(default_factory=KDModelSection)
-    data: KDDataSection = Field(default_factory=KDDataSection)
+    data: PromptResponseDataSection = Field(default_factory=PromptResponseDataSection)
     teacher: TeacherSection = Field(default_factory=TeacherSection)
 
 
@@ -57,15 +53,11 @@ class KDTrainer(SupervisedTrainer):
 
     def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
         """Rows -> ``{ids, mask, length}``: prompt + response tokens, the mask over the response (and EOS)."""
-        from rlhf.data.conversations import prompt_response
-        from rlhf.data.sources import row_value
+        from rlhf.data.conversations import row_prompt_response
 
-        data = self.config.data
         examples = []
         for index, row in enumerate(rows):
-            prompt = row_value(row, data.input_key, "--data.input_key", source, index)
-            response = row_value(row, data.output_key, "--data.output_key", source, index)
-            ids, mask = prompt_response(prompt, response, data, self.tokenizer)
+            ids, mask = row_prompt_response(row, self.config.data, self.tokenizer, source, index)
             examples.append({"ids": ids, "mask": mask, "length": len(ids)})
         return examples
 

@@ -16,8 +16,8 @@ from pydantic import Field
 from rlhf.config.base import ConfigError, flag
 from rlhf.config.supervised import (
     FrozenModelSection,
+    PromptResponseDataSection,
     SupervisedConfig,
-    SupervisedDataSection,
     SupervisedModelSection,
 )
 from rlhf.supervised.trainer import LossParts, SupervisedTrainer
@@ -29,8 +29,7 @@ class KTOModelSection(SupervisedModelSection):
     undesirable_loss_weight: float = flag(1.0, "Weight of the loss of undesirable samples")
 
 
-class KTODataSection(SupervisedDataSection):
-    output_key: str = flag("output", "Dataset key of the completion")
+class KTODataSection(PromptResponseDataSection):
     label_key: str = flag("label", "Dataset key of the desirability label (bool or 0/1)")
 
 
@@ -61,16 +60,14 @@ class KTOTrainer(SupervisedTrainer):
     def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
         """Rows -> ``{prompt, response, desirable, length}``; prompt and response are token id lists
         (the response ends with EOS). Runs once per dataset, before training."""
-        from rlhf.data.conversations import prompt_response
+        from rlhf.data.conversations import row_prompt_response
         from rlhf.data.sources import row_value
 
         data = self.config.data
         examples = []
         for index, row in enumerate(rows):
-            prompt = row_value(row, data.input_key, "--data.input_key", source, index)
-            output = row_value(row, data.output_key, "--data.output_key", source, index)
+            ids, mask = row_prompt_response(row, data, self.tokenizer, source, index)
             label = desirability(row_value(row, data.label_key, "--data.label_key", source, index), source, index)
-            ids, mask = prompt_response(prompt, output, data, self.tokenizer)
             cut = mask.index(1) if 1 in mask else len(ids)
             examples.append({"prompt": ids[:cut], "response": ids[cut:], "desirable": label, "length": len(ids)})
         return examples

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from rlhf.config.base import flag
-from rlhf.config.supervised import SupervisedConfig, SupervisedDataSection, SupervisedModelSection
+from rlhf.config.supervised import PromptResponseDataSection, SupervisedConfig, SupervisedModelSection
 from rlhf.supervised.trainer import LossParts, SupervisedTrainer
 
 
@@ -15,8 +15,7 @@ class SFTModelSection(SupervisedModelSection):
     pretrain_mode_enable: bool = flag(False, "Train on every token of --data.input_key (continued pretraining)", switch=True)
 
 
-class SFTDataSection(SupervisedDataSection):
-    output_key: str = flag("output", "Dataset key of the response")
+class SFTDataSection(PromptResponseDataSection):
     multiturn: bool = flag(False, "--data.input_key holds whole conversations; train on every assistant turn", switch=True)
 
 
@@ -38,20 +37,20 @@ class SFTTrainer(SupervisedTrainer):
     config_class: ClassVar[type[SFTConfig]] = SFTConfig
 
     def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
-        from rlhf.data.conversations import conversation, pretrain_text, prompt_response
+        from rlhf.data.conversations import conversation, pretrain_text, row_prompt_response
         from rlhf.data.sources import row_value
 
         data = self.config.data
         examples = []
         for index, row in enumerate(rows):
-            value = row_value(row, data.input_key, "--data.input_key", source, index)
-            if data.multiturn:
-                ids, mask = conversation(value, self.tokenizer, source, index)
-            elif self.config.model.pretrain_mode_enable:
-                ids, mask = pretrain_text(str(value), self.tokenizer)
+            if data.multiturn or self.config.model.pretrain_mode_enable:
+                value = row_value(row, data.input_key, "--data.input_key", source, index)
+                if data.multiturn:
+                    ids, mask = conversation(value, self.tokenizer, source, index)
+                else:
+                    ids, mask = pretrain_text(str(value), self.tokenizer)
             else:
-                output = row_value(row, data.output_key, "--data.output_key", source, index)
-                ids, mask = prompt_response(value, output, data, self.tokenizer)
+                ids, mask = row_prompt_response(row, data, self.tokenizer, source, index)
             examples.append({"ids": ids, "mask": mask, "length": len(ids)})
         return examples
 
