@@ -39,6 +39,12 @@ class LossParts(NamedTuple):
     aux: Any = None
 
 
+def _accumulate(sums: dict[str, float], parts: LossParts) -> None:
+    """Add one micro-batch's loss and metric sums into ``sums`` (plain floats, off the graph)."""
+    for key, value in (("loss", parts.loss_sum), *parts.metrics.items()):
+        sums[key] = sums.get(key, 0.0) + float(value.detach() if hasattr(value, "detach") else value)
+
+
 class SupervisedTrainer:
     """Base of the supervised trainers; see the module docstring for the contract."""
 
@@ -249,9 +255,7 @@ class SupervisedTrainer:
                 aux = [aux[0] + float(parts.aux.detach()), aux[1] + 1]
             self.engine.backward(loss)
             self.engine.step()
-            sums["loss"] = sums.get("loss", 0.0) + float(parts.loss_sum.detach())
-            for key, value in parts.metrics.items():
-                sums[key] = sums.get(key, 0.0) + float(value.detach() if hasattr(value, "detach") else value)
+            _accumulate(sums, parts)
         keys = sorted(sums)
         *reduced, aux_total, aux_count = self._all_reduce([sums[k] for k in keys] + aux)
         metrics = self.step_finished({k: v / total_units for k, v in zip(keys, reduced)})
@@ -281,9 +285,7 @@ class SupervisedTrainer:
             for batch in self._micro_batches(mine):
                 units += self.units(batch)
                 parts = self.compute(batch.to(self.device), training=False)
-                sums["loss"] += float(parts.loss_sum)
-                for key, value in parts.metrics.items():
-                    sums[key] = sums.get(key, 0.0) + float(value.detach() if hasattr(value, "detach") else value)
+                _accumulate(sums, parts)
         keys = sorted(sums)
         reduced = self._all_reduce([units] + [sums[k] for k in keys])
         averaged = {k: v / max(reduced[0], 1.0) for k, v in zip(keys, reduced[1:])}
