@@ -27,6 +27,7 @@ from typing import Any
 import pluggy
 
 from rlhf import PLUGIN_API_VERSION, PROJECT_NAME, __version__, hookspecs
+from rlhf.errors import PluginError
 from rlhf.plugin_options import OptionsRegister, PluginOptions
 from rlhf.plugin_selection import BLOCKED, FAILED, OK, PluginRecord, PluginSelection, canonical, file_plugin_name
 from rlhf.registry import ComponentKind, ComponentRegistry, Register
@@ -41,7 +42,7 @@ ENTRY_POINT_GROUPS = tuple(f"rlhf.{kind}" for kind in PLUGIN_KINDS)
 BUILTIN_PLUGINS = {"core": "rlhf.builtin"}
 
 
-class PluginLoadError(RuntimeError):
+class PluginLoadError(PluginError):
     """A plugin failed to load and was named explicitly, or strict mode is on."""
 
 

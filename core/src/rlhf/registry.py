@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
+from rlhf.errors import ConfigError
+
 T = TypeVar("T")
 
 
@@ -46,7 +48,7 @@ class ComponentKind(str, Enum):
         return self.value.replace("_", " ")
 
 
-class ComponentError(LookupError):
+class ComponentError(ConfigError, LookupError):
     """A component name that is not registered, or a lazy target that does not import."""
 
 

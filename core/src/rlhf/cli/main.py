@@ -12,10 +12,9 @@ import logging
 import sys
 
 from rlhf import __version__
-from rlhf.config.base import ConfigError
+from rlhf.errors import ConfigError, debug_requested, render_exit
 from rlhf.plugin_selection import ENV_PLUGINS, ENV_STRICT, PluginSelection
-from rlhf.plugins import PluginHost, PluginLoadError
-from rlhf.registry import ComponentError
+from rlhf.plugins import PluginHost
 
 PLUGIN_HELP = f"""\
 plugin selection (same syntax in ${ENV_PLUGINS}; the flag wins when both are set):
@@ -26,6 +25,9 @@ plugin selection (same syntax in ${ENV_PLUGINS}; the flag wins when both are set
   --plugins ''           load no installed plugin (recovery: `rlhf --plugins '' plugins`)
   --strict-plugins       any plugin failure is an error (also ${ENV_STRICT}=1)
 
+errors: a mistake in flags, files, data or plugins prints one `rlhf: error: …` line and exits 2;
+  --debug (or RLHF_DEBUG=1) also prints the traceback.
+
 plugins add commands too (e.g. `rlhf generate` from rlhf-plugin-best-of-n); `rlhf plugins --kind algorithms` lists them.
 """
 
@@ -34,13 +36,17 @@ def _selection_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--plugins", dest="plugins_spec", default=None)
     parser.add_argument("--strict-plugins", action="store_true")
+    parser.add_argument("--debug", action="store_true")
     return parser
 
 
 def split_plugin_args(argv: list[str]) -> tuple[PluginSelection, list[str]]:
-    """Take ``--plugins``/``--strict-plugins`` from anywhere in argv (before or after the subcommand)."""
+    """Take ``--plugins``/``--strict-plugins``/``--debug`` from anywhere in argv (before or after the subcommand)."""
     known, rest = _selection_parser().parse_known_args(argv)
-    return PluginSelection.from_cli(known.plugins_spec, known.strict_plugins), rest
+    try:
+        return PluginSelection.from_cli(known.plugins_spec, known.strict_plugins), rest
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rlhf-core {__version__}")
     parser.add_argument("--plugins", dest="plugins_spec", metavar="SPEC", help="plugin selection, see below")
     parser.add_argument("--strict-plugins", action="store_true", help="any plugin failure is an error")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an error (also RLHF_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     plugins = sub.add_parser("plugins", help="list installed plugins, their components and status")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
@@ -91,43 +98,48 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        selection, rest = split_plugin_args(argv)
-        first = next((i for i, arg in enumerate(rest) if not arg.startswith("-")), None)
-        if first is not None and rest[first] not in BUILTIN_COMMANDS:
-            return run_plugin_command(selection, rest[first], rest[:first] + rest[first + 1 :])
-        parser = build_parser()
-        args, extra = parser.parse_known_args(rest)
-        if args.command is None:
-            parser.print_help()
-            return 0
-        host = PluginHost.load(selection)
-        if args.command == "plugins":
-            if extra:
-                parser.error(f"unrecognized arguments: {' '.join(extra)}")
-            from rlhf.cli.plugins_cmd import show_plugins
+        return _dispatch(argv)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every error leaves through one renderer
+        return render_exit(exc, debug_requested(argv))
 
-            return show_plugins(host, as_json=args.json, kind=args.kind)
-        if args.command == "serve":
-            if extra:
-                parser.error(f"unrecognized arguments: {' '.join(extra)}")
-            from rlhf.serving.reward_server import serve
 
-            return serve(host, args)
-        if args.command == "lora":
-            if extra:
-                parser.error(f"unrecognized arguments: {' '.join(extra)}")
-            from rlhf.cli.lora_cmd import run_lora_command
+def _dispatch(argv: list[str]) -> int:
+    selection, rest = split_plugin_args(argv)
+    first = next((i for i, arg in enumerate(rest) if not arg.startswith("-")), None)
+    if first is not None and rest[first] not in BUILTIN_COMMANDS:
+        return run_plugin_command(selection, rest[first], rest[:first] + rest[first + 1 :])
+    parser = build_parser()
+    args, extra = parser.parse_known_args(rest)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    host = PluginHost.load(selection)
+    if args.command == "plugins":
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from rlhf.cli.plugins_cmd import show_plugins
 
-            return run_lora_command(args)
-        if args.command == "demo":
-            if extra:
-                parser.error(f"unrecognized arguments: {' '.join(extra)}")
-            from rlhf.cli.demo_cmd import run_demo_command
+        return show_plugins(host, as_json=args.json, kind=args.kind)
+    if args.command == "serve":
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from rlhf.serving.reward_server import serve
 
-            return run_demo_command(host, args)
-        from rlhf.cli.train_cmd import run_train
+        return serve(host, args)
+    if args.command == "lora":
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from rlhf.cli.lora_cmd import run_lora_command
 
-        return run_train(host, args.trainer, extra)
-    except (ConfigError, PluginLoadError, ComponentError) as exc:
-        print(f"rlhf: error: {exc}", file=sys.stderr)
-        return 2
+        return run_lora_command(args)
+    if args.command == "demo":
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from rlhf.cli.demo_cmd import run_demo_command
+
+        return run_demo_command(host, args)
+    from rlhf.cli.train_cmd import run_train
+
+    return run_train(host, args.trainer, extra)

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlhf.errors import ConfigError  # noqa: F401 - re-exported: config code raises it from here
 from rlhf.registry import ComponentKind
 
 
@@ -73,5 +74,3 @@ def cli_extra(field_info: Any) -> dict[str, Any]:
     return extra if isinstance(extra, dict) else {}
 
 
-class ConfigError(ValueError):
-    """Invalid configuration; the message names the flag (or YAML key / file) and the fix."""

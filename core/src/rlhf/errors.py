@@ -1,0 +1,106 @@
+"""The mistakes a user can fix, and how the ``rlhf`` command shows them.
+
+Code anywhere in rlhf or a plugin (the CLI process, a Ray worker, a reward server) raises
+one of these when the user's flags, files, data, plugins or environment are at fault. The
+message names the thing at fault — flag, file and row, plugin and hook, URL, checkpoint
+file, worker group and rank — and says what to do. :func:`render_exit` turns any of them,
+however deeply wrapped (``raise … from``, Ray's ``RayTaskError``), into one line
+``rlhf: error: …`` on stderr and exit status 2; the traceback is printed only with
+``--debug`` or ``RLHF_DEBUG=1``. Anything else is a bug: one ``rlhf: internal error`` line,
+exit status 1, and the traceback with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+DEBUG_ENV = "RLHF_DEBUG"
+USER_ERROR_EXIT = 2
+INTERNAL_ERROR_EXIT = 1
+
+
+class UserError(Exception):
+    """Base of every error the user can fix; the message is the one line the CLI prints."""
+
+
+class ConfigError(UserError, ValueError):
+    """A flag, YAML key or combination of flags is invalid (names the flag and the fix)."""
+
+
+class DataError(UserError, ValueError):
+    """A dataset file, row or value is unusable (names the file, the row and the flag)."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint is missing, truncated or does not fit the run (names the file)."""
+
+
+class RewardSourceError(UserError):
+    """A reward file, server or function cannot be used (names the file or URL)."""
+
+
+class PluginError(UserError):
+    """A plugin failed to load or raised in a hook (names the plugin and the hook)."""
+
+
+class WorkerError(UserError):
+    """A Ray worker died or stopped answering (names the group and the rank)."""
+
+
+class StorageError(UserError):
+    """Writing a file failed: disk full, no permission (names the path; nothing half-written is left)."""
+
+
+def debug_requested(argv: list[str] | None = None) -> bool:
+    return "--debug" in (argv or []) or os.environ.get(DEBUG_ENV, "") not in {"", "0", "false"}
+
+
+def find_user_error(exc: BaseException) -> UserError | None:
+    """The first :class:`UserError` in ``exc``'s chain (causes, contexts, Ray's wrapped causes)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        # Ray re-raises a remote exception as a RayTaskError subclass of the original class whose
+        # str() carries the remote traceback; its ``cause`` is the original, clean exception.
+        cause = getattr(current, "cause", None)
+        if isinstance(cause, BaseException):
+            pending.insert(0, cause)
+            continue
+        if isinstance(current, UserError):
+            return current
+        pending += [current.__cause__, current.__context__]
+    return None
+
+
+def one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def storage_error(path: object, exc: OSError, what: str) -> StorageError:
+    """An OSError while writing ``path`` as a :class:`StorageError` that says what to do."""
+    import errno
+
+    hint = {errno.ENOSPC: "free some disk space", errno.EDQUOT: "free some disk space (quota)",
+            errno.EACCES: "check the directory's permissions", errno.EROFS: "choose a writable directory"}
+    return StorageError(f"writing {what} {path} failed: {exc.strerror or exc}; "
+                        f"{hint.get(exc.errno or 0, 'check the path')} and run again (nothing half-written was kept)")
+
+
+def render_exit(exc: BaseException, debug: bool) -> int:
+    """Print ``exc`` as the CLI does and return the exit status."""
+    if debug:
+        traceback.print_exception(exc)
+    user = find_user_error(exc)
+    if user is not None:
+        print(f"rlhf: error: {one_line(str(user))}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    hint = "" if debug else "; rerun with --debug for the traceback"
+    print(f"rlhf: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+          f"(a bug in rlhf or a plugin{hint})", file=sys.stderr)
+    return INTERNAL_ERROR_EXIT
