@@ -29,3 +29,15 @@ def assert_ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedP
     """Fail with the end of stderr when the command did not exit 0."""
     assert result.returncode == 0, f"exit {result.returncode}:\n{result.stderr[-4000:]}"
     return result
+
+
+def assert_user_error(result: subprocess.CompletedProcess[str], *names: str) -> str:
+    """The command failed as a user mistake should: exit 2, no traceback, exactly one ``rlhf: error:``
+    line, and that line names every one of ``names`` (the file, row, flag, plugin, URL…). Returns the line."""
+    lines = [line for line in result.stderr.splitlines() if line.startswith("rlhf: error:")]
+    assert result.returncode == 2, f"exit {result.returncode}, expected 2:\n{result.stderr[-4000:]}"
+    assert "Traceback" not in result.stderr, f"a traceback was printed:\n{result.stderr[-4000:]}"
+    assert len(lines) == 1, f"expected one 'rlhf: error:' line, got {len(lines)}:\n{result.stderr[-4000:]}"
+    missing = [name for name in names if name not in lines[0]]
+    assert not missing, f"the error line does not name {missing}: {lines[0]}"
+    return lines[0]
