@@ -99,7 +99,8 @@ def aggregate_loss(
 ) -> torch.Tensor:
     """Reduce a per-token loss ``(B, T)`` to a scalar (``--actor.loss_agg_mode``).
 
-    token-mean: Σ m·ℓ / N_tok; seq-mean-token-mean: Σ_i [n_i>0]·(Σ_t m·ℓ)/(n_i + 1e-8) / N_seq.
+    token-mean: Σ m·ℓ / N_tok; seq-mean-token-mean: Σ_i [n_i>0]·(Σ_t m·ℓ)/(n_i + 1e-8) / N_seq,
+    where N_seq counts only sequences with n_i > 0 (an empty response adds to neither sum).
     ``num_tokens`` / ``num_sequences`` are the normalisers of the whole optimizer step (every
     accumulation micro-batch on every rank); without them the local counts are used.
     ``scale`` multiplies the result (the runtime passes accumulation × data-parallel size to
@@ -112,8 +113,9 @@ def aggregate_loss(
         return (loss * mask).sum() / denominator * scale
     if mode == "seq-mean-token-mean":
         lengths = mask.sum(dim=1)
-        per_sequence = (loss * mask).sum(dim=1) / (lengths + 1e-8) * (lengths > 0)
-        denominator = num_sequences if num_sequences is not None else max(float(loss.shape[0]), 1.0)
+        nonempty = (lengths > 0).to(lengths.dtype)
+        per_sequence = (loss * mask).sum(dim=1) / (lengths + 1e-8) * nonempty
+        denominator = num_sequences if num_sequences is not None else nonempty.sum().clamp(min=1.0)
         return per_sequence.sum() / denominator * scale
     raise ValueError(f"--actor.loss_agg_mode {mode!r}: expected token-mean or seq-mean-token-mean")
 

@@ -18,22 +18,10 @@ from rlhf.config.base import ConfigError
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime import checkpoint
 from rlhf.runtime.batch import Sample
+from rlhf.runtime.kl_control import KLController, observed_kl
 from rlhf.runtime.rewarding import RewardStage
 
 log = logging.getLogger("rlhf.runtime")
-
-
-class KLController:
-    """Fixed coefficient, or the adaptive controller of Ziegler et al. when ``--algo.kl.target`` is set."""
-
-    def __init__(self, init_coef: float, target: float | None, horizon: int) -> None:
-        self.value, self.target, self.horizon = init_coef, target, horizon
-
-    def update(self, current_kl: float, n_steps: int) -> None:
-        if self.target is None:
-            return
-        error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
-        self.value *= 1.0 + error * n_steps / self.horizon
 
 
 @contextmanager
@@ -255,7 +243,7 @@ class PPOController:
         metrics["response_length"] = sum(len(s.response_ids) for s in samples) / len(samples)
         metrics["truncated_ratio"] = sum(s.finish_reason == "length" for s in samples) / len(samples)
         metrics["kl_coef"] = self.kl.value
-        self.kl.update(metrics.get("kl", 0.0), cfg.rollout.batch_size * n)
+        self.kl.update(observed_kl(metrics, cfg.algo.kl.use_loss), cfg.rollout.batch_size * n)
         metrics["timing/step_total"] = time.perf_counter() - start
         return metrics
 

@@ -53,8 +53,12 @@ class _ModelWorker(BaseWorker):
 
         The counts cover the whole optimizer step (every accumulation micro-batch on every
         rank): the normalisers of one exact token (or sequence) mean per optimizer step.
+        ``step_sequences`` counts only responses with at least one token, as seq-mean-token-mean
+        divides by them alone.
         """
         import torch
+
+        from rlhf.runtime.policy_objective import step_counts
 
         cfg = self.config
         n = len(payload["prompt_ids"])
@@ -66,7 +70,7 @@ class _ModelWorker(BaseWorker):
             order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
             for start in range(0, n, per_step):
                 group = order[start : start + per_step]
-                counts = torch.tensor([float(sum(len(payload["response_ids"][i]) for i in group)), float(len(group))])
+                counts = torch.tensor(step_counts([len(payload["response_ids"][i]) for i in group]))
                 if self.world_size > 1:
                     torch.distributed.all_reduce(counts)
                 for idx in _micro_batches(len(group), micro):
@@ -160,30 +164,27 @@ class PolicyWorker(_CausalLMWorker):
         self._training_engine("actor", load, num_training_steps)
 
     def train(self, payload: dict[str, list], step: int, kl_coef: float) -> dict[str, float]:
-        """``max_epochs`` passes of the policy loss over this rank's share of the rollout batch.
+        """``max_epochs`` passes of the actor objective over this rank's share of the rollout batch.
 
-        Loss = agg(c·ℓ) + β·agg(KL) [KL as loss] − c_H·agg(H) [entropy]; ``agg`` is
-        ``--actor.loss_agg_mode`` (per-sequence when the loss is not token-level) with the
-        normalisers of the whole optimizer step; c is the IS correction coefficient.
+        Per micro-batch, ``policy_objective``: agg(c·ℓ) + β·token_mean(KL) [KL as loss]
+        − c_H·token_mean(H) [entropy], plus the MoE auxiliary loss. Only the policy term follows
+        ``--actor.loss_agg_mode`` (per-sequence when the loss is not token-level); every mean
+        uses the normalisers of the whole optimizer step; c is the IS correction coefficient.
         """
         import torch
 
-        from rlhf import is_correction
-        from rlhf.ops import aggregate_loss, compute_approx_kl, kl_with_unbiased_gradient, masked_mean, token_entropy
+        from rlhf.ops import token_entropy
         from rlhf.runtime.batch import action_logits, pack
+        from rlhf.runtime.policy_objective import ObjectiveSettings, StepNormalisers, policy_objective
 
         cfg = self.config
-        adv_cfg, kl_cfg = cfg.algo.advantage, cfg.algo.kl
-        correcting = adv_cfg.is_correction_level != "off"
-        mode = cfg.actor.loss_agg_mode if self.loss.token_level else "seq-mean-token-mean"
+        settings = ObjectiveSettings.from_config(cfg)
         sums: dict[str, float] = {}
         count = 0
         for rows, tokens, sequences in self._training_groups(payload, step, salt=0):
             batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id)
             mask = batch.action_mask
             column = functools.partial(_padded_column, payload, rows, mask.shape[1])
-            aggregate = functools.partial(aggregate_loss, mask=mask, mode=mode, num_tokens=tokens,
-                                          num_sequences=sequences, scale=self._scale())
             moe = {"output_router_logits": True} if cfg.actor.aux_loss_coef > 0 else {}
             output = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **moe)
             scaled = action_logits(output.logits, batch, cfg.rollout.temperature)
@@ -191,34 +192,13 @@ class PolicyWorker(_CausalLMWorker):
             # one on-policy optimizer step: the weights that sampled are the ones being
             # differentiated, so π_old is exactly this forward's value
             old = logp.detach() if payload["old_logprobs"] is None else column("old_logprobs")
-            metrics: dict[str, Any] = {}
-            if correcting and not self.loss.token_level:
-                # sequence-level losses (GSPO) take the ratio against the rollout policy directly
-                token_loss, metrics = self.loss(logp, column("rollout_logprobs"), column("advantages"), mask)
-            else:
-                token_loss, metrics = self.loss(logp, old, column("advantages"), mask)
-                if correcting:
-                    coefficient, is_metrics = is_correction.correction(
-                        old, column("rollout_logprobs"), mask, level=adv_cfg.is_correction_level,
-                        mode=adv_cfg.is_correction_mode, gating=adv_cfg.is_correction_gating,
-                        threshold=adv_cfg.is_correction_threshold)
-                    token_loss = token_loss * coefficient
-                    metrics.update(is_metrics)
-            loss = aggregate(token_loss)
-            metrics["policy_loss"] = masked_mean(token_loss.detach(), mask)
-            if kl_cfg.use_loss and payload.get("ref_logprobs") is not None:
-                ref = column("ref_logprobs")
-                if kl_cfg.unbiased_gradient:
-                    kl = kl_with_unbiased_gradient(logp, ref, old, kl_cfg.estimator)
-                else:
-                    kl = compute_approx_kl(logp, ref, kl_cfg.estimator)
-                loss = loss + kl_coef * aggregate(kl)
-                metrics["kl_loss"] = masked_mean(kl.detach(), mask)
-            if cfg.actor.entropy_coef is not None:
-                entropy = token_entropy(scaled)
-                metrics["entropy"] = masked_mean(entropy.detach(), mask)
-                if cfg.actor.entropy_coef != 0:
-                    loss = loss - cfg.actor.entropy_coef * aggregate(entropy)
+            loss, metrics = policy_objective(
+                self.loss, settings, StepNormalisers(float(tokens), float(sequences), self._scale()),
+                logp, old, column("advantages"), mask,
+                rollout_log_probs=column("rollout_logprobs") if settings.correcting else None,
+                ref_log_probs=column("ref_logprobs") if payload.get("ref_logprobs") is not None else None,
+                kl_coef=kl_coef,
+                entropy=token_entropy(scaled) if settings.entropy_coef is not None else None)
             if moe and getattr(output, "aux_loss", None) is not None:
                 loss = loss + cfg.actor.aux_loss_coef * output.aux_loss  # MoE balancing, per forward
                 metrics["aux_loss"] = output.aux_loss.detach()
