@@ -12,11 +12,11 @@ pytestmark = pytest.mark.slow
 
 CASES = {
     "gae+tis": (["--algo.advantage.estimator", "gae", "--rollout.n_samples_per_prompt", "1", "--train.batch_size", "4",
-                 "--rollout.micro_batch_size", "4",
+                 "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "4",
                  "--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_mode", "clip"],
                 ("critic_loss", "vllm_kl", "is_filter_ratio")),
     "gae+lora": (["--algo.advantage.estimator", "gae", "--rollout.n_samples_per_prompt", "1", "--train.batch_size", "4",
-                  "--rollout.micro_batch_size", "4", "--ds.lora.rank", "4"],  # LoRA on actor and critic
+                  "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "4", "--ds.lora.rank", "4"],  # LoRA on actor and critic
                  ("critic_loss", "value_mean")),
     "reinforce+kl_loss": (["--algo.advantage.estimator", "reinforce", "--rollout.n_samples_per_prompt", "2",
                            "--algo.kl.use_loss", "--algo.kl.estimator", "k2", "--algo.advantage.gamma", "0.9"],
@@ -29,7 +29,7 @@ CASES = {
     "dr_grpo+unbiased_kl": (["--algo.advantage.estimator", "dr_grpo", "--rollout.n_samples_per_prompt", "2", "--algo.kl.use_loss",
                              "--algo.kl.estimator", "k3", "--algo.kl.unbiased_gradient"], ("kl_loss",)),
     "flash_reinforce": (["--algo.advantage.estimator", "flash_reinforce", "--train.batch_size", "4", "--algo.kl.init_coef", "0",
-                         "--rollout.micro_batch_size", "4"], ()),
+                         "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "4"], ()),
     "gspo+seq_is": (["--algo.preset", "gspo", "--rollout.n_samples_per_prompt", "2",
                      "--algo.advantage.is_correction_level", "seq", "--algo.advantage.is_correction_threshold", "0.5", "2"],
                     ("ppo_clip_ratio",)),

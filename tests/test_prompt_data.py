@@ -10,6 +10,7 @@ import pytest
 from rlhf.config.base import ConfigError
 from rlhf.config.ppo import DataSection
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows
+from rlhf.errors import DataError
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -50,20 +51,68 @@ def test_mixing_follows_prompt_probs(tmp_path: Path) -> None:
     rows = load_prompt_rows(DataSection(prompt_dataset=f"{a},{b}", prompt_probs="0.8,0.2", max_samples=200), seed=0)
     share_a = sum(r["input"].startswith("a") for r in rows) / len(rows)
     assert 0.7 < share_a < 0.9
-    with pytest.raises(ConfigError, match="--data.prompt_probs has 1 values for 2 datasets"):
-        load_prompt_rows(DataSection(prompt_dataset=f"{a},{b}", prompt_probs="1"), seed=0)
+    for probs, message in (("1", r"has 1 value\(s\) for 2 dataset\(s\) in --data.prompt_dataset"),
+                           ("a,b", "every value must be a number"), ("0,0", "sums to 0; probabilities must sum to 1"),
+                           ("0.3,0.3", "sums to 0.6"), ("1.5,-0.5", "must be finite and >= 0"), ("nan,1", "finite")):
+        with pytest.raises(ConfigError, match=rf"--data.prompt_probs .*{message}"):
+            load_prompt_rows(DataSection(prompt_dataset=f"{a},{b}", prompt_probs=probs), seed=0)
 
 
 def test_errors_name_the_file_row_and_flag(tmp_path: Path, tokenizer) -> None:
     file = write_jsonl(tmp_path / "p.jsonl", [{"input": "x"}, {"prompt": "y"}])
     data = DataSection(prompt_dataset=str(file))
-    with pytest.raises(ConfigError, match=rf"{file} row 1 has no key 'input' \(keys: prompt\); set --data.input_key"):
+    with pytest.raises(DataError, match=rf"{file} row 1 has no key 'input' \(keys: prompt\); set --data.input_key"):
         build_prompts(load_prompt_rows(data, seed=0), data, tokenizer, str(file))
     with pytest.raises(ConfigError, match="--data.prompt_dataset is required"):
         load_prompt_rows(DataSection(), seed=0)
     (tmp_path / "p.csv").write_text("input\nx\n")
-    with pytest.raises(ConfigError, match="unsupported file type '.csv'"):
+    with pytest.raises(DataError, match="unsupported file type '.csv'"):
         load_prompt_rows(DataSection(prompt_dataset=str(tmp_path / "p.csv")), seed=0)
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("missing.jsonl", None, "--data.prompt_dataset {path}: no such file"),
+    ("empty.jsonl", "", "--data.prompt_dataset {path}: the file is empty"),
+    ("blank.jsonl", "\n\n  \n", "the file has no rows"),
+    ("broken.jsonl", '{"input": "a"}\n\n{"input": "b",\n', "{path} line 3: not valid JSON"),
+    ("scalar.jsonl", '{"input": "a"}\n7\n', "{path} line 2: expected a JSON object per line, got int"),
+    ("broken.json", '[{"input": "a"},\n {"input": }]', "{path} line 2: not valid JSON"),
+])
+def test_unreadable_files_name_the_file_and_line(tmp_path: Path, name: str, text: str | None, message: str) -> None:
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(DataError, match=message.format(path=path).replace("(", r"\(")):
+        load_prompt_rows(DataSection(prompt_dataset=str(path)), seed=0)
+
+
+def test_prompts_must_be_text_or_chat_messages(tmp_path: Path, tokenizer) -> None:
+    chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    file = write_jsonl(tmp_path / "p.jsonl", [{"input": "x"}, {"input": chat}])
+    data = DataSection(prompt_dataset=str(file), apply_chat_template=True)
+    assert len(build_prompts(load_prompt_rows(data, seed=0), data, tokenizer, str(file))) == 2
+    for bad, kind in ((5, "an int"), (["x", "y"], "a list"), ({"text": "x"}, "a dict"), ([{"role": "user"}], "a list")):
+        rows = [{"input": "fine"}, {"input": bad}]
+        with pytest.raises(DataError, match=f"src row 1: the prompt \\(--data.input_key\\) is {kind}"):
+            build_prompts(rows, data, tokenizer, "src")
+
+
+def test_empty_and_overlong_prompts_are_filtered_with_a_count_or_refused(tokenizer, caplog) -> None:
+    long_text = " ".join(["word"] * 200)
+    rows = [{"input": "ok one"}, {"input": "  "}, {"input": long_text}, {"input": "ok two"},
+            {"input": [{"role": "user", "content": ""}]}]
+    data = DataSection(max_len=64)
+    with caplog.at_level("WARNING", logger="rlhf.data"):
+        prompts = build_prompts(rows, data, tokenizer, "src.jsonl")
+    assert [p["prompt"] for p in prompts] == ["ok one", "ok two"]
+    assert all(len(p["prompt_ids"]) < 64 for p in prompts)
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert "dropped 3 of 5 prompts" in warning and "2 empty (rows 1, 4)" in warning
+    assert "1 with at least --data.max_len 64 tokens (rows 2)" in warning
+    with pytest.raises(DataError, match=r"src.jsonl: invalid prompts: 2 empty \(rows 1, 4\)"):
+        build_prompts(rows, data.model_copy(update={"on_invalid_prompt": "error"}), tokenizer, "src.jsonl")
+    with pytest.raises(DataError, match="no usable prompt is left"):
+        build_prompts([{"input": ""}], data, tokenizer, "src.jsonl")
 
 
 def test_schedule_is_a_seeded_shuffle_per_episode_and_restores() -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from rlhf.errors import RewardSourceError
 from rlhf.reward_output import RewardOutput
 from rlhf.reward_terms import CompositeReward, TermSpec, call_reward, parse_terms
 
@@ -45,7 +48,7 @@ def test_adapter_accepts_every_shape() -> None:
     assert (out.rewards, out.scores) == ([1.0, 0.0, 1.0], [0.5, 0.5, 0.5])
     assert call_reward(async_reward, QUERIES, PROMPTS, LABELS, source="a").rewards == [1.0, 1.0, 1.0]
     assert call_reward(trl_style, QUERIES, PROMPTS, LABELS, source="t").rewards == [10.0, 20.0, 30.0]
-    with pytest.raises(ValueError, match="returned 2 rewards for 3 samples"):
+    with pytest.raises(RewardSourceError, match="returned 2 rewards for 3 samples"):
         call_reward(lambda q, p, labels: [1.0, 2.0], QUERIES, PROMPTS, LABELS, source="short")
 
 
@@ -75,7 +78,7 @@ def test_failure_policies_isolate_the_failing_sample(policy: str) -> None:
     composite = CompositeReward([(TermSpec("ok", 1.0), term(batched)), (TermSpec("flaky", 1.0, policy), term(flaky))])
     queries = ["Q:a", "Q:bad", "Q:c"]
     if policy == "raise":
-        with pytest.raises(RuntimeError, match="reward term 'flaky' failed: RuntimeError: third-party bug"):
+        with pytest.raises(RewardSourceError, match="reward term 'flaky' failed: RuntimeError: third-party bug"):
             composite(queries, PROMPTS, LABELS)
         return
     out = composite(queries, PROMPTS, LABELS)
@@ -87,3 +90,37 @@ def test_failure_policies_isolate_the_failing_sample(policy: str) -> None:
 def test_a_reward_output_passes_through() -> None:
     out = call_reward(lambda q, p, labels: RewardOutput([1.0] * len(q), [0.0] * len(q)), QUERIES, PROMPTS, LABELS, source="x")
     assert out.rewards == [1.0, 1.0, 1.0] and out.scores == [0.0, 0.0, 0.0]
+
+
+def sometimes_nan(queries, prompts, labels, **kwargs):
+    values = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+    return {"rewards": [values.get(q[2:], 1.0) for q in queries], "scores": [1.0] * len(queries)}
+
+
+@pytest.mark.parametrize("policy", ["raise", "zero", "skip-sample"])
+def test_non_finite_rewards_are_failures_of_their_samples(policy: str) -> None:
+    composite = CompositeReward([(TermSpec("ok", 1.0), term(batched)), (TermSpec("nanny", 1.0, policy), term(sometimes_nan))])
+    queries = ["Q:nan", "Q:b", "Q:inf", "Q:-inf"]
+    if policy == "raise":
+        with pytest.raises(RewardSourceError, match="reward term 'nanny' failed on sample 0 \\(non-finite reward nan"):
+            composite(queries, ["Q:"] * 4, LABELS + ["4"])
+        return
+    out = composite(queries, ["Q:"] * 4, LABELS + ["4"])
+    assert all(math.isfinite(r) for r in out.rewards + out.scores)
+    assert out.rewards == [3.0, 2.0, 3.0, 4.0]  # NaN/inf samples get 0 from the failing term, len(response) from "ok"
+    assert out.logs["reward_failures/nanny"] == 3.0
+    assert out.skipped == ({0, 2, 3} if policy == "skip-sample" else set())
+
+
+@pytest.mark.parametrize("policy", ["zero", "skip-sample"])
+def test_a_term_failing_on_every_sample_is_an_error_whatever_the_policy(policy: str) -> None:
+    def down(queries, prompts, labels, **kwargs):
+        raise ConnectionError("connection refused")
+
+    def all_nan(queries, prompts, labels, **kwargs):
+        return [math.nan] * len(queries)
+
+    for function, reason in ((down, "ConnectionError: connection refused"), (all_nan, "non-finite reward nan")):
+        composite = CompositeReward([(TermSpec("broken", 1.0, policy), term(function))])
+        with pytest.raises(RewardSourceError, match=f"'broken' failed on all 3 samples of the batch \\(first: {reason}"):
+            composite(QUERIES, PROMPTS, LABELS)

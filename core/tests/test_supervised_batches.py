@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from rlhf.config.base import ConfigError
 from rlhf.data.conversations import conversation, preference_pair, prompt_response
 from rlhf.engines.hf_models import token_values
+from rlhf.errors import DataError
 from rlhf.supervised.batch import at_last_token, collate, per_sample_sum, token_logprobs
 
 
@@ -119,5 +120,5 @@ def test_preference_pair_shares_the_prompt_and_reports_missing_keys(tiny_tokeniz
     prompt_len = pair["chosen_mask"].index(1)
     assert pair["chosen_ids"][:prompt_len] == pair["rejected_ids"][:prompt_len]
     assert _trained_text(tokenizer, pair["rejected_ids"], pair["rejected_mask"]) == "5</s>"
-    with pytest.raises(ConfigError, match=r"p.jsonl row 4 has no key 'rejected' \(keys: prompt, chosen\); set --data.rejected_key"):
+    with pytest.raises(DataError, match=r"p.jsonl row 4 has no key 'rejected' \(keys: prompt, chosen\); set --data.rejected_key"):
         preference_pair({"prompt": "x", "chosen": "y"}, _data_cfg(), tokenizer, "p.jsonl", 4)

@@ -277,22 +277,48 @@ class PluginHost:
         return [r.resolved_entry() for r in self.loaded()]
 
     def worker_init(self, role: str, rank: int, config: Any) -> None:
-        self._pm.hook.rlhf_worker_init(role=role, rank=rank, config=config)
+        self._notify("rlhf_worker_init", role=role, rank=rank, config=config)
 
     def train_start(self, config: Any, run_dir: Path) -> None:
-        self._pm.hook.rlhf_train_start(config=config, run_dir=run_dir)
+        self._notify("rlhf_train_start", config=config, run_dir=run_dir)
 
     def step_end(self, step: int, metrics: dict[str, float]) -> None:
-        self._pm.hook.rlhf_step_end(step=step, metrics=metrics)
+        self._notify("rlhf_step_end", step=step, metrics=metrics)
 
     def train_end(self, config: Any, run_dir: Path, status: str) -> None:
-        self._pm.hook.rlhf_train_end(config=config, run_dir=run_dir, status=status)
+        self._notify("rlhf_train_end", config=config, run_dir=run_dir, status=status)
 
     def checkpoint_save(self, step: int, checkpoint_dir: Path, state: dict[str, Any]) -> None:
-        self._pm.hook.rlhf_checkpoint_save(step=step, checkpoint_dir=checkpoint_dir, state=state)
+        self._notify("rlhf_checkpoint_save", step=step, checkpoint_dir=checkpoint_dir, state=state)
 
     def checkpoint_load(self, step: int, checkpoint_dir: Path, state: dict[str, Any]) -> None:
-        self._pm.hook.rlhf_checkpoint_load(step=step, checkpoint_dir=checkpoint_dir, state=state)
+        self._notify("rlhf_checkpoint_load", step=step, checkpoint_dir=checkpoint_dir, state=state)
+
+    def _notify(self, hook_name: str, **kwargs: Any) -> None:
+        """Call a lifecycle hook; an implementation that raises becomes a :class:`PluginError`
+        naming the plugin and the hook (its traceback with ``--debug``)."""
+        caller = getattr(self._pm.hook, hook_name)
+        try:
+            caller(**kwargs)
+        except Exception as exc:
+            plugin = _raising_plugin(caller.get_hookimpls(), exc) or "?"
+            record = next((r for r in self.records if r.name == plugin), None)
+            leave_out = (f"remove {record.target} from --plugins" if record is not None and record.source in {"file", "module"}
+                         else f"leave it out with --plugins no:{plugin}")
+            reason = str(exc) if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
+            raise PluginError(f"plugin {plugin!r} failed in its {hook_name} hook: {reason}; fix the plugin or "
+                              f"{leave_out}") from exc
+
+
+def _raising_plugin(impls: list[pluggy.HookImpl], exc: BaseException) -> str | None:
+    """The plugin whose hook implementation is on ``exc``'s traceback (outermost first)."""
+    owners = {impl.function.__code__: impl.plugin_name for impl in impls}
+    frame = exc.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code in owners:
+            return owners[frame.tb_frame.f_code]
+        frame = frame.tb_next
+    return None
 
 
 def _distribution_of(module_name: str) -> tuple[str | None, str | None]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlhf.errors import RewardSourceError
+
 
 @dataclass
 class RewardOutput:
@@ -27,9 +29,9 @@ def _floats(values: Any, what: str, count: int, source: str) -> list[float]:
     try:
         out = [float(v) for v in values]
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{source}: {what} must be numbers, got {values!r:.200}") from exc
+        raise RewardSourceError(f"{source}: {what} must be numbers, got {values!r:.200}") from exc
     if len(out) != count:
-        raise ValueError(f"{source}: returned {len(out)} {what} for {count} samples")
+        raise RewardSourceError(f"{source}: returned {len(out)} {what} for {count} samples")
     return out
 
 
@@ -39,7 +41,7 @@ def normalize_reward_output(result: Any, count: int, source: str) -> RewardOutpu
         result = {"rewards": result.rewards, "scores": result.scores, "extra_logs": result.extra_logs}
     if isinstance(result, dict):
         if "rewards" not in result:
-            raise ValueError(f"{source}: the returned dict has no 'rewards' key (keys: {', '.join(result)})")
+            raise RewardSourceError(f"{source}: the returned dict has no 'rewards' key (keys: {', '.join(result)})")
         rewards = _floats(result["rewards"], "rewards", count, source)
         scores = _floats(result["scores"], "scores", count, source) if result.get("scores") is not None else list(rewards)
         extra = {}

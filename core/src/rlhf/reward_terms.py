@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlhf.errors import RewardSourceError
 from rlhf.reward_output import RewardOutput, normalize_reward_output
 
 log = logging.getLogger("rlhf.rewards")
@@ -108,7 +110,14 @@ class CompositeOutput:
 
 
 class CompositeReward:
-    """Σ weight·term over the configured terms; ``score_term`` picks the scores used for filtering."""
+    """Σ weight·term over the configured terms; ``score_term`` picks the scores used for filtering.
+
+    A term fails for a sample when it raises or gives a non-finite reward or score (NaN/inf
+    never reach the loss). Its policy decides: ``raise`` stops the run with a
+    :class:`RewardSourceError`; ``zero`` and ``skip-sample`` count the failure. A term that fails
+    on every sample of a batch is broken, not flaky (a server down, a bug): an error whatever
+    the policy, so no run trains on rewards that are all stand-ins.
+    """
 
     def __init__(self, terms: list[tuple[TermSpec, Callable[..., RewardOutput]]], score_term: str | None = None) -> None:
         if score_term is not None and score_term not in [spec.name for spec, _ in terms]:
@@ -124,12 +133,15 @@ class CompositeReward:
         for spec, term in self.terms:
             try:
                 result = term(queries, prompts, labels, **columns)
+                failures = _non_finite(result)
             except Exception as exc:  # noqa: BLE001 - a term's own failure, handled by its policy
                 if spec.on_error == "raise":
-                    raise RuntimeError(f"reward term {spec.name!r} failed: {type(exc).__name__}: {exc}") from exc
+                    raise _term_error(spec, exc) from exc
                 log.warning("reward term %r failed on a batch (%s: %s); retrying sample by sample, policy %s",
                             spec.name, type(exc).__name__, exc, spec.on_error)
-                result = self._per_sample(spec, term, queries, prompts, labels, columns, out)
+                result, failures = self._per_sample(term, queries, prompts, labels, columns)
+            if failures:
+                self._handle_failures(spec, failures, count, result, out)
             for i, value in enumerate(result.rewards):
                 total[i] += spec.weight * value
             out.logs[f"reward/{spec.name}"] = sum(result.rewards) / max(count, 1)
@@ -141,21 +153,52 @@ class CompositeReward:
         return out
 
     @staticmethod
-    def _per_sample(spec: TermSpec, term: Callable[..., RewardOutput], queries: list[str], prompts: list[str],
-                    labels: list[Any], columns: dict[str, Any], out: CompositeOutput) -> RewardOutput:
-        """Isolate the failing samples: each that fails again gets 0 (and, for skip-sample, is left out)."""
-        rewards, scores = [], []
-        failures = 0
+    def _per_sample(term: Callable[..., RewardOutput], queries: list[str], prompts: list[str], labels: list[Any],
+                    columns: dict[str, Any]) -> tuple[RewardOutput, dict[int, str]]:
+        """Call the term once per sample; returns the results and the reason of each sample that failed."""
+        rewards, scores = [0.0] * len(queries), [0.0] * len(queries)
+        failures: dict[int, str] = {}
         for i in range(len(queries)):
             try:
                 single = term([queries[i]], [prompts[i]], [labels[i]], **{k: [v[i]] for k, v in columns.items()})
-                rewards.append(single.rewards[0])
-                scores.append(single.scores[0])
-            except Exception:  # noqa: BLE001 - counted and handled by the policy
-                failures += 1
-                rewards.append(0.0)
-                scores.append(0.0)
-                if spec.on_error == "skip-sample":
-                    out.skipped.add(i)
-        out.logs[f"reward_failures/{spec.name}"] = float(failures)
-        return RewardOutput(rewards, scores)
+            except Exception as exc:  # noqa: BLE001 - counted and handled by the policy
+                failures[i] = f"{type(exc).__name__}: {exc}"
+                continue
+            bad = _non_finite(single)
+            if bad:
+                failures[i] = bad[0]
+                continue
+            rewards[i], scores[i] = single.rewards[0], single.scores[0]
+        return RewardOutput(rewards, scores), failures
+
+    @staticmethod
+    def _handle_failures(spec: TermSpec, failures: dict[int, str], count: int, result: RewardOutput,
+                         out: CompositeOutput) -> None:
+        """Apply ``spec``'s policy to the failed samples: an error, or 0 for this term (and, for
+        ``skip-sample``, the sample's group left out), counted in ``reward_failures/<term>``."""
+        first, reason = next(iter(failures.items()))
+        if len(failures) == count:
+            raise RewardSourceError(f"reward term {spec.name!r} failed on all {count} samples of the batch "
+                                    f"(first: {reason}); fix the reward source")
+        if spec.on_error == "raise":
+            raise RewardSourceError(f"reward term {spec.name!r} failed on sample {first} ({reason}); fix the reward "
+                                    "source or set --reward.on_error zero|skip-sample")
+        log.warning("reward term %r failed on %d of %d samples (first: sample %d, %s); policy %s",
+                    spec.name, len(failures), count, first, reason, spec.on_error)
+        for i in failures:
+            result.rewards[i] = result.scores[i] = 0.0
+            if spec.on_error == "skip-sample":
+                out.skipped.add(i)
+        out.logs[f"reward_failures/{spec.name}"] = float(len(failures))
+
+
+def _non_finite(result: RewardOutput) -> dict[int, str]:
+    """Samples whose reward or score is NaN or ±inf, with the value as the reason."""
+    return {i: f"non-finite reward {reward} / score {score}" for i, (reward, score) in enumerate(zip(result.rewards, result.scores))
+            if not (math.isfinite(reward) and math.isfinite(score))}
+
+
+def _term_error(spec: TermSpec, exc: Exception) -> RewardSourceError:
+    reason = str(exc) if isinstance(exc, RewardSourceError) else f"{type(exc).__name__}: {exc}"
+    return RewardSourceError(f"reward term {spec.name!r} failed: {reason}; fix the reward source or set "
+                             "--reward.on_error zero|skip-sample")

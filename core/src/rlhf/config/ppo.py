@@ -230,6 +230,8 @@ class DataSection(Section):
     prompt_split: str = flag("train", "Prompt dataset split")
     input_key: str = flag("input", "Dataset key of the prompt")
     label_key: str | None = flag(None, "Dataset key of the label")
+    on_invalid_prompt: Literal["filter", "error"] = flag(
+        "filter", "Empty prompts and prompts with no room for a response within max_len: filter (counted) or error")
     input_template: str | None = flag(None, "Prompt template with one {}")
     apply_chat_template: bool = flag(False, "Use the tokenizer's chat template", switch=True)
     image_key: str = flag("images", "Dataset key for image paths/URLs")

@@ -11,6 +11,7 @@ import logging
 
 from rlhf import is_correction
 from rlhf.config.base import ConfigError
+from rlhf.config.checks import check_global_batch, require_positive
 from rlhf.config.ppo import PPOConfig
 from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentKind
@@ -20,6 +21,11 @@ log = logging.getLogger("rlhf.config")
 
 def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     """Apply OpenRLHF's rewrites and reject invalid flag combinations (clear errors)."""
+    require_positive(cfg, "train.batch_size", "train.micro_batch_size", "train.max_epochs", "train.num_episodes",
+                     "rollout.batch_size", "rollout.micro_batch_size", "rollout.n_samples_per_prompt",
+                     "rollout.max_new_tokens", "data.max_len", "eval.n_samples_per_prompt",
+                     *(f"{group}.{field}" for group in ("actor", "critic", "ref", "reward")
+                       for field in ("num_nodes", "num_gpus_per_node")))
     n = cfg.rollout.n_samples_per_prompt
     if cfg.actor.eps_clip_low_high is None:
         cfg.actor.eps_clip_low_high = [cfg.actor.eps_clip, cfg.actor.eps_clip]
@@ -85,6 +91,11 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         )
 
     actor_dp = cfg.actor.num_nodes * cfg.actor.num_gpus_per_node // (cfg.ds.ring_attn_size * cfg.ds.tensor_parallel_size)
+    check_global_batch(cfg.train.batch_size, cfg.train.micro_batch_size, actor_dp,
+                       "--actor.num_nodes x --actor.num_gpus_per_node")
+    if needs_critic:
+        check_global_batch(cfg.train.batch_size, cfg.train.micro_batch_size, cfg.critic.num_nodes * cfg.critic.num_gpus_per_node,
+                           "--critic.num_nodes x --critic.num_gpus_per_node")
     micro_batches = n * cfg.rollout.batch_size // cfg.rollout.micro_batch_size
     if micro_batches < actor_dp:
         raise ConfigError(

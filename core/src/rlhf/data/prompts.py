@@ -7,12 +7,15 @@ the batches an uninterrupted run would have seen.
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any
 
-from rlhf.config.base import ConfigError
 from rlhf.data.sources import load_mixed, row_value
 from rlhf.data.templates import format_prompt
+from rlhf.errors import DataError
+
+log = logging.getLogger("rlhf.data")
 
 
 def load_prompt_rows(data_cfg: Any, seed: int) -> list[dict[str, Any]]:
@@ -22,16 +25,59 @@ def load_prompt_rows(data_cfg: Any, seed: int) -> list[dict[str, Any]]:
 
 
 def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, source: str) -> list[dict[str, Any]]:
-    """Apply the chat template / input template and tokenize each row."""
+    """Apply the chat template / input template and tokenize each row.
+
+    Prompts that are empty, or whose tokens leave no room for a response within
+    ``--data.max_len``, are dropped with one warning that counts them and names their rows
+    (OpenRLHF filters over-long prompts too), or are an error with ``--data.on_invalid_prompt error``.
+    """
     prompts = []
+    invalid: dict[str, list[int]] = {}
     for index, row in enumerate(rows):
-        value = row_value(row, data_cfg.input_key, "--data.input_key", source, index)
+        value = prompt_value(row_value(row, data_cfg.input_key, "--data.input_key", source, index), source, index)
         if data_cfg.label_key:
             row_value(row, data_cfg.label_key, "--data.label_key", source, index)
+        if not _has_text(value):
+            invalid.setdefault("empty", []).append(index)
+            continue
         text, ids = format_prompt(value, data_cfg, tokenizer)
+        if len(ids) >= data_cfg.max_len:
+            invalid.setdefault(f"with at least --data.max_len {data_cfg.max_len} tokens", []).append(index)
+            continue
         label = row.get(data_cfg.label_key) if data_cfg.label_key else None
         prompts.append({"prompt": text, "prompt_ids": ids, "label": label})
+    if invalid:
+        found = "; ".join(f"{len(rows_)} {why} (rows {_row_list(rows_)})" for why, rows_ in invalid.items())
+        if data_cfg.on_invalid_prompt == "error":
+            raise DataError(f"{source}: invalid prompts: {found}; fix them or set --data.on_invalid_prompt filter")
+        log.warning("%s: dropped %d of %d prompts: %s (--data.on_invalid_prompt error makes this an error)",
+                    source, sum(len(r) for r in invalid.values()), len(rows), found)
+    if not prompts:
+        raise DataError(f"{source}: no usable prompt is left ({len(rows)} rows, all invalid)")
     return prompts
+
+
+def prompt_value(value: Any, source: str, index: int) -> Any:
+    """A prompt is a string or a chat-message list (``{"role", "content"}`` dicts); anything else names its row."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(m, dict) and {"role", "content"} <= m.keys() for m in value):
+        return value
+    kind = type(value).__name__
+    raise DataError(f"{source} row {index}: the prompt (--data.input_key) is {'an' if kind[0] in 'aeiou' else 'a'} {kind} "
+                    f"({str(value)[:60]}); "
+                    "expected a string or a list of {role, content} chat messages")
+
+
+def _has_text(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(value.strip())
+    return any(str(message.get("content") or "").strip() for message in value)
+
+
+def _row_list(rows: list[int], shown: int = 5) -> str:
+    listed = ", ".join(map(str, rows[:shown]))
+    return listed + (f" and {len(rows) - shown} more" if len(rows) > shown else "")
 
 
 class PromptSchedule:
@@ -44,7 +90,7 @@ class PromptSchedule:
 
     def __init__(self, prompts: list[dict[str, Any]], batch_size: int, num_episodes: int, seed: int) -> None:
         if len(prompts) < batch_size:
-            raise ConfigError(f"the prompt dataset has {len(prompts)} rows, fewer than --rollout.batch_size {batch_size}")
+            raise DataError(f"the prompt dataset has {len(prompts)} rows, fewer than --rollout.batch_size {batch_size}")
         self.prompts, self.batch_size, self.num_episodes, self.seed = prompts, batch_size, num_episodes, seed
         self.batches_per_episode = len(prompts) // batch_size
         self.episode, self.position = 0, 0

@@ -6,6 +6,8 @@ import importlib.util
 import logging
 from typing import Any
 
+from rlhf.errors import ConfigError
+
 log = logging.getLogger("rlhf.models")
 
 
@@ -17,6 +19,41 @@ def attn_implementation(requested: str) -> str:
         log.info("attention %s is unavailable on this machine; using sdpa", requested)
         return "sdpa"
     return requested
+
+
+def check_model_source(path: str, flag: str) -> None:
+    """In the CLI process, before any worker starts: ``path`` is a model directory (a config and
+    weights) or a hub name whose config loads; else a :class:`ConfigError` naming ``flag``."""
+    from pathlib import Path
+
+    from transformers import AutoConfig
+
+    local = Path(path).expanduser()
+    if local.exists():
+        if not local.is_dir() or not (local / "config.json").is_file():
+            raise ConfigError(f"{flag} {path}: not a model directory (no config.json); give a directory written by "
+                              "save_pretrained or a hub name")
+        if not any(local.glob("*.safetensors")) and not any(local.glob("*.bin")):
+            raise ConfigError(f"{flag} {path}: the directory has a config.json but no weights (*.safetensors, *.bin)")
+    elif path.startswith((".", "/", "~")) or path.count("/") > 1:
+        raise ConfigError(f"{flag} {path}: no such model directory")
+    try:
+        AutoConfig.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001 - offline hub, unknown name, broken config.json: one message
+        raise ConfigError(f"{flag} {path}: cannot load the model config ({type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())[:200]})") from exc
+
+
+def load_tokenizer(path: str, flag: str, **kwargs: Any) -> Any:
+    """The tokenizer of a model checked by :func:`check_model_source`; a model without one names ``flag``.
+    ``kwargs``: more ``from_pretrained`` arguments (``use_fast``)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - missing/broken tokenizer files surface as many exception types
+        raise ConfigError(f"{flag} {path}: cannot load its tokenizer ({type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())[:200]})") from exc
 
 
 def load_causal_lm(path: str, dtype: Any, attn: str, **kwargs: Any) -> Any:

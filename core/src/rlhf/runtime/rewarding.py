@@ -34,6 +34,7 @@ class RewardStage:
         terms: list[tuple[TermSpec, Any]] = []
         for spec in specs:
             function = build(registry.get(K.REWARD_FUNCTION, spec.name, flag="--reward.functions"), config)
+            _check_labels(function, f"reward function {spec.name!r} (--reward.functions)", config)
             terms.append((spec, functools.partial(call_reward, function, source=f"reward function {spec.name!r}")))
         remote = config.reward.remote_url
         if remote:
@@ -44,6 +45,7 @@ class RewardStage:
             else:
                 raise ConfigError(f"--reward.remote_url {remote}: give a reward_func .py file or http(s) URL(s)")
             function = build(registry.get(K.REWARD_FUNCTION, name, flag="--reward.remote_url"), config)
+            _check_labels(function, f"--reward.remote_url {remote}", config)
             terms.append((TermSpec(name, 1.0, config.reward.on_error),
                           functools.partial(call_reward, function, source=f"--reward.remote_url {remote}")))
         # several reward models (--reward.model_name_or_path a,b) are summed, one term each
@@ -94,3 +96,10 @@ class RewardStage:
         for sample, reward in zip(samples, rewards.tolist()):
             sample.reward = reward
 
+
+
+def _check_labels(function: Any, source: str, config: Any) -> None:
+    """A term that declares ``needs_labels`` would score every sample against a missing label."""
+    if getattr(function, "needs_labels", False) and not config.data.label_key:
+        raise ConfigError(f"{source} compares responses with each prompt's label, but --data.label_key is not set: "
+                          "name the dataset key that holds the labels")

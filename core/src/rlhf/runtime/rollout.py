@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rlhf.runtime.worker_group import TIMEOUT_S, split_evenly
+from rlhf.runtime.worker_group import split_evenly, track, wait
 
 
 class VLLMEngine:
@@ -180,36 +180,28 @@ class RolloutEngines:
         max_len = min(config.data.max_len, positions)
         dumped = config.model_dump(mode="json")
         self.engines = [
-            remote.options(num_cpus=0, num_gpus=_engine_gpus(config)).remote(
+            track(remote.options(num_cpus=0, num_gpus=_engine_gpus(config)).remote(
                 model_path, config.ds.param_dtype, max_len, config.train.seed + i, dumped
-            )
+            ), "rollout engine", i)
             for i in range(max(1, count))
         ]
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
-        import ray
-
         chunks = split_evenly(requests, len(self.engines))
         refs = [e.generate.remote(chunk, temperature, top_p) for e, chunk in zip(self.engines, chunks) if chunk]
-        return [r for part in ray.get(refs, timeout=TIMEOUT_S) for r in part]
+        return [r for part in wait(refs) for r in part]
 
     def load_weights(self, state_ref: Any) -> None:
-        import ray
-
-        ray.get([e.load_weights.remote(state_ref) for e in self.engines], timeout=TIMEOUT_S)
+        wait([e.load_weights.remote(state_ref) for e in self.engines])
 
     def max_weight_difference(self, state_ref: Any) -> tuple[float, int]:
         """Worst (difference, tensors compared) over the engines; for checks and tests."""
-        import ray
-
-        results = ray.get([e.max_weight_difference.remote(state_ref) for e in self.engines], timeout=TIMEOUT_S)
+        results = wait([e.max_weight_difference.remote(state_ref) for e in self.engines])
         return max(r[0] for r in results), min(r[1] for r in results)
 
     def sequence_logprobs(self, token_ids: list[int]) -> list[list[float]]:
         """Each engine's log-probs of ``token_ids[1:]``; for checks and tests."""
-        import ray
-
-        return ray.get([e.sequence_logprobs.remote(token_ids) for e in self.engines], timeout=TIMEOUT_S)
+        return wait([e.sequence_logprobs.remote(token_ids) for e in self.engines])
 
 
 def _engine_gpus(config: Any) -> float:

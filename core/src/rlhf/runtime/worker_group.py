@@ -8,10 +8,42 @@ run's exact plugin set (``plugin_set`` of the config) before anything else.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from typing import Any
 
+from rlhf.errors import WorkerError
+
 TIMEOUT_S = float(os.environ.get("RLHF_RAY_TIMEOUT", "1800"))
+
+#: Ray actor id (hex) -> (group, rank) of every worker this process created, to name a dead one.
+_MEMBERS: dict[str, tuple[str, int]] = {}
+
+
+def track(handle: Any, group: str, rank: int) -> Any:
+    """Remember which group and rank the Ray actor ``handle`` is, for :func:`wait`'s errors."""
+    _MEMBERS[handle._actor_id.hex()] = (group, rank)
+    return handle
+
+
+def wait(refs: Any) -> Any:
+    """``ray.get`` with the run's timeout; a dead or silent worker is a :class:`WorkerError` naming
+    its group and rank. An exception raised inside a worker passes through unchanged (the CLI finds
+    a user error in its cause)."""
+    import ray
+
+    try:
+        return ray.get(refs, timeout=TIMEOUT_S)
+    except ray.exceptions.RayActorError as exc:
+        group, rank = _MEMBERS.get(str(getattr(exc, "actor_id", "")), ("unknown", -1))
+        pid = re.search(r"pid: (\d+)", str(exc))
+        raise WorkerError(
+            f"Ray worker {group!r} rank {rank}{f' (pid {pid.group(1)})' if pid else ''} died: its process exited "
+            "(killed, out of memory, or crashed; its log is above); resume from the last checkpoint with "
+            "--ckpt.load_enable") from exc
+    except ray.exceptions.GetTimeoutError as exc:
+        raise WorkerError(f"Ray workers did not answer within {TIMEOUT_S:.0f} s: a worker is stuck or the cluster lacks "
+                          "resources (`ray status`); raise RLHF_RAY_TIMEOUT for slow steps") from exc
 
 
 def free_port() -> int:
@@ -67,17 +99,16 @@ class WorkerGroup:
         remote = ray.remote(worker_class)
         options = {"num_cpus": 0, "num_gpus": num_gpus, "name": None}
         self.role = role
-        self.workers = [remote.options(**options).remote(rank, num_workers, config) for rank in range(num_workers)]
-        self.master_addr, self.master_port = ray.get(self.workers[0].address.remote(), timeout=TIMEOUT_S)
+        self.workers = [track(remote.options(**options).remote(rank, num_workers, config), role, rank)
+                        for rank in range(num_workers)]
+        self.master_addr, self.master_port = wait(self.workers[0].address.remote())
 
     def setup_async(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Start every rank's ``setup`` (they rendezvous at rank 0's address); returns the refs."""
         return self.call_async("setup", self.master_addr, self.master_port, *args, **kwargs)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        import ray
-
-        return ray.get(self.call_async(method, *args, **kwargs), timeout=TIMEOUT_S)
+        return wait(self.call_async(method, *args, **kwargs))
 
     def call_async(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
@@ -89,9 +120,7 @@ class WorkerGroup:
 
     def call_split(self, method: str, rows: list[dict[str, Any]], **kwargs: Any) -> list[Any]:
         """:meth:`call_split_async`, waited for, with the per-rank result lists concatenated."""
-        import ray
-
-        parts = ray.get(self.call_split_async(method, rows, **kwargs), timeout=TIMEOUT_S)
+        parts = wait(self.call_split_async(method, rows, **kwargs))
         return [x for part in parts for x in part]
 
 

@@ -11,6 +11,7 @@ import pytest
 from rlhf_plugin_best_of_n.command import GenerateCommand, check_args, write_jsonl_atomic
 
 from rlhf.config.base import ConfigError
+from rlhf.errors import DataError
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -71,7 +72,7 @@ def test_missing_input_key_names_file_row_and_flag(tmp_path, tiny_tokenizer_path
     from transformers import AutoTokenizer
 
     data = str(write_prompts(tmp_path / "q.jsonl", 3, key="question"))
-    with pytest.raises(ConfigError, match=r"q.jsonl row 0 has no key 'input' \(keys: question\); set --input_key"):
+    with pytest.raises(DataError, match=r"q.jsonl row 0 has no key 'input' \(keys: question\); set --input_key"):
         load_prompts(parse("--dataset", data), AutoTokenizer.from_pretrained(tiny_tokenizer_path), 512)
 
 

@@ -12,7 +12,7 @@ import torch
 from rlhf_plugin_kto.losses import kto_loss
 from rlhf_plugin_kto.trainer import KTOConfig, KTOTrainer
 
-from rlhf.config.base import ConfigError
+from rlhf.errors import UserError
 from rlhf.supervised.batch import per_sample_sum, token_logprobs
 from rlhf.testing.cli import run_rlhf
 
@@ -117,11 +117,11 @@ def test_packed_batch_gives_the_padded_loss(tmp_path, tiny_causal_lm_path):
 
 
 @pytest.mark.parametrize("label", ["yes", 2, None])
-def test_bad_label_is_a_config_error_naming_the_row(tmp_path, tiny_causal_lm_path, label):
+def test_bad_label_is_a_user_error_naming_the_row(tmp_path, tiny_causal_lm_path, label):
     trainer = make_trainer(tmp_path, tiny_causal_lm_path)
     data = rows(3)
     data[1]["label"] = label
-    with pytest.raises(ConfigError, match="mem row 1"):
+    with pytest.raises(UserError, match="mem row 1"):  # a wrong value (ConfigError) or a missing key (DataError)
         trainer.build_examples(data, "mem")
 
 
@@ -139,7 +139,7 @@ def test_cli_bad_row_exits_2_naming_the_row(tmp_path, tiny_causal_lm_path):
     del data[5]["label"]
     path = write_jsonl(tmp_path / "bad.jsonl", data)
     result = rlhf("--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset", str(path),
-                  "--train.batch_size", "4", "--ds.param_dtype", "fp32", "--ckpt.output_dir", str(tmp_path / "out"),
+                  "--train.batch_size", "4", "--train.micro_batch_size", "4", "--ds.param_dtype", "fp32", "--ckpt.output_dir", str(tmp_path / "out"),
                   "--ckpt.path", str(tmp_path / "ckpt"), cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "bad.jsonl row 5 has no key 'label'" in result.stderr and "--data.label_key" in result.stderr

@@ -47,6 +47,7 @@ def equivalent(answer: str, label: str) -> bool:
 
 class MathAnswer:
     per_sample = True
+    needs_labels = True  # the reference answer; the core refuses a run without --data.label_key
 
     def __call__(self, query: str, prompt: str, label: Any, **columns: Any) -> float:
         answer = extract_answer(query[len(prompt):])

@@ -1,0 +1,51 @@
+"""Value checks shared by every trainer's config: sizes, global batches, sampling probabilities.
+
+Each check raises :class:`ConfigError` naming the flag and the fix, so a wrong number
+stops the run at start with one line instead of a division by zero or a DeepSpeed
+assertion minutes later.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rlhf.config.base import ConfigError
+
+
+def require_positive(config: Any, *dotted: str) -> None:
+    """Every ``section.field`` in ``dotted`` holds an integer >= 1."""
+    for path in dotted:
+        value: Any = config
+        for part in path.split("."):
+            value = getattr(value, part)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{path} must be at least 1 (got {value})")
+
+
+def check_global_batch(batch_size: int, micro_batch_size: int, ranks: int, ranks_source: str) -> None:
+    """DeepSpeed's rule: the global batch is micro-batch x accumulation steps x data-parallel ranks."""
+    per_step = micro_batch_size * ranks
+    if batch_size % per_step:
+        raise ConfigError(
+            f"--train.batch_size {batch_size} is not divisible by --train.micro_batch_size {micro_batch_size} x "
+            f"{ranks} data-parallel rank(s) ({ranks_source}) = {per_step}: choose a multiple of {per_step}")
+
+
+def parse_probabilities(spec: str | None, count: int, flag: str, datasets_flag: str) -> list[float]:
+    """``"0.7,0.3"`` for ``count`` datasets: numbers >= 0 that sum to 1 (equal shares when unset)."""
+    if not spec:
+        return [1.0 / count] * count
+    values = [part.strip() for part in spec.split(",")]
+    if len(values) != count:
+        raise ConfigError(f"{flag} has {len(values)} value(s) for {count} dataset(s) in {datasets_flag}: give one per dataset")
+    try:
+        probabilities = [float(value) for value in values]
+    except ValueError:
+        raise ConfigError(f"{flag} {spec!r}: every value must be a number, e.g. 0.7,0.3") from None
+    if any(not math.isfinite(p) or p < 0 for p in probabilities):
+        raise ConfigError(f"{flag} {spec!r}: probabilities must be finite and >= 0")
+    total = sum(probabilities)
+    if abs(total - 1.0) > 1e-6:
+        raise ConfigError(f"{flag} {spec!r} sums to {total:g}; probabilities must sum to 1")
+    return probabilities
