@@ -3,16 +3,30 @@
 ``POST /get_reward`` with ``{"query": [str], "prompts": [str], "labels": [...]}`` answers
 ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``; ``GET /health`` answers
 ``{"status": "ok", "reward": NAME}``. Binds 127.0.0.1 unless ``--host`` says otherwise.
+
+Every refusal is a JSON body ``{"error": "<the reason in words>"}``, so a client can show it:
+413 for a body over ``--max_request_bytes`` (checked on ``Content-Length`` and counted while a
+chunked body streams in, so no oversized body is held in memory), 422 for a body that does not
+fit the protocol, 500 when the reward raises or returns NaN/infinity (JSON cannot carry them).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import math
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from rlhf.errors import ConfigError
 from rlhf.plugins import PluginHost
+
+log = logging.getLogger("rlhf.serving")
+
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+PROTOCOL = '{"query": [str], "prompts": [str] (optional), "labels": [...] (optional)}'
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,15 +37,32 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--model", help="a reward model dir (sequence regression with a `score` head)")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     serve.add_argument("--port", type=int, default=5000)
+    serve.add_argument("--max_request_bytes", type=_positive_int, default=DEFAULT_MAX_REQUEST_BYTES,
+                       help="largest request body accepted, in bytes; a bigger one is answered HTTP 413 "
+                            f"(default {DEFAULT_MAX_REQUEST_BYTES} = 16 MiB, about 16k samples of 1 kB)")
+
+
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number of bytes, got {text!r}")
+    return int(text)
 
 
 def model_reward(path: str) -> Any:
     """A batched reward function backed by a reward model: the head's value at the last token."""
+    # a path that cannot be a hub model id is checked before the seconds spent importing transformers
+    local = Path(path).expanduser()
+    if path.startswith(("/", ".", "~")) and not local.is_dir():
+        raise ConfigError(f"--model {path}: {'not a directory' if local.exists() else 'no such directory'}; give a "
+                          f"reward model saved with save_pretrained (sequence classification with a `score` head)")
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1).eval()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--model {path}: cannot load a reward model from it ({type(exc).__name__}: {exc})") from exc
 
     def reward(queries: list[str], prompts: list[str], labels: list[Any], **kwargs: Any) -> list[float]:
         encoded = tokenizer(queries, padding=True, return_tensors="pt")
@@ -49,27 +80,105 @@ class RewardRequest(BaseModel):
     labels: list[Any] | None = None
 
 
-def build_app(reward: Any, name: str) -> Any:
-    from fastapi import FastAPI, HTTPException
+class RequestRefused(Exception):
+    """A request the server answers with ``status`` and ``{"error": message}``."""
 
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def read_body(request: Any, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it is known to be over ``limit`` bytes."""
+    fix = "send smaller batches, or restart the server with a larger --max_request_bytes"
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestRefused(413, f"the request body of {int(declared)} bytes is over this server's limit of "
+                                  f"{limit} bytes (--max_request_bytes); {fix}")
+    chunks, size = [], 0
+    async for chunk in request.stream():  # a chunked body has no Content-Length: count it as it arrives
+        size += len(chunk)
+        if size > limit:
+            raise RequestRefused(413, f"the request body is over this server's limit of {limit} bytes "
+                                      f"(--max_request_bytes); {fix}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_request(body: bytes) -> RewardRequest:
+    """The body as a :class:`RewardRequest` with equally long lists, or a 422 that says what is wrong."""
+    from pydantic import ValidationError
+
+    try:
+        request = RewardRequest.model_validate_json(body)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
+        raise RequestRefused(422, f"the request body does not fit the protocol {PROTOCOL}: {problems}") from None
+    count = len(request.query)
+    for key, values in (("prompts", request.prompts), ("labels", request.labels)):
+        if values is not None and len(values) != count:
+            raise RequestRefused(422, f"'{key}' has {len(values)} items for {count} queries; "
+                                      f"query, prompts and labels must have the same length")
+    return request
+
+
+def score(reward: Any, source: str, request: RewardRequest) -> tuple[int, dict[str, Any]]:
+    """The status and JSON answer for one request: the rewards, or a 500 that names the failure."""
     from rlhf.reward_terms import call_reward
 
+    count = len(request.query)
+    prompts = request.prompts if request.prompts is not None else [""] * count
+    labels = request.labels if request.labels is not None else [""] * count
+    try:
+        out = call_reward(reward, request.query, prompts, labels, source=source)
+    except Exception as exc:  # noqa: BLE001 - the reward's failure goes back to the client in words
+        log.exception("%s failed on a request of %d samples", source, count)
+        # call_reward's own checks of the result already start with the source
+        message = str(exc) if str(exc).startswith(f"{source}:") else f"{source} raised {type(exc).__name__}: {exc}"
+        return 500, {"error": message}
+    bad = _non_finite(out)
+    if bad:
+        return 500, {"error": f"{source} returned {bad}; JSON cannot carry NaN or infinity, "
+                              f"so the reward must return finite numbers"}
+    return 200, {"rewards": out.rewards, "scores": out.scores, "extra_logs": out.extra_logs}
+
+
+def _non_finite(out: Any) -> str | None:
+    """Where a reward output holds NaN or infinity, in words (``"nan for sample 2 in rewards"``)."""
+    for what, numbers in (("rewards", out.rewards), ("scores", out.scores)):
+        for index, value in enumerate(numbers):
+            if not math.isfinite(value):
+                return f"{value} for sample {index} in {what}"
+    for key, value in out.extra_logs.items():
+        if not math.isfinite(value):
+            return f"{value} in extra_logs {key!r}"
+    return None
+
+
+def build_app(reward: Any, name: str, source: str | None = None,
+              max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Any:
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+    from starlette.concurrency import run_in_threadpool
+
+    source = source or f"reward {name!r}"
     app = FastAPI(title=f"rlhf reward server: {name}")
 
     @app.get("/health")
     def health() -> dict[str, str]:
         return {"status": "ok", "reward": name}
 
-    @app.post("/get_reward")
-    def get_reward(request: RewardRequest) -> dict[str, Any]:
-        count = len(request.query)
-        prompts = request.prompts or [""] * count
-        labels = request.labels or [""] * count
-        if len(prompts) != count or len(labels) != count:
-            raise HTTPException(422, f"query, prompts and labels must have the same length ({count})")
-        out = call_reward(reward, request.query, prompts, labels, source=f"reward {name!r}")
-        return {"rewards": out.rewards, "scores": out.scores, "extra_logs": out.extra_logs}
+    async def get_reward(request: Any) -> JSONResponse:
+        try:
+            parsed = parse_request(await read_body(request, max_request_bytes))
+        except RequestRefused as refused:
+            return JSONResponse({"error": str(refused)}, status_code=refused.status)
+        # reward functions are synchronous and may be slow: keep them off the event loop
+        status, answer = await run_in_threadpool(score, reward, source, parsed)
+        return JSONResponse(answer, status_code=status)
 
+    # a plain Starlette route: the body is read here, under the size limit, not by FastAPI's parser
+    app.add_route("/get_reward", get_reward, methods=["POST"])
     return app
 
 
@@ -81,10 +190,11 @@ def serve(host: PluginHost, args: argparse.Namespace) -> int:
 
     if args.function:
         reward = build(host.registry.get(ComponentKind.REWARD_FUNCTION, args.function, flag="--function"), _default_config(host))
-        name = args.function
+        name, source = args.function, f"reward function {args.function!r}"
     else:
-        reward, name = model_reward(args.model), args.model
-    uvicorn.run(build_app(reward, name), host=args.host, port=args.port, log_level="warning")
+        reward, name, source = model_reward(args.model), args.model, f"reward model {args.model}"
+    app = build_app(reward, name, source, args.max_request_bytes)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 

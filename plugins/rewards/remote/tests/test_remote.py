@@ -10,8 +10,10 @@ import uvicorn
 from fastapi import FastAPI, Response
 from rlhf_plugin_remote.client import RemoteOptions, RemoteReward
 
+from rlhf.errors import RewardSourceError, find_user_error
 from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
 from rlhf.runtime.worker_group import free_port
+from rlhf.serving.reward_server import build_app
 
 
 class LoopbackServer:
@@ -36,7 +38,8 @@ class LoopbackServer:
         self.thread.join(timeout=10)
 
 
-def reward_app(*, delay: float = 0.0, failures: int = 0, hits: list[int] | None = None) -> FastAPI:
+def reward_app(*, delay: float = 0.0, failures: int = 0, hits: list[int] | None = None, refuse: str | None = None) -> FastAPI:
+    """Rewards len(query) - len(prompt); the first ``failures`` calls, and any batch with ``refuse`` in a query, get a 500."""
     app = FastAPI()
     state = {"calls": 0}
 
@@ -45,7 +48,7 @@ def reward_app(*, delay: float = 0.0, failures: int = 0, hits: list[int] | None 
         state["calls"] += 1
         if hits is not None:
             hits.append(len(body["query"]))
-        if state["calls"] <= failures:
+        if state["calls"] <= failures or (refuse and any(refuse in q for q in body["query"])):
             response.status_code = 500
             return {"error": "boom"}
         time.sleep(delay)
@@ -76,7 +79,7 @@ def test_500s_are_retried_until_the_server_recovers() -> None:
 
 def test_a_server_that_keeps_failing_raises_after_the_retries() -> None:
     with LoopbackServer(reward_app(failures=100)) as server:
-        with pytest.raises(RuntimeError, match="failed 3 times; last error: HTTPStatusError"):
+        with pytest.raises(RewardSourceError, match="failed after 3 tries: answered HTTP 500 Internal Server Error: boom"):
             RemoteReward([server.url], FAST)(QUERIES, PROMPTS, LABELS)
 
 
@@ -84,17 +87,37 @@ def test_a_slow_server_times_out() -> None:
     options = RemoteOptions(timeout_s=0.3, retries=2, backoff_s=0.0)
     with LoopbackServer(reward_app(delay=1.5)) as server:
         started = time.perf_counter()
-        with pytest.raises(RuntimeError, match="failed 2 times; last error: ReadTimeout"):
+        with pytest.raises(RewardSourceError, match=r"failed after 2 tries: no answer within 0.3 s \(ReadTimeout\)"):
             RemoteReward([server.url], options)(QUERIES, PROMPTS, LABELS)
     assert time.perf_counter() - started < 3.0
 
 
-def test_a_down_server_becomes_zero_rewards_under_the_zero_policy() -> None:
-    down = f"http://127.0.0.1:{free_port()}/get_reward"  # nothing listens there
-    remote = RemoteReward([down], RemoteOptions(timeout_s=0.5, retries=2, backoff_s=0.0))
-    composite = CompositeReward([(TermSpec("remote_http", 1.0, "zero"),
+def test_a_failing_sample_becomes_a_zero_reward_under_the_zero_policy() -> None:
+    with LoopbackServer(reward_app(refuse="ccc")) as server:
+        remote = RemoteReward([server.url], RemoteOptions(timeout_s=2.0, retries=1, backoff_s=0.0))
+        composite = CompositeReward([(TermSpec("remote_http", 1.0, "zero"),
+                                      lambda q, p, labels, **c: call_reward(remote, q, p, labels, source="remote"))])
+        out = composite(QUERIES, PROMPTS, LABELS)
+    assert out.rewards == [1.0, 2.0, 0.0, 4.0] and out.logs["reward_failures/remote_http"] == 1.0
+
+
+def test_under_the_raise_policy_the_cli_finds_the_url_and_the_reason_in_the_chain() -> None:
+    down = f"http://127.0.0.1:{free_port()}/get_reward"
+    remote = RemoteReward([down], RemoteOptions(timeout_s=0.5, retries=1, backoff_s=0.0))
+    composite = CompositeReward([(TermSpec("remote_http", 1.0, "raise"),
                                   lambda q, p, labels, **c: call_reward(remote, q, p, labels, source="remote"))])
-    out = composite(QUERIES, PROMPTS, LABELS)
-    assert out.rewards == [0.0] * 4 and out.logs["reward_failures/remote_http"] == 4.0
-    with pytest.raises(RuntimeError, match="ConnectError"):
-        remote(QUERIES, PROMPTS, LABELS)
+    with pytest.raises(Exception) as caught:
+        composite(QUERIES, PROMPTS, LABELS)
+    found = find_user_error(caught.value)
+    assert isinstance(found, RewardSourceError) and down in str(found) and "is the server running?" in str(found)
+
+
+def test_the_error_a_reward_server_reports_reaches_the_client() -> None:
+    def failing(queries, prompts, labels, **kwargs):
+        raise ValueError(f"cannot parse {queries[0]!r}")
+
+    app = build_app(failing, "failing", "reward function 'failing'")
+    with LoopbackServer(app) as server, pytest.raises(RewardSourceError) as caught:
+        RemoteReward([server.url], RemoteOptions(timeout_s=2.0, retries=2, backoff_s=0.0))(QUERIES, PROMPTS, LABELS)
+    assert str(caught.value) == (f"remote reward {server.url} failed after 2 tries: answered HTTP 500 Internal Server "
+                                 f"Error: reward function 'failing' raised ValueError: cannot parse 'Q:a'")

@@ -6,8 +6,12 @@ import itertools
 import logging
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from rlhf.errors import ConfigError, RewardSourceError
+from rlhf_plugin_remote.answer import FailedTry, read_answer
 
 log = logging.getLogger("rlhf.rewards.remote")
 
@@ -20,10 +24,26 @@ class RemoteOptions(BaseModel):
     backoff_s: float = Field(1.0, ge=0, description="wait before the 2nd try; doubles after each failure")
 
 
+def check_url(url: str) -> None:
+    """A ConfigError naming ``--reward.remote_url`` unless ``url`` is an http(s) URL with a host."""
+    example = "e.g. http://127.0.0.1:5000/get_reward"
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port  # .port raises ValueError for a port outside 0-65535
+    except ValueError as exc:
+        raise ConfigError(f"--reward.remote_url {url!r}: not a valid URL ({exc}); {example}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"--reward.remote_url {url!r}: does not start with http:// or https://; {example}")
+    if not host:
+        raise ConfigError(f"--reward.remote_url {url!r}: the URL has no host; {example}")
+
+
 class RemoteReward:
     def __init__(self, urls: list[str], options: RemoteOptions | None = None) -> None:
         if not urls:
-            raise ValueError("--reward.remote_url: no URL given")
+            raise ConfigError("--reward.remote_url: no URL given; e.g. http://127.0.0.1:5000/get_reward")
+        for url in urls:
+            check_url(url)
         self.urls, self.options = urls, options or RemoteOptions()
         self._start = itertools.cycle(range(len(urls)))
 
@@ -56,19 +76,33 @@ class RemoteReward:
         return merged
 
     def _post(self, client: Any, url: str, body: dict[str, Any]) -> dict[str, Any]:
-        import httpx
-
+        """The server's answer; after the last try (or an answer that will not change) a RewardSourceError."""
         wait = self.options.backoff_s
         for attempt in range(1, self.options.retries + 1):
             try:
-                response = client.post(url, json=body)
-                response.raise_for_status()
-                return response.json()
-            except (httpx.HTTPError, ValueError) as exc:
-                if attempt == self.options.retries:
-                    raise RuntimeError(f"remote reward {url} failed {attempt} times; last error: {type(exc).__name__}: {exc}") from exc
-                log.warning("remote reward %s: try %d failed (%s); retrying in %.1f s", url, attempt, exc, wait)
+                return read_answer(self._send(client, url, body), len(body["query"]))
+            except FailedTry as failure:
+                if not failure.retry or attempt == self.options.retries:
+                    tries = f"{attempt} {'try' if attempt == 1 else 'tries'}"
+                    raise RewardSourceError(f"remote reward {url} failed after {tries}: {failure}") from failure
+                log.warning("remote reward %s: try %d failed (%s); retrying in %.1f s", url, attempt, failure, wait)
                 time.sleep(wait)
                 wait *= 2
-        raise AssertionError("unreachable")
+        raise AssertionError("unreachable: the last try returns or raises")
 
+    def _send(self, client: Any, url: str, body: dict[str, Any]) -> Any:
+        """``client.post``, with a transport failure turned into a :class:`FailedTry` in words."""
+        import httpx
+
+        try:
+            return client.post(url, json=body)
+        except httpx.TimeoutException as exc:
+            raise FailedTry(f"no answer within {self.options.timeout_s:g} s ({type(exc).__name__}); if the server "
+                            f"is just slow, raise --remote.timeout_s") from exc
+        except httpx.ConnectError as exc:
+            port = urlsplit(url).port
+            command = f"rlhf serve reward --function NAME{f' --port {port}' if port else ''}"
+            raise FailedTry(f"cannot connect ({exc}); is the server running? start it with `{command}` "
+                            f"(or --model PATH)") from exc
+        except httpx.TransportError as exc:
+            raise FailedTry(f"the connection failed ({type(exc).__name__}: {exc})") from exc
