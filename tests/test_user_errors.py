@@ -1,0 +1,183 @@
+"""User mistakes through the real ``rlhf`` command: each ends with exit 2 and one ``rlhf: error:`` line
+that names the file and row, flag, plugin, URL or worker at fault, and no traceback (unless --debug).
+
+The first table fails before Ray starts (a few seconds each); the runs below it fail mid-run, in a
+Ray worker or a plugin hook, and are marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rlhf_test_support import base_flags
+
+from rlhf.errors import PluginError, render_exit
+from rlhf.runtime.worker_group import free_port
+from rlhf.testing.cli import assert_user_error, run_rlhf
+
+GRPO = ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
+        "--algo.kl.init_coef", "0"]
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of broken inputs, one per mistake."""
+    root = tmp_path_factory.mktemp("mistakes")
+    files = {
+        "empty.jsonl": "",
+        "broken.jsonl": '{"input": "1+1=", "label": "2"}\n{"input": "2+2=", "label": }\n',
+        "int_input.jsonl": '{"input": "1+1=", "label": "2"}\n{"input": 7, "label": "7"}\n',
+        "list_input.jsonl": '{"input": "1+1=", "label": "2"}\n{"input": ["a", "b"], "label": "7"}\n',
+        "no_input.jsonl": '{"input": "1+1=", "label": "2"}\n{"question": "2+2=", "label": "4"}\n',
+        "long.jsonl": "".join(json.dumps({"input": "count " * (60 if i == 3 else 1), "label": "1"}) + "\n" for i in range(8)),
+        "syntax.py": "def reward_func(queries, prompts, labels):\n    return [1.0 for q in queries\n",
+        "misspelled.py": "def reward_fn(queries, prompts, labels):\n    return [0.0] * len(queries)\n",
+        "no_config/README": "not a model\n",
+        "run.yaml": "train:\n  batch_size: 8\n  micro_batch_sizee: 4\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def train(model: Path, prompts: Path, reward: Path, run: Path, *extra: str, engine: str = "hf", steps: int = 2):
+    flags = base_flags(model, prompts, run, engine, steps) + ["--reward.remote_url", str(reward), *GRPO]
+    return run_rlhf("train", "ppo", *flags, *extra, timeout=300)
+
+
+CASES = {
+    # name: (extra flags, what the line must name); "{bad}" is the folder of broken inputs
+    "missing dataset": (["--data.prompt_dataset", "{bad}/nope.jsonl"], ["--data.prompt_dataset", "nope.jsonl", "no such file"]),
+    "empty dataset": (["--data.prompt_dataset", "{bad}/empty.jsonl"], ["empty.jsonl", "empty"]),
+    "malformed json line": (["--data.prompt_dataset", "{bad}/broken.jsonl"], ["broken.jsonl", "line 2", "not valid JSON"]),
+    "int input": (["--data.prompt_dataset", "{bad}/int_input.jsonl"], ["int_input.jsonl", "row 1", "an int"]),
+    "list input": (["--data.prompt_dataset", "{bad}/list_input.jsonl"], ["list_input.jsonl", "row 1", "chat messages"]),
+    "missing input key": (["--data.prompt_dataset", "{bad}/no_input.jsonl"], ["no_input.jsonl", "row 1", "--data.input_key"]),
+    "over-long prompt refused": (["--data.prompt_dataset", "{bad}/long.jsonl", "--data.max_len", "40",
+                                  "--data.on_invalid_prompt", "error"], ["long.jsonl", "rows 3", "--data.max_len 40"]),
+    "batch size 0": (["--train.batch_size", "0"], ["--train.batch_size", "at least 1"]),
+    "micro-batch size 0": (["--train.micro_batch_size", "0"], ["--train.micro_batch_size", "at least 1"]),
+    "batch not divisible": (["--train.batch_size", "12"], ["--train.batch_size 12", "--train.micro_batch_size 8"]),
+    "probs not numbers": (["--data.prompt_dataset", "{prompts},{prompts}", "--data.prompt_probs", "a,b"],
+                          ["--data.prompt_probs", "number"]),
+    "probs sum to 0": (["--data.prompt_dataset", "{prompts},{prompts}", "--data.prompt_probs", "0,0"],
+                       ["--data.prompt_probs", "sums to 0"]),
+    "probs do not sum to 1": (["--data.prompt_dataset", "{prompts},{prompts}", "--data.prompt_probs", "0.3,0.3"],
+                              ["--data.prompt_probs", "sum to 1"]),
+    "negative max new tokens": (["--rollout.max_new_tokens", "-5"], ["--rollout.max_new_tokens", "at least 1"]),
+    "model path missing": (["--actor.model_name_or_path", "{bad}/no_model"], ["--actor.model_name_or_path", "no_model"]),
+    "model path not a model": (["--actor.model_name_or_path", "{bad}/no_config"], ["--actor.model_name_or_path", "no config.json"]),
+    "reward file missing": (["--reward.remote_url", "{bad}/missing_reward.py"], ["missing_reward.py"]),
+    "reward file syntax error": (["--reward.remote_url", "{bad}/syntax.py"], ["syntax.py", "line 2"]),
+    "reward file without reward_func": (["--reward.remote_url", "{bad}/misspelled.py"], ["misspelled.py", "reward_func"]),
+    "labels needed but no label key": (["--reward.remote_url", "", "--reward.functions", "math_answer", "--data.label_key", ""],
+                                       ["math_answer", "--data.label_key"]),
+    "unknown flag": (["--train.batch_sise", "8"], ["--train.batch_sise", "--train.batch_size"]),
+    "bad yaml key": (["--config", "{bad}/run.yaml"], ["run.yaml", "micro_batch_sizee"]),
+    "unknown estimator": (["--algo.advantage.estimator", "grpoo"], ["--algo.advantage.estimator", "grpoo"]),
+    "plugins no: without a name": (["--plugins", "no:"], ["--plugins", "no:"]),
+    "plugin file missing": (["--plugins", "{bad}/my_plugin.py"], ["my_plugin.py"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_mistake_before_the_run_is_one_line(case, bad, tiny_causal_lm_path, task_files, tmp_path) -> None:
+    extra, names = CASES[case]
+    extra = [e.format(bad=bad, prompts=task_files["prompts"]) for e in extra]
+    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, *extra)
+    assert_user_error(result, *names)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # refused before writing anything
+
+
+def test_debug_adds_the_traceback_and_keeps_the_exit_status(bad, tiny_causal_lm_path, task_files, tmp_path) -> None:
+    args = ["--data.prompt_dataset", str(bad / "broken.jsonl")]
+    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, *args, "--debug")
+    assert result.returncode == 2 and "Traceback" in result.stderr and "DataError" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("rlhf: error:")
+
+
+def test_a_bug_is_an_internal_error_with_exit_1(capsys) -> None:
+    assert render_exit(KeyError("missing"), debug=False) == 1
+    assert render_exit(_chained(), debug=False) == 2  # a user error found behind another exception
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("rlhf: internal error: KeyError: 'missing'") and "--debug" in err[0]
+    assert err[1] == "rlhf: error: plugin 'x' failed"
+
+
+def _chained() -> BaseException:
+    try:
+        try:
+            raise PluginError("plugin 'x' failed")
+        except PluginError as inner:
+            raise RuntimeError("outer") from inner
+    except RuntimeError as outer:
+        return outer
+
+
+# --------------------------------------------------------------------- failures mid-run (Ray workers)
+
+HOOK_PLUGINS = {
+    "step_end": "@rlhf.hookimpl\ndef rlhf_step_end(step, metrics):\n    raise KeyError('loss_total')\n",
+    "worker_init": ("@rlhf.hookimpl\ndef rlhf_worker_init(role, rank, config):\n"
+                    "    if role == 'actor':\n        raise RuntimeError('cannot reach the metrics service')\n"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hook", list(HOOK_PLUGINS))
+def test_a_plugin_raising_in_a_hook_is_named_with_its_hook(hook, tiny_causal_lm_path, task_files, tmp_path) -> None:
+    plugin = tmp_path / f"observer_{hook}.py"
+    plugin.write_text(f"import rlhf\nrlhf_plugin_api = rlhf.PLUGIN_API_VERSION\n\n{HOOK_PLUGINS[hook]}")
+    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin))
+    assert_user_error(result, f"plugin 'observer_{hook}'", f"rlhf_{hook}", str(plugin))
+
+
+KILLER = '''
+import os, threading, time
+from pathlib import Path
+import rlhf
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+SIGNAL = Path(__file__).with_suffix(".die")
+
+@rlhf.hookimpl
+def rlhf_worker_init(role, rank, config):
+    if role == "actor":  # the actor process dies once the controller has finished step 1
+        def watch():
+            while not SIGNAL.exists():
+                time.sleep(0.05)
+            os._exit(9)
+        threading.Thread(target=watch, daemon=True).start()
+
+@rlhf.hookimpl
+def rlhf_step_end(step, metrics):
+    SIGNAL.touch()
+'''
+
+
+@pytest.mark.slow
+def test_a_dead_ray_worker_is_named_by_group_and_rank(tiny_causal_lm_path, task_files, tmp_path) -> None:
+    plugin = tmp_path / "killer.py"
+    plugin.write_text(KILLER)
+    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin),
+                   steps=3)
+    assert_user_error(result, "Ray worker 'actor' rank 0", "died", "--ckpt.load_enable")
+
+
+@pytest.mark.slow
+def test_nan_rewards_stop_the_run_instead_of_training_on_them(tiny_causal_lm_path, task_files, tmp_path) -> None:
+    reward = tmp_path / "nan_reward.py"
+    reward.write_text("def reward_func(queries, prompts, labels, **kwargs):\n    return [float('nan')] * len(queries)\n")
+    result = train(tiny_causal_lm_path, task_files["prompts"], reward, tmp_path, "--reward.on_error", "skip-sample")
+    assert_user_error(result, "reward_func_file", "non-finite reward nan", "all 8 samples")
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_a_reward_server_that_is_down_names_its_url(tiny_causal_lm_path, task_files, tmp_path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/get_reward"
+    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--reward.remote_url", url,
+                   "--remote.retries", "1", "--remote.timeout_s", "2")
+    assert_user_error(result, url)
