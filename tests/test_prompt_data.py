@@ -93,7 +93,7 @@ def test_prompts_must_be_text_or_chat_messages(tmp_path: Path, tokenizer) -> Non
     assert len(build_prompts(load_prompt_rows(data, seed=0), data, tokenizer, str(file))) == 2
     for bad, kind in ((5, "an int"), (["x", "y"], "a list"), ({"text": "x"}, "a dict"), ([{"role": "user"}], "a list")):
         rows = [{"input": "fine"}, {"input": bad}]
-        with pytest.raises(DataError, match=f"src row 1: the prompt \\(--data.input_key\\) is {kind}"):
+        with pytest.raises(DataError, match=f"src row 1: the value of 'input' \\(--data.input_key\\) is {kind}"):
             build_prompts(rows, data, tokenizer, "src")
 
 

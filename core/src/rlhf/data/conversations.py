@@ -46,10 +46,10 @@ def prompt_response(prompt_value: Any, response_value: Any, data_cfg: Any, token
 def row_prompt_response(row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: str,
                         index: int) -> tuple[list[int], list[int]]:
     """:func:`prompt_response` of a row's ``--data.input_key`` and ``--data.output_key`` values."""
-    from rlhf.data.sources import row_value
+    from rlhf.data.sources import text_value
 
-    prompt = row_value(row, data_cfg.input_key, "--data.input_key", source, index)
-    response = row_value(row, data_cfg.output_key, "--data.output_key", source, index)
+    prompt = text_value(row, data_cfg.input_key, "--data.input_key", source, index)
+    response = text_value(row, data_cfg.output_key, "--data.output_key", source, index)
     return prompt_response(prompt, response, data_cfg, tokenizer)
 
 
@@ -103,14 +103,14 @@ def preference_pair(row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: 
     (masks cover the responses); without it, chosen and rejected are complete texts or
     conversations and every token counts.
     """
-    from rlhf.data.sources import row_value
+    from rlhf.data.sources import text_value
 
-    chosen = row_value(row, data_cfg.chosen_key, "--data.chosen_key", source, index)
-    rejected = row_value(row, data_cfg.rejected_key, "--data.rejected_key", source, index)
+    chosen = text_value(row, data_cfg.chosen_key, "--data.chosen_key", source, index)
+    rejected = text_value(row, data_cfg.rejected_key, "--data.rejected_key", source, index)
     sides = {}
     for name, value in (("chosen", chosen), ("rejected", rejected)):
         if data_cfg.prompt_key:
-            prompt = row_value(row, data_cfg.prompt_key, "--data.prompt_key", source, index)
+            prompt = text_value(row, data_cfg.prompt_key, "--data.prompt_key", source, index)
             ids, mask = prompt_response(prompt, value, data_cfg, tokenizer)
         elif data_cfg.apply_chat_template and not isinstance(value, str):
             ids = _with_eos(_ids(tokenizer, tokenizer.apply_chat_template(value, tokenize=False)), tokenizer)

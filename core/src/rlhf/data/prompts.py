@@ -11,7 +11,7 @@ import logging
 import random
 from typing import Any
 
-from rlhf.data.sources import load_mixed, row_value
+from rlhf.data.sources import load_mixed, row_value, text_value
 from rlhf.data.templates import format_prompt
 from rlhf.errors import DataError
 
@@ -34,7 +34,7 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
     prompts = []
     invalid: dict[str, list[int]] = {}
     for index, row in enumerate(rows):
-        value = prompt_value(row_value(row, data_cfg.input_key, "--data.input_key", source, index), source, index)
+        value = text_value(row, data_cfg.input_key, "--data.input_key", source, index)
         if data_cfg.label_key:
             row_value(row, data_cfg.label_key, "--data.label_key", source, index)
         if not _has_text(value):
@@ -55,18 +55,6 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
     if not prompts:
         raise DataError(f"{source}: no usable prompt is left ({len(rows)} rows, all invalid)")
     return prompts
-
-
-def prompt_value(value: Any, source: str, index: int) -> Any:
-    """A prompt is a string or a chat-message list (``{"role", "content"}`` dicts); anything else names its row."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and value and all(isinstance(m, dict) and {"role", "content"} <= m.keys() for m in value):
-        return value
-    kind = type(value).__name__
-    raise DataError(f"{source} row {index}: the prompt (--data.input_key) is {'an' if kind[0] in 'aeiou' else 'a'} {kind} "
-                    f"({str(value)[:60]}); "
-                    "expected a string or a list of {role, content} chat messages")
 
 
 def _has_text(value: Any) -> bool:

@@ -109,3 +109,16 @@ def row_value(row: dict[str, Any], key: str, flag: str, source: str, index: int)
         present = [k for k, v in row.items() if v is not None]  # datasets fills keys missing in a row with None
         raise DataError(f"{source} row {index} has no key {key!r} (keys: {', '.join(present)}); set {flag}")
     return value
+
+
+def text_value(row: dict[str, Any], key: str, flag: str, source: str, index: int) -> Any:
+    """``row[key]`` where text is expected: a string or a chat-message list (``{"role", "content"}``
+    dicts); anything else (a number, a list of strings…) is an error naming the row and ``flag``."""
+    value = row_value(row, key, flag, source, index)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(m, dict) and {"role", "content"} <= m.keys() for m in value):
+        return value
+    kind = type(value).__name__
+    raise DataError(f"{source} row {index}: the value of {key!r} ({flag}) is {'an' if kind[0] in 'aeiou' else 'a'} {kind} "
+                    f"({str(value)[:60]}); expected a string or a list of {{role, content}} chat messages")
