@@ -203,3 +203,22 @@ def test_hooks_are_not_called_on_failed_plugins(plugin_host, register_plugin) ->
         register_plugin(Failing(), name="failing")
     plugin_host.step_end(1, {})
     assert seen == []
+
+
+def test_a_raising_lifecycle_hook_is_a_plugin_error_naming_plugin_and_hook(plugin_host, register_plugin, recorder,
+                                                                          tmp_path: Path) -> None:
+    from rlhf.errors import PluginError
+
+    class Faulty:
+        rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+        @rlhf.hookimpl
+        def rlhf_train_end(self, config, run_dir, status):
+            raise OSError("disk quota")
+
+    register_plugin(Faulty(), name="faulty-observer")
+    with pytest.raises(PluginError, match=r"plugin 'faulty-observer' failed in its rlhf_train_end hook: OSError: disk quota; "
+                                          r"fix the plugin or remove faulty-observer from --plugins"):
+        plugin_host.train_end("cfg", tmp_path, "completed")
+    plugin_host.step_end(1, {})  # the other hooks, and the other plugin's, still work
+    assert recorder.calls[-1][0] == "step_end"

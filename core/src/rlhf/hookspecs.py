@@ -192,6 +192,7 @@ def rlhf_worker_init(role: str, rank: int, config: Any) -> None:
     the worker's rank inside its group; ``config`` is the validated run config.
     When: worker start-up. Process: the worker itself. How often: once per worker.
     Shapes: none.
+    Raising stops the run with one ``rlhf: error:`` line naming the plugin and this hook.
     """
 
 
@@ -201,6 +202,7 @@ def rlhf_train_start(config: Any, run_dir: Path) -> None:
 
     When: start of ``rlhf train``. Process: the controller. How often: once per run.
     Shapes: none.
+    Raising stops the run with one ``rlhf: error:`` line naming the plugin and this hook.
     """
 
 
@@ -211,6 +213,7 @@ def rlhf_step_end(step: int, metrics: dict[str, float]) -> None:
     When: after the optimizer step and weight sync of each global step.
     Process: the controller. How often: once per global step.
     Shapes: scalars only; no tensors cross this hook.
+    Raising stops the run with one ``rlhf: error:`` line naming the plugin and this hook.
     """
 
 
@@ -220,6 +223,7 @@ def rlhf_train_end(config: Any, run_dir: Path, status: str) -> None:
 
     When: end of ``rlhf train``, also on failure. Process: the controller. How often: once per run.
     Shapes: none.
+    Raising stops the run with one ``rlhf: error:`` line naming the plugin and this hook.
     """
 
 
@@ -232,6 +236,7 @@ def rlhf_checkpoint_save(step: int, checkpoint_dir: Path, state: dict[str, Any])
     so a crash never leaves a half-written checkpoint.
     When: every ``--ckpt.save_steps`` steps and at the end. Process: the controller.
     How often: once per checkpoint. Shapes: none.
+    Raising stops the run with one ``rlhf: error:`` line naming the plugin and this hook.
     """
 
 
@@ -241,4 +246,5 @@ def rlhf_checkpoint_load(step: int, checkpoint_dir: Path, state: dict[str, Any])
 
     When: at start-up with ``--ckpt.load_enable`` and a checkpoint present.
     Process: the controller. How often: once per resumed run. Shapes: none.
+    Raising stops the run with one ``rlhf: error:`` line naming the plugin and this hook.
     """
