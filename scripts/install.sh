@@ -8,6 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The code reward's sandbox is built on bubblewrap (docs/rewards.md, Code). Installed when we can (root, apt);
+# never fatal: without it the sandbox uses unshare, or warns and falls back to weaker isolation.
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; } \
+    || echo "install.sh: could not install bubblewrap; the code reward sandbox will use weaker isolation" >&2
+fi
+
 [ -x .venv/bin/python ] || "${PYTHON:-python3.11}" -m venv .venv
 # shellcheck disable=SC1091
 . .venv/bin/activate

@@ -1,13 +1,14 @@
-"""``code_tests``: 1.0 when the response's Python code passes the label's tests, else 0.0.
+"""``code_tests``: 1.0 when the response's Python code passes every one of the label's tests, else 0.0.
 
-The code is the last fenced ```python block of the response (or the whole response);
-the label is test code (asserts) appended to it. Each sample runs in a sandbox
-(:mod:`rlhf_plugin_code.sandbox`): a separate process in its own network and user
-namespaces, wall-time / CPU / memory / file-size / open-file limits, a throwaway
-working directory, capped output, and an audit hook that refuses process creation,
-sockets, ctypes and writes outside the working directory. Every failure is a 0 reward
-with its reason counted in ``extra_logs`` (``code/<reason>``).
-Options: ``--code.wall_s``, ``--code.cpu_s``, ``--code.memory_mb``, ``--code.output_kb``.
+The code is the last fenced ```python block of the response (or the whole response); the label is test code
+(asserts) run after it in the same namespace. Each sample runs in an operating-system sandbox
+(:mod:`rlhf_plugin_code.sandbox`): bubblewrap (or unshare) namespaces with a read-only view of only the
+interpreter, a small tmpfs as the only writable place, no network, no capabilities, a seccomp filter against
+process creation, and wall / CPU / memory / file-size limits. ``assert EXPR == LITERAL`` tests are judged
+outside the sandbox (:mod:`rlhf_plugin_code.checks`), so exiting early or faking results does not pass.
+Every failure is a 0 reward with its reason counted in ``extra_logs`` (``code/<reason>``). Threat model and
+what it needs (bubblewrap): docs/rewards.md, Code.
+Options: ``--code.wall_s``, ``--code.cpu_s``, ``--code.memory_mb``, ``--code.output_kb``, ``--code.isolation``.
 """
 
 import rlhf

@@ -27,7 +27,7 @@ class CodeTestsReward:
         rewards, reasons = [], {}
         for query, prompt, tests in zip(queries, prompts, labels):
             code = extract_code(query[len(prompt):].replace("</s>", ""))
-            result = run(f"{code}\n\n{tests}\n", self.limits)
+            result = run(code, self.limits, tests)
             rewards.append(float(result.passed))
             reasons[result.reason] = reasons.get(result.reason, 0) + 1
         extra = {f"code/{reason}": [count / len(rewards)] for reason, count in reasons.items()}
