@@ -12,9 +12,11 @@ exit status 1, and the traceback with ``--debug``.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 DEBUG_ENV = "RLHF_DEBUG"
 USER_ERROR_EXIT = 2
@@ -51,6 +53,15 @@ class WorkerError(UserError):
 
 class StorageError(UserError):
     """Writing a file failed: disk full, no permission (names the path; nothing half-written is left)."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are :class:`ConfigError` (one ``rlhf: error:`` line, exit 2)
+    instead of a usage block; ``--help`` still prints the full usage."""
+
+    def error(self, message: str) -> NoReturn:
+        where = "" if self.prog == "rlhf" else f"{self.prog}: "
+        raise ConfigError(f"{where}{message} (see {self.prog} --help)")
 
 
 def debug_requested(argv: list[str] | None = None) -> bool:

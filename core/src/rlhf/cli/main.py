@@ -12,7 +12,7 @@ import logging
 import sys
 
 from rlhf import __version__
-from rlhf.errors import ConfigError, debug_requested, render_exit
+from rlhf.errors import ConfigError, OneLineArgumentParser, debug_requested, render_exit
 from rlhf.plugin_selection import ENV_PLUGINS, ENV_STRICT, PluginSelection
 from rlhf.plugins import PluginHost
 
@@ -33,7 +33,7 @@ plugins add commands too (e.g. `rlhf generate` from rlhf-plugin-best-of-n); `rlh
 
 
 def _selection_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = OneLineArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--plugins", dest="plugins_spec", default=None)
     parser.add_argument("--strict-plugins", action="store_true")
     parser.add_argument("--debug", action="store_true")
@@ -50,7 +50,7 @@ def split_plugin_args(argv: list[str]) -> tuple[PluginSelection, list[str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="rlhf",
         description="rlhf: plugin-based reinforcement learning from human feedback.",
         epilog=PLUGIN_HELP,
@@ -88,7 +88,7 @@ def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -
 
     host = PluginHost.load(selection)
     command = host.registry.get(ComponentKind.COMMAND, name, flag="rlhf")
-    parser = argparse.ArgumentParser(prog=f"rlhf {name}", description=command.help, allow_abbrev=False,
+    parser = OneLineArgumentParser(prog=f"rlhf {name}", description=command.help, allow_abbrev=False,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     command.add_arguments(parser)
     return command().run(host, parser.parse_args(argv))

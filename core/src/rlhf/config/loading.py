@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from rlhf.config.base import ConfigError, cli_extra
 from rlhf.config.cli_bridge import add_model_flags, flatten, nest, reject_unknown
+from rlhf.errors import OneLineArgumentParser
 from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentError, ComponentKind
 
@@ -29,7 +30,7 @@ class ConfigParser:
     def __init__(self, config_class: type[BaseModel], host: PluginHost, *, prog: str, description: str = "") -> None:
         self.config_class = config_class
         self.host = host
-        self.parser = argparse.ArgumentParser(
+        self.parser = OneLineArgumentParser(
             prog=prog,
             usage=f"{prog} [--config YAML] [--<section>.<field> VALUE ...]",
             description=description,
