@@ -76,6 +76,8 @@ CASES = {
     "labels needed but no label key": (["--reward.remote_url", "", "--reward.functions", "math_answer", "--data.label_key", ""],
                                        ["math_answer", "--data.label_key"]),
     "unknown flag": (["--train.batch_sise", "8"], ["--train.batch_sise", "--train.batch_size"]),
+    "not an integer": (["--train.seed", "abc"], ["--train.seed", "integer", "abc"]),
+    "not one of the choices": (["--data.on_invalid_prompt", "maybe"], ["--data.on_invalid_prompt", "'maybe'", "filter"]),
     "bad yaml key": (["--config", "{bad}/run.yaml"], ["run.yaml", "micro_batch_sizee"]),
     "unknown estimator": (["--algo.advantage.estimator", "grpoo"], ["--algo.advantage.estimator", "grpoo"]),
     "plugins no: without a name": (["--plugins", "no:"], ["--plugins", "no:"]),
