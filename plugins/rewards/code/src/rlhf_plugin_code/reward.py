@@ -16,6 +16,8 @@ def extract_code(response: str) -> str:
 
 
 class CodeTestsReward:
+    needs_labels = True  # the label holds the tests; the core refuses a run without --data.label_key
+
     def __init__(self, limits: SandboxLimits | None = None) -> None:
         self.limits = limits or SandboxLimits()
 
