@@ -99,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _dispatch(argv)
-    except (SystemExit, KeyboardInterrupt):
+    except SystemExit:
         raise
+    except KeyboardInterrupt:
+        print("rlhf: interrupted", file=sys.stderr)
+        return 130  # the shell's convention for SIGINT
     except BaseException as exc:  # noqa: BLE001 - every error leaves through one renderer
         return render_exit(exc, debug_requested(argv))
 
