@@ -1,62 +1,226 @@
-"""Atomic checkpoints: written into a staging dir, renamed into place, rotated.
+"""Checkpoints and model saves that are complete or absent, and resume that never starts fresh by accident.
 
 Layout of ``<ckpt.path>/global_step<N>/``: ``actor/`` (and ``critic/``) DeepSpeed
 states (model, optimizer, scheduler), ``state.json`` (step, data position, KL
 coefficient, RNG seeds, the plugin set, plugin states), optional ``hf/`` model.
+
+A checkpoint is written into ``.staging-global_step<N>`` and renamed into place with its
+``state.json`` last, so a ``global_step<N>`` dir without a readable ``state.json`` is damage,
+never a save in progress: resume refuses it rather than silently starting over. A final
+model is written into a staging dir inside its output dir and moved into place file by
+file. A failed write (full disk, no permission) removes what it staged and leaves as a
+:class:`~rlhf.errors.StorageError` naming the path.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import pickle
 import re
 import shutil
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rlhf.errors import CheckpointError, UserError, storage_error
+
 PATTERN = re.compile(r"^global_step(\d+)$")
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+#: What the user can do about a checkpoint that cannot be resumed, after "delete <dir>".
+_WAY_OUT = "to resume from the checkpoint before it (or start fresh), or drop --ckpt.load_enable"
+
+log = logging.getLogger("rlhf.checkpoint")
 
 
 def checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """Every ``global_step<N>`` dir under ``root``, oldest first (staging dirs are not checkpoints)."""
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := PATTERN.match(p.name)) and (p / "state.json").exists()]
-    return sorted(found)
+    return sorted((int(m.group(1)), p) for p in root.iterdir() if (m := PATTERN.match(p.name)) and p.is_dir())
 
 
-def latest(root: Path) -> tuple[int, Path] | None:
-    found = checkpoints(root)
-    return found[-1] if found else None
+# ----------------------------------------------------------------------------- writing
 
 
-def save(root: Path, step: int, state: dict[str, Any], write: Callable[[Path], None], max_num: int) -> Path:
-    """``write(staging_dir)`` fills the checkpoint; it appears under its final name only when complete."""
-    staging = stage(root, step)
-    write(staging)
-    return commit(root, step, state, max_num)
+@contextmanager
+def _writing(path: Path, what: str) -> Iterator[None]:
+    """Run a write under ``path``; when it fails for lack of space or permission, raise a
+    :class:`StorageError` naming ``path`` (any other failure passes through unchanged)."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as exc:
+        cause = _storage_cause(path, exc)
+        if cause is None:
+            raise
+        raise storage_error(path, cause, what) from exc
 
 
-def stage(root: Path, step: int) -> Path:
-    """A fresh, empty staging dir for step ``step`` (a leftover of a crashed save is removed)."""
-    root.mkdir(parents=True, exist_ok=True)
-    staging = root / f".staging-global_step{step}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    return staging
+def _storage_cause(path: Path, exc: BaseException) -> OSError | None:
+    """The OSError behind a failed write under ``path``, found in this order: an OSError in ``exc``'s
+    chain (Ray's wrapped ``cause`` included); an "(os error N)" in a message (how Rust's I/O errors
+    reach Python: safetensors reports a full disk so, and removes its partial file); what the
+    filesystem answers to a probe write next to ``path``.
+
+    The probe is needed because ``torch.save`` to a path (DeepSpeed's states) reports a full disk as
+    a ``RuntimeError`` ("unexpected pos …") with no errno; it runs before the staged files are
+    removed, while the disk is as full as the failed write left it.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        if rust := _RUST_OS_ERROR.search(str(current)):
+            code = int(rust.group(1))
+            return OSError(code, os.strerror(code))
+        pending += [getattr(current, "cause", None), current.__cause__, current.__context__]
+    existing = next(p for p in (path, *path.parents) if p.is_dir())
+    try:
+        with tempfile.TemporaryFile(dir=existing) as probe:
+            probe.write(b"\0" * (1 << 16))
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as answer:
+        return answer
+    return None
 
 
-def commit(root: Path, step: int, state: dict[str, Any], max_num: int) -> Path:
-    """Write ``state.json`` into the filled staging dir, rename it into place, drop the oldest checkpoints."""
+@contextmanager
+def _removed_on_failure(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def save(root: Path, step: int, state: dict[str, Any], write: Callable[[Path], None], max_num: int, *,
+         rank: int = 0, barrier: Callable[[], None] = lambda: None) -> Path:
+    """``write(staging_dir)`` fills the checkpoint; it appears as ``global_step<step>`` only when complete.
+
+    Under a launcher every rank calls this and writes its share; rank 0 stages and commits, and
+    ``barrier`` orders them. ``state`` is read after ``write``, which may still fill it in.
+    """
     final = root / f"global_step{step}"
     staging = root / f".staging-global_step{step}"
-    (staging / "state.json").write_text(json.dumps(state, indent=1))
-    if final.exists():
-        shutil.rmtree(final)
-    staging.rename(final)
-    for _, old in checkpoints(root)[: -max(1, max_num)]:
-        shutil.rmtree(old, ignore_errors=True)
+    with _removed_on_failure(staging), _writing(final, "checkpoint"):
+        if rank == 0:
+            root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(staging, ignore_errors=True)  # the leftover of a crashed save
+            staging.mkdir()
+        barrier()
+        write(staging)
+        barrier()
+        if rank == 0:
+            (staging / "state.json").write_text(json.dumps(state, indent=1))
+            if final.exists():
+                shutil.rmtree(final)
+            staging.rename(final)
+            for _, old in checkpoints(root)[: -max(1, max_num)]:
+                shutil.rmtree(old, ignore_errors=True)
+        barrier()
     return final
 
 
-def load_state(directory: Path) -> dict[str, Any]:
-    return json.loads((directory / "state.json").read_text())
+@contextmanager
+def published(output_dir: Path, what: str) -> Iterator[Path]:
+    """Yield a staging dir inside ``output_dir`` to write a model into; when the block succeeds its
+    files replace their namesakes in ``output_dir`` one by one (each rename is atomic, so no file
+    is ever half-written under its final name). A failure removes the staging dir; a full disk or
+    an unwritable dir is a :class:`StorageError` naming ``output_dir``."""
+    staging = output_dir / f".staging-{what}-{os.getpid()}"
+    with _removed_on_failure(staging), _writing(output_dir, what):
+        output_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        yield staging
+        for item in sorted(staging.iterdir()):
+            os.replace(item, output_dir / item.name)
+        staging.rmdir()
+
+
+# ----------------------------------------------------------------------------- resuming
+
+
+def resume(root: Path, load: Callable[[Path, dict[str, Any]], None], keys: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """``--ckpt.load_enable``: ``load(directory, state)`` the latest checkpoint under ``root`` and return its
+    state (which has ``step`` and ``keys``), or ``None`` when there is none. Either way a WARNING says which,
+    so a resume is never silent."""
+    found = checkpoints(root)
+    if not found:
+        log.warning("--ckpt.load_enable: no checkpoint under %s; starting from step 0", root)
+        return None
+    _, directory = found[-1]
+    state = load_state(directory, keys)
+    load(directory, state)
+    log.warning("--ckpt.load_enable: resumed from %s (step %d)", directory, state["step"])
+    return state
+
+
+def load_state(directory: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The checkpoint's ``state.json``, with an integer ``step`` and ``keys``; a missing, unreadable or
+    incomplete one is a :class:`CheckpointError`."""
+    path = directory / "state.json"
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {directory} has no state.json, so it is incomplete or damaged; "
+                              f"delete {directory} {_WAY_OUT}")
+    try:
+        state = json.loads(path.read_text())
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+            raise ValueError("no integer 'step'")
+        missing = [key for key in keys if key not in state]
+        if missing:
+            raise ValueError(f"no {', '.join(missing)}")
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, bad bytes, a missing key
+        raise CheckpointError(f"checkpoint {path} is unreadable ({exc}); delete {directory} {_WAY_OUT}") from exc
+    return state
+
+
+def load_engine(engine: Any, directory: Path, tag: str) -> None:
+    """Load the DeepSpeed states under ``directory/tag`` (model, optimizer, scheduler) into ``engine``.
+
+    Every way this fails is a :class:`CheckpointError` naming the states dir and what to do:
+    a missing dir (DeepSpeed would return ``(None, None)`` and train on from the initial weights),
+    a missing, truncated or corrupt file, or the states of a model of another size.
+    """
+    states = directory / tag
+    if not any(states.glob("*model_states.pt")):
+        raise CheckpointError(f"checkpoint {states} holds no DeepSpeed model states (a damaged checkpoint, or one saved "
+                              f"with --ckpt.disable_ds); delete {directory} {_WAY_OUT}")
+    try:
+        loaded, _ = engine.load_checkpoint(str(directory), tag=tag, load_optimizer_states=True,
+                                           load_lr_scheduler_states=True)
+    except Exception as exc:  # noqa: BLE001 - whatever DeepSpeed or torch.load raise here is about these files
+        raise CheckpointError(f"checkpoint {states} cannot be loaded: {_load_failure(exc, directory)}") from exc
+    if loaded is None:
+        raise CheckpointError(f"checkpoint {states} cannot be loaded: DeepSpeed found no states; "
+                              f"delete {directory} {_WAY_OUT}")
+
+
+_SIZE_MISMATCH = re.compile(r"size mismatch for (\S+): copying a param with shape torch.Size\((\[.*?\])\) from checkpoint, "
+                            r"the shape in current model is torch.Size\((\[.*?\])\)")
+
+
+def _load_failure(exc: BaseException, directory: Path) -> str:
+    """Why DeepSpeed could not load the checkpoint in ``directory``, and what to do, in a few words."""
+    if isinstance(exc, FileNotFoundError):
+        return f"{exc.filename} is missing; delete {directory} {_WAY_OUT}"
+    mismatch = _SIZE_MISMATCH.search(str(exc))
+    if mismatch:
+        name, saved, current = mismatch.groups()
+        return (f"it holds a model of another size ({name} is {saved} there, {current} in the model being trained); "
+                f"resume with the model it was trained from, or drop --ckpt.load_enable")
+    detail = str(exc).strip().split("\n")[0].split(". ")[0][:200]
+    unreadable = "PytorchStreamReader" in detail or isinstance(exc, (EOFError, pickle.UnpicklingError))
+    verdict = "a file is truncated or corrupt" if unreadable else "it is damaged or does not fit this run"
+    return f"{type(exc).__name__}: {detail}; {verdict}: delete {directory} {_WAY_OUT}"

@@ -111,24 +111,24 @@ class PPOController:
         ray.get(pending, timeout=TIMEOUT_S)
 
     def _resume(self) -> None:
-        found = checkpoint.latest(Path(self.config.ckpt.path))
-        if not self.config.ckpt.load_enable or found is None:
+        if not self.config.ckpt.load_enable:
             return
-        step, directory = found
-        state = checkpoint.load_state(directory)
-        saved = {p["name"]: p.get("version") for p in state.get("plugin_set", [])}
-        current = {p["name"]: p.get("version") for p in self.config.plugin_set}
-        if saved != current:
-            log.warning("resuming with plugins %s; the checkpoint was written with %s", current, saved)
-        self.actor.call("load_checkpoint", str(directory))
-        if self.critic is not None:
-            self.critic.call("load_checkpoint", str(directory))
-        self.step = state["step"]
-        self.schedule.restore(state["data"])
-        self.kl.value = state["kl_coef"]
-        self.plugins.checkpoint_load(step, directory, state.get("plugins", {}))
-        self.sync_weights()
-        log.info("resumed from %s at step %d", directory, step)
+
+        def load(directory: Path, state: dict[str, Any]) -> None:
+            saved = {p["name"]: p.get("version") for p in state.get("plugin_set", [])}
+            current = {p["name"]: p.get("version") for p in self.config.plugin_set}
+            if saved != current:
+                log.warning("resuming with plugins %s; the checkpoint was written with %s", current, saved)
+            self.actor.call("load_checkpoint", str(directory))
+            if self.critic is not None:
+                self.critic.call("load_checkpoint", str(directory))
+            self.step = state["step"]
+            self.schedule.restore(state["data"])
+            self.kl.value = state["kl_coef"]
+            self.plugins.checkpoint_load(self.step, directory, state.get("plugins", {}))
+            self.sync_weights()
+
+        checkpoint.resume(Path(self.config.ckpt.path), load, keys=("data", "kl_coef"))
 
     # ------------------------------------------------------------------ steps
 

@@ -9,6 +9,7 @@ are built inside the worker. Per-token tensors are ``(B, T)`` over response toke
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 from rlhf.runtime.worker_group import BaseWorker
@@ -230,17 +231,23 @@ class PolicyWorker(_CausalLMWorker):
         self.engine.save_checkpoint(directory, tag="actor")
 
     def load_checkpoint(self, directory: str) -> None:
-        self.engine.load_checkpoint(directory, tag="actor", load_optimizer_states=True, load_lr_scheduler_states=True)
+        from rlhf.runtime.checkpoint import load_engine
+
+        load_engine(self.engine, Path(directory), "actor")
 
     def save_hf(self, directory: str) -> None:
+        """The trained model and its tokenizer as an HF model dir; every rank calls this (the
+        gather is collective), rank 0 writes, through a staging dir so no file is half-written."""
         from transformers import AutoTokenizer
 
         from rlhf.engines.deepspeed_strategy import full_state_dict
+        from rlhf.runtime.checkpoint import published
 
         state = full_state_dict(self.engine.module)
         if self.rank == 0:
-            self.engine.module.save_pretrained(directory, state_dict=state)
-            AutoTokenizer.from_pretrained(self.config.actor.model_name_or_path).save_pretrained(directory)
+            with published(Path(directory), "model") as staging:
+                self.engine.module.save_pretrained(staging, state_dict=state)
+                AutoTokenizer.from_pretrained(self.config.actor.model_name_or_path).save_pretrained(staging)
 
 
 class _ValueWorker(_ModelWorker):
@@ -344,4 +351,6 @@ class CriticWorker(_ValueWorker):
         self.engine.save_checkpoint(directory, tag="critic")
 
     def load_checkpoint(self, directory: str) -> None:
-        self.engine.load_checkpoint(directory, tag="critic", load_optimizer_states=True, load_lr_scheduler_states=True)
+        from rlhf.runtime.checkpoint import load_engine
+
+        load_engine(self.engine, Path(directory), "critic")

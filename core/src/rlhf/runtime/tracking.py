@@ -1,13 +1,23 @@
-"""Where metrics go: a progress bar, ``metrics.jsonl`` in the run dir, TensorBoard and wandb."""
+"""Where metrics go: a progress bar, ``metrics.jsonl`` in the run dir, TensorBoard and wandb.
+
+A run that starts at step S (S > 0 after ``--ckpt.load_enable``) owns every record after S:
+``metrics.jsonl`` keeps only the records up to S and TensorBoard purges its later events,
+so a crash and a resume never leave a step twice.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
+from rlhf.errors import storage_error
+
 SHOWN = ("reward", "kl", "response_length", "timing/step_total")
+
+log = logging.getLogger("rlhf.tracking")
 
 
 class MetricsTracker:
@@ -19,13 +29,15 @@ class MetricsTracker:
         self.every = max(1, config.logger.logging_steps)
         self.shown = shown
         self.path = run_dir / "metrics.jsonl"
+        _keep_records_up_to(self.path, initial_step)
         self.bar = tqdm(total=total_steps, initial=initial_step, desc=desc, dynamic_ncols=True,
                         disable=os.environ.get("RLHF_NO_PROGRESS") == "1")
         self.tensorboard = None
         if config.logger.tensorboard_dir:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tensorboard = SummaryWriter(config.logger.tensorboard_dir)
+            # events of steps after the start (a crashed run's) are dropped when TensorBoard reads the dir
+            self.tensorboard = SummaryWriter(config.logger.tensorboard_dir, purge_step=initial_step + 1)
         self.wandb = None
         wandb_cfg = config.logger.wandb
         if wandb_cfg.key or os.environ.get("WANDB_MODE"):
@@ -45,8 +57,14 @@ class MetricsTracker:
         self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in self.shown if k in metrics})
         if step % self.every:
             return
-        with self.path.open("a") as handle:
-            handle.write(json.dumps({"step": step, **metrics}) + "\n")
+        complete = self.path.stat().st_size if self.path.exists() else 0
+        try:
+            with self.path.open("a") as handle:
+                handle.write(json.dumps({"step": step, **metrics}) + "\n")
+        except OSError as exc:
+            if self.path.exists():
+                os.truncate(self.path, complete)  # no torn record: the file ends with the last whole one
+            raise storage_error(self.path, exc, "metrics") from exc
         if self.tensorboard is not None:
             for key, value in metrics.items():
                 self.tensorboard.add_scalar(key, value, step)
@@ -70,6 +88,32 @@ def _reachable(host: str) -> bool:
         return True
     except OSError:
         return False
+
+
+def _keep_records_up_to(path: Path, step: int) -> None:
+    """Drop the records after ``step`` from ``path``: written to a new file, renamed over the old one."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if (recorded := _step_of(line)) is not None and recorded <= step]
+    if len(kept) == len(lines):
+        return
+    log.warning("%s: dropped %d record(s) after step %d, where this run starts", path, len(lines) - len(kept), step)
+    fresh = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        fresh.write_text("".join(kept))
+        os.replace(fresh, path)
+    except OSError as exc:
+        fresh.unlink(missing_ok=True)
+        raise storage_error(path, exc, "metrics") from exc
+
+
+def _step_of(line: str) -> int | None:
+    """The step of one ``metrics.jsonl`` record; None for a line torn by a crash mid-write."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

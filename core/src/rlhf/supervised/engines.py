@@ -8,7 +8,6 @@ launcher's ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables form the group (gloo o
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -99,13 +98,14 @@ def frozen_engine(config: Any, path: str, offload: bool) -> tuple[Any, Any]:
 def save_final(engine: Any, tokenizer: Any, output_dir: Path, rank: int, config_updates: dict[str, Any]) -> None:
     """Write the trained model (or only its LoRA adapter) to ``output_dir``; every rank calls this.
 
-    Files are written into a staging dir and moved into place one by one, so a crash never
-    leaves a half-written weight file under its final name.
+    Files go through a staging dir (:func:`rlhf.runtime.checkpoint.published`), so a crash or a
+    full disk never leaves a half-written weight file under its final name.
     """
     import torch.distributed as dist
 
     from rlhf.engines.deepspeed_strategy import full_state_dict
     from rlhf.engines.lora import is_peft
+    from rlhf.runtime.checkpoint import published
 
     module = engine.module
     state = full_state_dict(module)
@@ -113,14 +113,9 @@ def save_final(engine: Any, tokenizer: Any, output_dir: Path, rank: int, config_
         base = module.get_base_model() if is_peft(module) else module
         for key, value in config_updates.items():
             setattr(base.config, key, value)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        staging = output_dir / f".staging-model-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        module.save_pretrained(staging, state_dict=state)
-        if is_peft(module):
-            base.config.save_pretrained(staging)  # the base config (RM statistics) travels with the adapter
-        tokenizer.save_pretrained(staging)
-        for item in sorted(staging.iterdir()):
-            os.replace(item, output_dir / item.name)
-        staging.rmdir()
+        with published(output_dir, "model") as staging:
+            module.save_pretrained(staging, state_dict=state)
+            if is_peft(module):
+                base.config.save_pretrained(staging)  # the base config (RM statistics) travels with the adapter
+            tokenizer.save_pretrained(staging)
     dist.barrier()

@@ -171,10 +171,11 @@ class SupervisedTrainer:
                 step += 1
                 if cfg.eval.steps > 0 and step % cfg.eval.steps == 0 and step < total:
                     metrics.update(self.evaluate())
-                if cfg.ckpt.save_steps > 0 and step % cfg.ckpt.save_steps == 0:
-                    self.save_checkpoint(step)
+                # logged before the checkpoint: a resume from it keeps every line up to its step
                 if tracker is not None:
                     tracker.log(step, metrics)
+                if cfg.ckpt.save_steps > 0 and step % cfg.ckpt.save_steps == 0:
+                    self.save_checkpoint(step)
                 self.plugins.step_end(step, metrics)
             final = self.evaluate()
             if tracker is not None and final:
@@ -293,38 +294,34 @@ class SupervisedTrainer:
 
     # ----- checkpoints --------------------------------------------------------------------
     def save_checkpoint(self, step: int) -> None:
+        """Every rank writes its DeepSpeed states into one staging dir that rank 0 commits."""
         import torch.distributed as dist
 
         from rlhf.runtime import checkpoint
 
-        root = Path(self.config.ckpt.path)
-        if self.rank == 0:
-            checkpoint.stage(root, step)
-        dist.barrier()
-        staging = root / f".staging-global_step{step}"
-        self.engine.save_checkpoint(str(staging), tag="model")
         plugin_state: dict[str, Any] = {}
-        self.plugins.checkpoint_save(step, staging, plugin_state)
-        dist.barrier()
-        if self.rank == 0:
-            state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state}
-            checkpoint.commit(root, step, state, self.config.ckpt.max_num)
-        dist.barrier()
+        state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state}
+
+        def write(staging: Path) -> None:
+            self.engine.save_checkpoint(str(staging), tag="model")
+            self.plugins.checkpoint_save(step, staging, plugin_state)
+
+        checkpoint.save(Path(self.config.ckpt.path), step, state, write, self.config.ckpt.max_num, rank=self.rank,
+                        barrier=dist.barrier)
 
     def _resume(self) -> int:
+        """``--ckpt.load_enable``: the step of the checkpoint loaded (0 when there is none)."""
         from rlhf.runtime import checkpoint
 
         if not self.config.ckpt.load_enable:
             return 0
-        found = checkpoint.latest(Path(self.config.ckpt.path))
-        if found is None:
-            log.warning("--ckpt.load_enable: no checkpoint under %s; starting from step 0", self.config.ckpt.path)
-            return 0
-        step, directory = found
-        self.engine.load_checkpoint(str(directory), tag="model", load_optimizer_states=True, load_lr_scheduler_states=True)
-        state = checkpoint.load_state(directory)
-        self.plugins.checkpoint_load(step, directory, state.get("plugins", {}))
-        return int(state["step"])
+
+        def load(directory: Path, state: dict[str, Any]) -> None:
+            checkpoint.load_engine(self.engine, directory, "model")
+            self.plugins.checkpoint_load(state["step"], directory, state.get("plugins", {}))
+
+        state = checkpoint.resume(Path(self.config.ckpt.path), load)
+        return state["step"] if state is not None else 0
 
     def _tracker(self, total: int, step: int) -> Any:
         if self.rank != 0:

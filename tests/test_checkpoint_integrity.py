@@ -1,0 +1,164 @@
+"""Checkpoints, resume and saves through the real ``rlhf`` command: nothing lost, nothing silent.
+
+One short ``rlhf train ppo`` run that crashes after step 3 (its checkpoint is at step 2) is
+shared: its resume must log each step once, and copies of its checkpoint, damaged one way each,
+must stop a resume with one ``rlhf: error:`` line naming the checkpoint. Full disks are real: a
+small tmpfs mounted in a user+mount namespace (``unshare -rm``) under ``--ckpt.path`` or
+``--ckpt.output_dir``, visible only to the run, which starts its own Ray cluster inside it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rlhf_test_support import base_flags
+
+from rlhf.runtime.tracking import read_metrics
+from rlhf.testing.cli import assert_ok, assert_user_error, run_rlhf
+
+pytestmark = pytest.mark.slow
+
+CRASH_AFTER_STEP_3 = '''
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+@rlhf.hookimpl
+def rlhf_step_end(step, metrics):
+    if step == 3:
+        raise RuntimeError("simulated crash after step 3")
+'''
+
+
+def ppo_flags(model: Path, task_files: dict[str, Path], run: Path, steps: int) -> list[str]:
+    return ["train", "ppo", *base_flags(model, task_files["prompts"], run, "hf", steps),
+            "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
+            "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.kl.init_coef", "0"]
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory, tiny_causal_lm_path, task_files) -> Path:
+    """A 4-step run with --ckpt.load_enable (nothing to resume yet) that crashed after step 3; checkpoint at step 2."""
+    run = tmp_path_factory.mktemp("crashed")
+    plugin = run / "crash_plugin.py"
+    plugin.write_text(CRASH_AFTER_STEP_3)
+    result = run_rlhf("--plugins", str(plugin), *ppo_flags(tiny_causal_lm_path, task_files, run, steps=4),
+                      "--ckpt.save_steps", "2", "--ckpt.load_enable", "--logger.tensorboard_dir", str(run / "tb"),
+                      timeout=300)
+    assert result.returncode != 0 and "simulated crash after step 3" in result.stderr
+    assert f"WARNING rlhf.checkpoint: --ckpt.load_enable: no checkpoint under {run / 'ckpt'}; starting from step 0" \
+        in result.stderr
+    assert [m["step"] for m in read_metrics(run / "out")] == [1, 2, 3]
+    assert sorted(p.name for p in (run / "ckpt").iterdir()) == ["global_step2"]
+    return run
+
+
+def test_a_resume_says_where_it_resumed_from_and_logs_each_step_once(crashed, tiny_causal_lm_path, task_files,
+                                                                      tmp_path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    shutil.copytree(crashed, run)
+    result = assert_ok(run_rlhf(*ppo_flags(tiny_causal_lm_path, task_files, run, steps=4), "--ckpt.save_steps", "2",
+                                "--ckpt.load_enable", "--logger.tensorboard_dir", str(run / "tb"), timeout=300))
+    assert f"WARNING rlhf.checkpoint: --ckpt.load_enable: resumed from {run / 'ckpt' / 'global_step2'} (step 2)" \
+        in result.stderr
+    assert [m["step"] for m in read_metrics(run / "out")] == [1, 2, 3, 4]  # step 3 of the crashed run was dropped
+    events = EventAccumulator(str(run / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("reward")] == [1, 2, 3, 4]  # TensorBoard purged it too
+
+
+def truncate(states: Path) -> None:
+    states.write_bytes(states.read_bytes()[:1000])
+
+
+# a deleted states file or state.json is refused before any engine is touched: core/tests/test_checkpoint_files.py
+def test_a_truncated_checkpoint_stops_the_resume_with_one_line(crashed, tiny_causal_lm_path, task_files, tmp_path) -> None:
+    shutil.copytree(crashed / "ckpt", tmp_path / "ckpt")
+    truncate(tmp_path / "ckpt" / "global_step2" / "actor" / "mp_rank_00_model_states.pt")
+    result = run_rlhf(*ppo_flags(tiny_causal_lm_path, task_files, tmp_path, steps=4), "--ckpt.load_enable", timeout=300)
+    assert_user_error(result, f"checkpoint {tmp_path / 'ckpt' / 'global_step2' / 'actor'} cannot be loaded",
+                      "truncated or corrupt", f"delete {tmp_path / 'ckpt' / 'global_step2'}", "drop --ckpt.load_enable")
+
+
+def test_a_checkpoint_of_another_model_size_stops_the_resume(crashed, tiny_tokenizer_path, task_files, tmp_path) -> None:
+    from rlhf.testing.tiny import build_causal_lm
+
+    wider = build_causal_lm(tmp_path / "wider", tiny_tokenizer_path, hidden_size=256)
+    shutil.copytree(crashed / "ckpt", tmp_path / "ckpt")
+    result = run_rlhf(*ppo_flags(wider, task_files, tmp_path, steps=4), "--ckpt.load_enable", timeout=300)
+    assert_user_error(result, str(tmp_path / "ckpt" / "global_step2" / "actor"), "another size",
+                      "[512, 128] there, [512, 256] in the model being trained")
+
+
+def test_sft_resume_says_so_logs_each_step_once_and_refuses_a_truncated_checkpoint(tiny_causal_lm_path, task_files,
+                                                                                    tmp_path) -> None:
+    def sft(run: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        return run_rlhf("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset",
+                        str(task_files["prompts"]), "--data.output_key", "label", "--train.batch_size", "8",
+                        "--train.micro_batch_size", "8", "--train.max_epochs", "1", "--ds.param_dtype", "fp32",
+                        "--ckpt.save_steps", "2", "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "out"),
+                        "--ckpt.load_enable", *extra)
+
+    run, spoiled = tmp_path / "run", tmp_path / "spoiled"
+    plugin = tmp_path / "crash_plugin.py"
+    plugin.write_text(CRASH_AFTER_STEP_3)
+    crashed = sft(run, "--plugins", str(plugin))
+    assert crashed.returncode != 0 and "simulated crash after step 3" in crashed.stderr
+    assert f"--ckpt.load_enable: no checkpoint under {run / 'ckpt'}; starting from step 0" in crashed.stderr
+    shutil.copytree(run / "ckpt", spoiled / "ckpt")
+    truncate(spoiled / "ckpt" / "global_step2" / "model" / "mp_rank_00_model_states.pt")
+    assert_user_error(sft(spoiled), f"checkpoint {spoiled / 'ckpt' / 'global_step2' / 'model'} cannot be loaded",
+                      "truncated or corrupt")
+
+    resumed = assert_ok(sft(run))
+    assert f"--ckpt.load_enable: resumed from {run / 'ckpt' / 'global_step2'} (step 2)" in resumed.stderr
+    assert [m["step"] for m in read_metrics(run / "out")] == [1, 2, 3, 4]  # 32 rows, 8 per step
+
+
+# ------------------------------------------------------------------------------------- full disks
+
+
+def run_on_small_disk(mountpoint: Path, size: str, listing: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``rlhf ARGS`` with a fresh ``size`` tmpfs on ``mountpoint``; the tmpfs exists only in the command's
+    namespace, so what it holds when the command ends is written to ``listing`` (path and size per line)."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("user+mount namespaces (unshare -rm) are not available here")
+    script = ('mount -t tmpfs -o size="$1" tmpfs "$2" || exit 97; disk=$2; listing=$3; shift 3; "$@"; code=$?; '
+              'find "$disk" -mindepth 1 -printf "%P %s\\n" > "$listing"; exit $code')
+    env = {**os.environ, "RLHF_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", size, str(mountpoint), str(listing),
+                           sys.executable, "-m", "rlhf", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def _listed(listing: Path) -> dict[str, int]:
+    return {path: int(size) for path, size in (line.rsplit(" ", 1) for line in listing.read_text().splitlines())}
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tiny_causal_lm_path, task_files, tmp_path) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    # one checkpoint of the tiny actor (model + Adam states) takes about 6 MB: the first fits, the second does not
+    result = run_on_small_disk(ckpt, "9m", tmp_path / "listing", *ppo_flags(tiny_causal_lm_path, task_files, tmp_path, 2),
+                               "--ckpt.save_steps", "1")
+    assert_user_error(result, f"writing checkpoint {ckpt / 'global_step2'} failed", "No space left on device")
+    left = _listed(tmp_path / "listing")
+    assert not [path for path in left if path.startswith(".staging")]
+    assert {"global_step1/state.json", "global_step1/actor/mp_rank_00_model_states.pt"} <= set(left)
+    assert not [path for path in left if path.startswith("global_step2")]
+
+
+def test_a_full_disk_during_the_final_save_leaves_no_partial_model(tiny_causal_lm_path, task_files, tmp_path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    # the metrics and config fit in 1 MB, the tiny actor's weights (about 1.7 MB) do not
+    result = run_on_small_disk(out, "1m", tmp_path / "listing", *ppo_flags(tiny_causal_lm_path, task_files, tmp_path, 2))
+    assert_user_error(result, f"writing model {out} failed", "No space left on device")
+    assert sorted(_listed(tmp_path / "listing")) == ["metrics.jsonl", "rlhf_config.yaml"]
