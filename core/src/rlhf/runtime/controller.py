@@ -23,6 +23,9 @@ from rlhf.runtime.rewarding import RewardStage
 
 log = logging.getLogger("rlhf.runtime")
 
+#: What a PPO checkpoint's state.json must hold besides the step.
+RESUMED_KEYS = ("data", "kl_coef")
+
 
 @contextmanager
 def timed(metrics: dict[str, float], key: str):
@@ -62,20 +65,25 @@ class PPOController:
 
     # ----------------------------------------------------------------- set-up
 
-    def _setup(self) -> None:
-        import ray
-        from transformers import AutoTokenizer
+    def _check_inputs(self) -> None:
+        """Everything the user gave that can be checked without Ray: models, tokenizer, prompts.
 
+        Runs in the CLI process before any worker starts, so a wrong path or a bad row costs
+        one line and a second, not a cluster start-up.
+        """
         from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows
-        from rlhf.runtime.model_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
-        from rlhf.runtime.rollout import RolloutEngines
-        from rlhf.runtime.worker_group import TIMEOUT_S, WorkerGroup
+        from rlhf.engines.hf_models import check_model_source, load_tokenizer
 
         cfg = self.config
         actor_path = cfg.actor.model_name_or_path
         if not actor_path:
             raise ConfigError("--actor.model_name_or_path is required")
-        self.tokenizer = AutoTokenizer.from_pretrained(actor_path)
+        check_model_source(actor_path, "--actor.model_name_or_path")
+        if self.estimator.needs_critic and cfg.critic.model_name_or_path != actor_path:
+            check_model_source(cfg.critic.model_name_or_path, "--critic.model_name_or_path")
+        for path in self.rewards.reward_model_paths:
+            check_model_source(path, "--reward.model_name_or_path")
+        self.tokenizer = load_tokenizer(actor_path, "--actor.model_name_or_path")
         rows = load_prompt_rows(cfg.data, cfg.train.seed)
         prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset)
         self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
@@ -85,6 +93,16 @@ class PPOController:
                                                      "prompt_probs": None})
             self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
                                               cfg.eval.dataset)
+        if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
+            checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
+
+    def _setup(self) -> None:
+        from rlhf.runtime.model_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
+        from rlhf.runtime.rollout import RolloutEngines
+        from rlhf.runtime.worker_group import WorkerGroup, wait
+
+        cfg = self.config
+        actor_path = cfg.actor.model_name_or_path
         n = cfg.rollout.n_samples_per_prompt
         per_rollout = max(1, cfg.rollout.batch_size * n // cfg.train.batch_size) * cfg.train.max_epochs
         training_steps = self.schedule.total_batches * per_rollout
@@ -108,7 +126,7 @@ class PPOController:
             group = WorkerGroup(RewardModelWorker, "reward", ranks(cfg.reward), dumped, num_gpus=gpus)
             pending += group.setup_async(path)
             self.rewards.reward_models.append(group)
-        ray.get(pending, timeout=TIMEOUT_S)
+        wait(pending)
 
     def _resume(self) -> None:
         if not self.config.ckpt.load_enable:
@@ -128,7 +146,7 @@ class PPOController:
             self.plugins.checkpoint_load(self.step, directory, state.get("plugins", {}))
             self.sync_weights()
 
-        checkpoint.resume(Path(self.config.ckpt.path), load, keys=("data", "kl_coef"))
+        checkpoint.resume(Path(self.config.ckpt.path), load, keys=RESUMED_KEYS)
 
     # ------------------------------------------------------------------ steps
 
@@ -195,10 +213,8 @@ class PPOController:
         return accepted, extra
 
     def train_step(self, prompts: list[dict[str, Any]]) -> dict[str, float]:
-        import ray
-
         from rlhf.runtime.experience import compute_advantages
-        from rlhf.runtime.worker_group import TIMEOUT_S
+        from rlhf.runtime.worker_group import wait
 
         cfg = self.config
         n = cfg.rollout.n_samples_per_prompt
@@ -219,7 +235,7 @@ class PPOController:
             old_ref = self.actor.call_split_async("logprobs", parts) if needs_old else None
             ref_ref = self.ref.call_split_async("logprobs", parts) if self.ref is not None else None
             val_ref = self.critic.call_split_async("values", parts) if self.critic is not None else None
-            old, ref, values = (_flatten(ray.get(r, timeout=TIMEOUT_S)) if r is not None else None for r in (old_ref, ref_ref, val_ref))
+            old, ref, values = (_flatten(wait(r)) if r is not None else None for r in (old_ref, ref_ref, val_ref))
             advantages, returns, adv_metrics = compute_advantages(samples, n, cfg, self.estimator, self.kl.value, old, ref, values)
         with timed(metrics, "timing/ppo_train"):
             train_payload = {**payload, "advantages": advantages, "old_logprobs": old}
@@ -232,9 +248,9 @@ class PPOController:
             if self.critic is not None:
                 critic_payload = {**payload, "values": values, "returns": returns}
                 critic_pending = self.critic.call_split_async("train", _split_payload(critic_payload), step=self.step)
-            actor_metrics = _mean_dicts(ray.get(pending, timeout=TIMEOUT_S))
+            actor_metrics = _mean_dicts(wait(pending))
             if critic_pending is not None:
-                metrics.update(_mean_dicts(ray.get(critic_pending, timeout=TIMEOUT_S)))
+                metrics.update(_mean_dicts(wait(critic_pending)))
         with timed(metrics, "timing/broadcast"):
             self.sync_weights()
         metrics.update(actor_metrics, **adv_metrics, **extra)
@@ -284,6 +300,7 @@ class PPOController:
         from rlhf.runtime.tracking import MetricsTracker
 
         cfg = self.config
+        self._check_inputs()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         started_ray = start_ray()

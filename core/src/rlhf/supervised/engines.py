@@ -40,11 +40,7 @@ def load_trained(config: Any, *, value_head: str | None) -> Any:
     from rlhf.engines.hf_models import load_causal_lm, load_value_model
     from rlhf.engines.lora import apply_lora, quantization_kwargs
 
-    path = config.model.model_name_or_path
-    if not path:
-        from rlhf.config.base import ConfigError
-
-        raise ConfigError("--model.model_name_or_path is required")
+    path = config.model.model_name_or_path  # checked by SupervisedTrainer.run before anything loads
     attn, extra = config.ds.attn_implementation, quantization_kwargs(config.ds)
     if value_head:
         model = load_value_model(path, dtype_of(config), attn, value_head, **extra)

@@ -64,6 +64,14 @@ class SupervisedTrainer:
     @classmethod
     def prepare_config(cls, config: SupervisedConfig, plugins: Any) -> SupervisedConfig:
         """Cross-flag checks in the CLI process before anything loads; subclasses extend it (call super)."""
+        import os
+
+        from rlhf.config.checks import check_global_batch, require_positive
+
+        require_positive(config, "train.batch_size", "train.micro_batch_size", "train.max_epochs", "data.max_len")
+        # under torchrun / the deepspeed launcher every rank is a data-parallel rank
+        check_global_batch(config.train.batch_size, config.train.micro_batch_size, int(os.environ.get("WORLD_SIZE", "1")),
+                           "the launcher's WORLD_SIZE")
         if config.ds.load_in_4bit:
             from rlhf.engines.lora import check_4bit
 
@@ -130,14 +138,17 @@ class SupervisedTrainer:
     # ----- the loop ---------------------------------------------------------------------
     def run(self) -> None:
         import torch
-        from transformers import AutoTokenizer
 
+        from rlhf.engines.hf_models import check_model_source, load_tokenizer
         from rlhf.supervised.engines import frozen_engine, join_process_group, trained_engine
 
         cfg = self.config
+        if not cfg.model.model_name_or_path:
+            raise ConfigError("--model.model_name_or_path is required")
+        check_model_source(cfg.model.model_name_or_path, "--model.model_name_or_path")
         self.rank, self.world_size = join_process_group()
-        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model.model_name_or_path or "",
-                                                       use_fast=not cfg.data.disable_fast_tokenizer)
+        self.tokenizer = load_tokenizer(cfg.model.model_name_or_path, "--model.model_name_or_path",
+                                        use_fast=not cfg.data.disable_fast_tokenizer)
         if cfg.data.tokenizer_chat_template:
             self.tokenizer.chat_template = cfg.data.tokenizer_chat_template
         train, evaluation = self._datasets()
