@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rlhf.errors import RewardSourceError
+from rlhf.errors import RewardSourceDown, RewardSourceError
 from rlhf.reward_output import RewardOutput
 from rlhf.reward_terms import CompositeReward, TermSpec, call_reward, parse_terms
 
@@ -124,3 +124,17 @@ def test_a_term_failing_on_every_sample_is_an_error_whatever_the_policy(policy: 
         composite = CompositeReward([(TermSpec("broken", 1.0, policy), term(function))])
         with pytest.raises(RewardSourceError, match=f"'broken' failed on all 3 samples of the batch \\(first: {reason}"):
             composite(QUERIES, PROMPTS, LABELS)
+
+
+def test_a_source_that_gives_no_answer_fails_the_batch_at_once() -> None:
+    calls = []
+
+    def down(queries, prompts, labels, **kwargs):
+        calls.append(len(queries))
+        raise RewardSourceDown("remote reward http://127.0.0.1:9/get_reward failed after 5 tries: cannot connect")
+
+    composite = CompositeReward([(TermSpec("remote_http", 1.0, "skip-sample"), term(down))])
+    with pytest.raises(RewardSourceError, match="reward term 'remote_http' failed: remote reward http://127.0.0.1:9/") as err:
+        composite(QUERIES, PROMPTS, LABELS)
+    assert calls == [3]  # no per-sample retries: each would wait for the same dead server
+    assert "--reward.on_error" not in str(err.value)  # no policy can help

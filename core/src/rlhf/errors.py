@@ -43,6 +43,11 @@ class RewardSourceError(UserError):
     """A reward file, server or function cannot be used (names the file or URL)."""
 
 
+class RewardSourceDown(RewardSourceError):
+    """The reward source gave no answer at all (down, unreachable, timing out): retrying sample by
+    sample cannot help, so the batch fails at once whatever ``--reward.on_error`` says."""
+
+
 class PluginError(UserError):
     """A plugin failed to load or raised in a hook (names the plugin and the hook)."""
 

@@ -27,7 +27,7 @@ from typing import Any
 import pluggy
 
 from rlhf import PLUGIN_API_VERSION, PROJECT_NAME, __version__, hookspecs
-from rlhf.errors import PluginError
+from rlhf.errors import PluginError, UserError
 from rlhf.plugin_options import OptionsRegister, PluginOptions
 from rlhf.plugin_selection import BLOCKED, FAILED, OK, PluginRecord, PluginSelection, canonical, file_plugin_name
 from rlhf.registry import ComponentKind, ComponentRegistry, Register
@@ -286,7 +286,14 @@ class PluginHost:
         self._notify("rlhf_step_end", step=step, metrics=metrics)
 
     def train_end(self, config: Any, run_dir: Path, status: str) -> None:
-        self._notify("rlhf_train_end", config=config, run_dir=run_dir, status=status)
+        """Runs in a ``finally``: after a failed or interrupted run, a hook's own failure is logged
+        so that it does not hide the error that ended the run."""
+        try:
+            self._notify("rlhf_train_end", config=config, run_dir=run_dir, status=status)
+        except PluginError as exc:
+            if status == "completed":
+                raise
+            log.warning("%s (the run had already ended: %s)", exc, status)
 
     def checkpoint_save(self, step: int, checkpoint_dir: Path, state: dict[str, Any]) -> None:
         self._notify("rlhf_checkpoint_save", step=step, checkpoint_dir=checkpoint_dir, state=state)
@@ -296,18 +303,20 @@ class PluginHost:
 
     def _notify(self, hook_name: str, **kwargs: Any) -> None:
         """Call a lifecycle hook; an implementation that raises becomes a :class:`PluginError`
-        naming the plugin and the hook (its traceback with ``--debug``)."""
+        naming the plugin and the hook (its traceback with ``--debug``). A :class:`UserError` it
+        raises keeps its message (the user's fix), prefixed with the plugin and hook."""
         caller = getattr(self._pm.hook, hook_name)
         try:
             caller(**kwargs)
         except Exception as exc:
             plugin = _raising_plugin(caller.get_hookimpls(), exc) or "?"
+            if isinstance(exc, UserError):  # the plugin reports the user's mistake: its message is the fix
+                raise PluginError(f"plugin {plugin!r} ({hook_name}): {exc}") from exc
             record = next((r for r in self.records if r.name == plugin), None)
             leave_out = (f"remove {record.target} from --plugins" if record is not None and record.source in {"file", "module"}
                          else f"leave it out with --plugins no:{plugin}")
-            reason = str(exc) if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
-            raise PluginError(f"plugin {plugin!r} failed in its {hook_name} hook: {reason}; fix the plugin or "
-                              f"{leave_out}") from exc
+            raise PluginError(f"plugin {plugin!r} failed in its {hook_name} hook: {type(exc).__name__}: {exc}; "
+                              f"fix the plugin or {leave_out}") from exc
 
 
 def _raising_plugin(impls: list[pluggy.HookImpl], exc: BaseException) -> str | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf.errors import RewardSourceError
+from rlhf.errors import RewardSourceDown, RewardSourceError
 from rlhf.reward_output import RewardOutput, normalize_reward_output
 
 log = logging.getLogger("rlhf.rewards")
@@ -116,7 +116,8 @@ class CompositeReward:
     never reach the loss). Its policy decides: ``raise`` stops the run with a
     :class:`RewardSourceError`; ``zero`` and ``skip-sample`` count the failure. A term that fails
     on every sample of a batch is broken, not flaky (a server down, a bug): an error whatever
-    the policy, so no run trains on rewards that are all stand-ins.
+    the policy, so no run trains on rewards that are all stand-ins; a source that gives no
+    answer at all (:class:`RewardSourceDown`) fails the batch at once, without per-sample retries.
     """
 
     def __init__(self, terms: list[tuple[TermSpec, Callable[..., RewardOutput]]], score_term: str | None = None) -> None:
@@ -135,7 +136,7 @@ class CompositeReward:
                 result = term(queries, prompts, labels, **columns)
                 failures = _non_finite(result)
             except Exception as exc:  # noqa: BLE001 - a term's own failure, handled by its policy
-                if spec.on_error == "raise":
+                if spec.on_error == "raise" or isinstance(exc, RewardSourceDown):
                     raise _term_error(spec, exc) from exc
                 log.warning("reward term %r failed on a batch (%s: %s); retrying sample by sample, policy %s",
                             spec.name, type(exc).__name__, exc, spec.on_error)
@@ -200,5 +201,7 @@ def _non_finite(result: RewardOutput) -> dict[int, str]:
 
 def _term_error(spec: TermSpec, exc: Exception) -> RewardSourceError:
     reason = str(exc) if isinstance(exc, RewardSourceError) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, RewardSourceDown):  # no policy keeps a run going without its reward source
+        return RewardSourceError(f"reward term {spec.name!r} failed: {reason}")
     return RewardSourceError(f"reward term {spec.name!r} failed: {reason}; fix the reward source or set "
-                             "--reward.on_error zero|skip-sample")
+                             "--reward.on_error zero|skip-sample to keep training past failing samples")

@@ -19,11 +19,26 @@ from rlhf.registry import ComponentKind
 log = logging.getLogger("rlhf.config")
 
 
+_DP_SOURCE = "--{group}.num_nodes x --{group}.num_gpus_per_node / (--ds.ring_attn_size x --ds.tensor_parallel_size)"
+
+
+def data_parallel_size(cfg: PPOConfig, group: str) -> int:
+    """Ranks of ``group`` (actor or critic) over the ranks one sequence is split across (ring attention x TP)."""
+    section = getattr(cfg, group)
+    ranks = section.num_nodes * section.num_gpus_per_node
+    split = cfg.ds.ring_attn_size * cfg.ds.tensor_parallel_size
+    if ranks < split:
+        raise ConfigError(f"--ds.ring_attn_size x --ds.tensor_parallel_size = {split} is more than the {group}'s {ranks} "
+                          f"rank(s) (--{group}.num_nodes x --{group}.num_gpus_per_node)")
+    return ranks // split
+
+
 def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     """Apply OpenRLHF's rewrites and reject invalid flag combinations (clear errors)."""
     require_positive(cfg, "train.batch_size", "train.micro_batch_size", "train.max_epochs", "train.num_episodes",
                      "rollout.batch_size", "rollout.micro_batch_size", "rollout.n_samples_per_prompt",
-                     "rollout.max_new_tokens", "data.max_len", "eval.n_samples_per_prompt",
+                     "rollout.max_new_tokens", "data.max_len", "eval.n_samples_per_prompt", "ds.ring_attn_size",
+                     "ds.tensor_parallel_size",
                      *(f"{group}.{field}" for group in ("actor", "critic", "ref", "reward")
                        for field in ("num_nodes", "num_gpus_per_node")))
     n = cfg.rollout.n_samples_per_prompt
@@ -90,17 +105,16 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
             f"{cfg.rollout.batch_size} requires --train.async_enable"
         )
 
-    actor_dp = cfg.actor.num_nodes * cfg.actor.num_gpus_per_node // (cfg.ds.ring_attn_size * cfg.ds.tensor_parallel_size)
-    check_global_batch(cfg.train.batch_size, cfg.train.micro_batch_size, actor_dp,
-                       "--actor.num_nodes x --actor.num_gpus_per_node")
+    actor_dp = data_parallel_size(cfg, "actor")
+    check_global_batch(cfg.train.batch_size, cfg.train.micro_batch_size, actor_dp, _DP_SOURCE.format(group="actor"))
     if needs_critic:
-        check_global_batch(cfg.train.batch_size, cfg.train.micro_batch_size, cfg.critic.num_nodes * cfg.critic.num_gpus_per_node,
-                           "--critic.num_nodes x --critic.num_gpus_per_node")
+        check_global_batch(cfg.train.batch_size, cfg.train.micro_batch_size, data_parallel_size(cfg, "critic"),
+                           _DP_SOURCE.format(group="critic"))
     micro_batches = n * cfg.rollout.batch_size // cfg.rollout.micro_batch_size
     if micro_batches < actor_dp:
         raise ConfigError(
             f"--rollout.n_samples_per_prompt x --rollout.batch_size / --rollout.micro_batch_size = {micro_batches} "
-            f"is smaller than the actor's data-parallel size {actor_dp} (--actor.num_nodes x --actor.num_gpus_per_node): "
+            f"is smaller than the actor's data-parallel size {actor_dp} ({_DP_SOURCE.format(group='actor')}): "
             "raise the rollout batch or lower the actor's device count"
         )
 

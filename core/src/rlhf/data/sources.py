@@ -20,7 +20,7 @@ def load_source(source: str, split: str, flag: str) -> Any:
     """
     import datasets
 
-    path = Path(source)
+    path = Path(source).expanduser()
     if path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
@@ -43,9 +43,11 @@ def load_source(source: str, split: str, flag: str) -> Any:
         finally:
             datasets.logging.set_verbosity(verbosity)
         return _non_empty(loaded, source, flag)
-    if path.exists() or suffix or source.startswith((".", "/", "~")):
-        raise DataError(f"{flag} {source}: " + ("no such file or dataset dir" if not path.exists() else
-                        f"unsupported file type {suffix!r}") + " (use .json, .jsonl, .parquet or a saved dataset dir)")
+    # anything else that exists or is spelled as a path is local; other names (``org/name.v1`` too) go to the hub
+    if path.exists() or source.startswith((".", "/", "~")):
+        problem = ("no such file or dataset dir" if not path.exists() else
+                   "a directory without dataset_info.json" if path.is_dir() else f"unsupported file type {suffix!r}")
+        raise DataError(f"{flag} {source}: {problem} (use .json, .jsonl, .parquet or a saved dataset dir)")
     try:
         return _non_empty(datasets.load_dataset(source, split=split), source, flag)
     except DataError:

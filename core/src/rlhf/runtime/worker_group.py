@@ -28,22 +28,32 @@ def track(handle: Any, group: str, rank: int) -> Any:
 
 def wait(refs: Any) -> Any:
     """``ray.get`` with the run's timeout; a dead or silent worker is a :class:`WorkerError` naming
-    its group and rank. An exception raised inside a worker passes through unchanged (the CLI finds
-    a user error in its cause)."""
+    its group and rank. An exception raised inside a worker method passes through unchanged (the
+    CLI finds a user error in its cause)."""
     import ray
 
     try:
         return ray.get(refs, timeout=TIMEOUT_S)
-    except ray.exceptions.RayActorError as exc:
-        group, rank = _MEMBERS.get(str(getattr(exc, "actor_id", "")), ("unknown", -1))
-        pid = re.search(r"pid: (\d+)", str(exc))
-        raise WorkerError(
-            f"Ray worker {group!r} rank {rank}{f' (pid {pid.group(1)})' if pid else ''} died: its process exited "
-            "(killed, out of memory, or crashed; its log is above); resume from the last checkpoint with "
-            "--ckpt.load_enable") from exc
+    except ray.exceptions.ActorDiedError as exc:
+        raise _death(exc) from exc
     except ray.exceptions.GetTimeoutError as exc:
         raise WorkerError(f"Ray workers did not answer within {TIMEOUT_S:.0f} s: a worker is stuck or the cluster lacks "
                           "resources (`ray status`); raise RLHF_RAY_TIMEOUT for slow steps") from exc
+
+
+def _death(exc: Any) -> Exception:
+    """What a dead worker means: its ``__init__`` raised (Ray keeps only the text), or its process exited."""
+    group, rank = _MEMBERS.get(str(getattr(exc, "actor_id", "")), ("unknown", -1))
+    who = f"Ray worker {group!r} rank {rank}"
+    if getattr(exc, "actor_init_failed", False):
+        lines = [line.strip() for line in str(getattr(exc, "error_msg", exc)).splitlines() if line.strip()]
+        reason = lines[-1] if lines else "unknown reason"
+        if reason.startswith("rlhf.errors."):  # a user error raised while the worker started
+            return WorkerError(f"{who} failed to start: {reason.split(': ', 1)[-1]}")
+        return RuntimeError(f"{who} failed to start: {reason}")
+    pid = re.search(r"pid: (\d+)", str(exc))
+    return WorkerError(f"{who}{f' (pid {pid.group(1)})' if pid else ''} died: its process exited (killed, out of memory, "
+                       "or crashed; its log is above); resume from the last checkpoint with --ckpt.load_enable")
 
 
 def free_port() -> int:

@@ -16,11 +16,14 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rlhf_plugin_code import sandbox
 from rlhf_plugin_code.reward import CodeTestsReward, extract_code
 from rlhf_plugin_code.sandbox import SandboxLimits, run
+
+from rlhf.errors import ConfigError
 
 ADD = "def add(a, b):\n    return a + b\n"
 WRONG_ADD = "def add(a, b):\n    return a - b\n"
@@ -34,7 +37,7 @@ def limits(isolation: str, **overrides) -> SandboxLimits:
 def _available(name: str) -> str:
     try:
         return sandbox.backend(name)
-    except RuntimeError as exc:
+    except ConfigError as exc:
         pytest.skip(str(exc))
 
 
@@ -312,8 +315,8 @@ def test_without_bubblewrap_or_unshare_one_warning_names_the_fix(fresh_choice, c
     assert len(caplog.records) == 1
     assert "bubblewrap not found: install it (apt-get install bubblewrap)" in caplog.records[0].getMessage()
     assert "weaker isolation" in caplog.records[0].getMessage()
-    with pytest.raises(RuntimeError, match="isolation 'bwrap' is unavailable: bubblewrap not found"):
-        run(ADD, limits("bwrap"))
+    with pytest.raises(ConfigError, match="--code.isolation bwrap: unavailable here: bubblewrap not found"):
+        CodeTestsReward.from_config(SimpleNamespace(plugins={"code": {"isolation": "bwrap"}}))  # at start, before Ray
 
 
 def test_without_bubblewrap_unshare_isolates_quietly(fresh_choice, caplog) -> None:

@@ -98,7 +98,14 @@ def test_an_exception_inside_reward_func_names_the_file_and_the_line(tmp_path: P
         reward(["b"], [""], [""])
     message = str(caught.value)
     assert str(path) in message and "line 3" in message and "KeyError: 'b'" in message
-    assert "--reward.on_error zero" in message and isinstance(caught.value.__cause__, KeyError)
+    assert isinstance(caught.value.__cause__, KeyError)
+    from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
+
+    composite = CompositeReward([(TermSpec("reward_func_file"),
+                                  lambda q, p, labels, **c: call_reward(reward, q, p, labels, source="file", **c))])
+    with pytest.raises(RewardSourceError) as caught:
+        composite(["b"], [""], [""])
+    assert str(path) in str(caught.value) and str(caught.value).count("--reward.on_error") == 1  # the advice, once
 
 
 @pytest.mark.parametrize(("source", "needs"), [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlhf_plugin_code.sandbox import SandboxLimits, run
+from rlhf_plugin_code.sandbox import SandboxLimits, backend, run
 
 FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
@@ -23,7 +23,9 @@ class CodeTestsReward:
 
     @classmethod
     def from_config(cls, config: Any) -> CodeTestsReward:
-        return cls(SandboxLimits.model_validate(config.plugins.get("code", {})))
+        limits = SandboxLimits.model_validate(config.plugins.get("code", {}))
+        backend(limits.isolation)  # a named backend missing here is an error at start, not at the first reward
+        return cls(limits)
 
     def __call__(self, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> dict[str, Any]:
         rewards, reasons = [], {}

@@ -29,6 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlhf.errors import ConfigError
 from rlhf_plugin_code.checks import Step, steps
 
 log = logging.getLogger(__name__)
@@ -75,30 +76,33 @@ def run(program: str, limits: SandboxLimits | None = None, tests: str = "") -> S
 
 
 def backend(choice: str) -> str:
-    """The backend for an ``isolation`` choice, probed once per process (threads wait for the first probe)."""
+    """The backend for an ``isolation`` choice, probed once per process (threads wait for the first probe);
+    a named backend that cannot run here is a :class:`ConfigError` naming ``--code.isolation``."""
     with _CHOOSING:
-        return _choose(choice)
+        name, problem = _choose(choice)
+    if problem:
+        raise ConfigError(f"--code.isolation {choice}: unavailable here: {problem}; use --code.isolation auto")
+    return name
 
 
 _CHOOSING = threading.Lock()
 
 
 @functools.cache
-def _choose(choice: str) -> str:
+def _choose(choice: str) -> tuple[str, str | None]:
+    """``(backend, None)``, or ``(choice, why it cannot run)``: cached either way, so a missing backend
+    is probed once per process, not once per sample."""
     if choice != "auto":
-        problem = _unavailable(choice)
-        if problem:
-            raise RuntimeError(f"code sandbox: isolation {choice!r} is unavailable: {problem}")
-        return choice
+        return choice, _unavailable(choice)
     problems = []
     for name in ("bwrap", "unshare"):
         problem = _unavailable(name)
         if problem is None:
-            return name
+            return name, None
         problems.append(problem)
     log.warning("code sandbox: %s; using weaker isolation (rlimits, audit hook, no network): a hostile program "
                 "can read and delete host files", "; ".join(problems))
-    return "weak"
+    return "weak", None
 
 
 def _unavailable(name: str) -> str | None:

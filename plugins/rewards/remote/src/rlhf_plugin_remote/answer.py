@@ -13,11 +13,12 @@ WRONG_PATH_HINT = {status: "; check the URL's path (`rlhf serve reward` answers 
 
 
 class FailedTry(Exception):
-    """One try that got no usable rewards, the reason in words; ``retry`` says whether another try may help."""
+    """One try that got no usable rewards, the reason in words; ``retry`` says whether another try may help,
+    ``unreachable`` that no answer came at all (so smaller requests would fail the same way)."""
 
-    def __init__(self, reason: str, retry: bool = True) -> None:
+    def __init__(self, reason: str, retry: bool = True, unreachable: bool = False) -> None:
         super().__init__(reason)
-        self.retry = retry
+        self.retry, self.unreachable = retry, unreachable
 
 
 def read_answer(response: Any, count: int) -> dict[str, Any]:

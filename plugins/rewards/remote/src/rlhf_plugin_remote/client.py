@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlhf.errors import ConfigError, RewardSourceError
+from rlhf.errors import ConfigError, RewardSourceDown, RewardSourceError
 from rlhf_plugin_remote.answer import FailedTry, read_answer
 
 log = logging.getLogger("rlhf.rewards.remote")
@@ -84,7 +84,8 @@ class RemoteReward:
             except FailedTry as failure:
                 if not failure.retry or attempt == self.options.retries:
                     tries = f"{attempt} {'try' if attempt == 1 else 'tries'}"
-                    raise RewardSourceError(f"remote reward {url} failed after {tries}: {failure}") from failure
+                    kind = RewardSourceDown if failure.unreachable else RewardSourceError
+                    raise kind(f"remote reward {url} failed after {tries}: {failure}") from failure
                 log.warning("remote reward %s: try %d failed (%s); retrying in %.1f s", url, attempt, failure, wait)
                 time.sleep(wait)
                 wait *= 2
@@ -98,11 +99,11 @@ class RemoteReward:
             return client.post(url, json=body)
         except httpx.TimeoutException as exc:
             raise FailedTry(f"no answer within {self.options.timeout_s:g} s ({type(exc).__name__}); if the server "
-                            f"is just slow, raise --remote.timeout_s") from exc
+                            f"is just slow, raise --remote.timeout_s", unreachable=True) from exc
         except httpx.ConnectError as exc:
             port = urlsplit(url).port
             command = f"rlhf serve reward --function NAME{f' --port {port}' if port else ''}"
             raise FailedTry(f"cannot connect ({exc}); is the server running? start it with `{command}` "
-                            f"(or --model PATH)") from exc
+                            f"(or --model PATH)", unreachable=True) from exc
         except httpx.TransportError as exc:
-            raise FailedTry(f"the connection failed ({type(exc).__name__}: {exc})") from exc
+            raise FailedTry(f"the connection failed ({type(exc).__name__}: {exc})", unreachable=True) from exc

@@ -46,8 +46,7 @@ class RewardFuncFile:
             return self.function(queries, prompts, labels, **kwargs)
         except Exception as exc:
             raise RewardSourceError(f"{FUNCTION} in {self.path}{_line_in(self.path, exc)} raised "
-                                    f"{type(exc).__name__}: {exc}; fix the reward file, or set --reward.on_error zero "
-                                    f"(or skip-sample) to keep training past failing samples") from exc
+                                    f"{type(exc).__name__}: {exc}") from exc  # the core adds what to do
 
 
 def reads_labels(tree: ast.Module) -> bool:
