@@ -64,7 +64,7 @@ def test_serving_an_unknown_function_names_the_flag() -> None:
 
 def test_serving_a_model_dir_that_does_not_exist_names_the_flag(tmp_path: Path) -> None:
     missing = tmp_path / "no" / "such" / "rm"
-    assert_user_error(run_rlhf("serve", "reward", "--model", str(missing)), "--model", str(missing), "no such directory")
+    assert_user_error(run_rlhf("serve", "reward", "--model", str(missing)), "--model", str(missing), "no such model directory")
 
 
 # ----------------------------------------------------------------- the reward server
@@ -109,8 +109,8 @@ def test_a_raising_reward_is_a_500_with_the_reason(server_url: str) -> None:
 def test_a_non_finite_reward_is_a_500_naming_the_function_and_the_sample(server_url: str, query: str, value: str) -> None:
     answer = httpx.post(server_url, json={"query": ["a", query]})
     assert answer.status_code == 500
-    assert answer.json()["error"].startswith(f"reward function 'probe' returned {value} for sample 1 in rewards; "
-                                             "JSON cannot carry NaN or infinity")
+    assert answer.json()["error"].startswith(f"reward function 'probe' returned non-finite reward {value} / score {value} "
+                                             "for sample 1; JSON cannot carry NaN or infinity")
 
 
 @pytest.mark.parametrize(("body", "reason"), [

@@ -13,9 +13,11 @@ exit status 1, and the traceback with ``--debug``.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import traceback
+from collections.abc import Iterator
 from typing import NoReturn
 
 DEBUG_ENV = "RLHF_DEBUG"
@@ -73,8 +75,10 @@ def debug_requested(argv: list[str] | None = None) -> bool:
     return "--debug" in (argv or []) or os.environ.get(DEBUG_ENV, "") not in {"", "0", "false"}
 
 
-def find_user_error(exc: BaseException) -> UserError | None:
-    """The first :class:`UserError` in ``exc``'s chain (causes, contexts, Ray's wrapped causes)."""
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it (``__cause__``, ``__context__``), depth first, each once. A Ray
+    ``RayTaskError`` — a subclass of the remote exception's class whose str() is the remote
+    traceback — is replaced by its ``cause``, the original, clean exception."""
     seen: set[int] = set()
     pending: list[BaseException | None] = [exc]
     while pending:
@@ -82,30 +86,34 @@ def find_user_error(exc: BaseException) -> UserError | None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        # Ray re-raises a remote exception as a RayTaskError subclass of the original class whose
-        # str() carries the remote traceback; its ``cause`` is the original, clean exception.
         cause = getattr(current, "cause", None)
         if isinstance(cause, BaseException):
             pending.insert(0, cause)
             continue
-        if isinstance(current, UserError):
-            return current
+        yield current
         pending += [current.__cause__, current.__context__]
-    return None
+
+
+def find_user_error(exc: BaseException) -> UserError | None:
+    """The first :class:`UserError` in ``exc``'s chain (causes, contexts, Ray's wrapped causes)."""
+    return next((e for e in exception_chain(exc) if isinstance(e, UserError)), None)
 
 
 def one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
+#: The errors of a write that the user fixes on the machine, with what to do.
+STORAGE_HINTS = {errno.ENOSPC: "free some disk space", errno.EDQUOT: "free some disk space (quota)",
+                 errno.EFBIG: "raise the file-size limit (ulimit -f)", errno.EACCES: "check the directory's permissions",
+                 errno.EPERM: "check the directory's permissions", errno.EROFS: "choose a writable directory"}
+STORAGE_ERRNOS = frozenset(STORAGE_HINTS)
+
+
 def storage_error(path: object, exc: OSError, what: str) -> StorageError:
     """An OSError while writing ``path`` as a :class:`StorageError` that says what to do."""
-    import errno
-
-    hint = {errno.ENOSPC: "free some disk space", errno.EDQUOT: "free some disk space (quota)",
-            errno.EACCES: "check the directory's permissions", errno.EROFS: "choose a writable directory"}
     return StorageError(f"writing {what} {path} failed: {exc.strerror or exc}; "
-                        f"{hint.get(exc.errno or 0, 'check the path')} and run again (nothing half-written was kept)")
+                        f"{STORAGE_HINTS.get(exc.errno or 0, 'check the path')} and run again (nothing half-written was kept)")
 
 
 def render_exit(exc: BaseException, debug: bool) -> int:

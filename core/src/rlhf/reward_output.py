@@ -8,6 +8,7 @@ or a scalar), logged as means.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,3 +54,10 @@ def normalize_reward_output(result: Any, count: int, source: str) -> RewardOutpu
         return RewardOutput(rewards, scores, extra)
     rewards = _floats(result, "rewards", count, source)
     return RewardOutput(rewards, list(rewards))
+
+
+def non_finite_samples(output: RewardOutput) -> dict[int, str]:
+    """Samples whose reward or score is NaN or ±inf, each with its values in words."""
+    return {i: f"non-finite reward {reward} / score {score}"
+            for i, (reward, score) in enumerate(zip(output.rewards, output.scores))
+            if not (math.isfinite(reward) and math.isfinite(score))}

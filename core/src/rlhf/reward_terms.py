@@ -18,13 +18,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlhf.errors import RewardSourceDown, RewardSourceError
-from rlhf.reward_output import RewardOutput, normalize_reward_output
+from rlhf.reward_output import RewardOutput, non_finite_samples, normalize_reward_output
 
 log = logging.getLogger("rlhf.rewards")
 
@@ -134,7 +133,7 @@ class CompositeReward:
         for spec, term in self.terms:
             try:
                 result = term(queries, prompts, labels, **columns)
-                failures = _non_finite(result)
+                failures = non_finite_samples(result)
             except Exception as exc:  # noqa: BLE001 - a term's own failure, handled by its policy
                 if spec.on_error == "raise" or isinstance(exc, RewardSourceDown):
                     raise _term_error(spec, exc) from exc
@@ -165,7 +164,7 @@ class CompositeReward:
             except Exception as exc:  # noqa: BLE001 - counted and handled by the policy
                 failures[i] = f"{type(exc).__name__}: {exc}"
                 continue
-            bad = _non_finite(single)
+            bad = non_finite_samples(single)
             if bad:
                 failures[i] = bad[0]
                 continue
@@ -191,12 +190,6 @@ class CompositeReward:
             if spec.on_error == "skip-sample":
                 out.skipped.add(i)
         out.logs[f"reward_failures/{spec.name}"] = float(len(failures))
-
-
-def _non_finite(result: RewardOutput) -> dict[int, str]:
-    """Samples whose reward or score is NaN or ±inf, with the value as the reason."""
-    return {i: f"non-finite reward {reward} / score {score}" for i, (reward, score) in enumerate(zip(result.rewards, result.scores))
-            if not (math.isfinite(reward) and math.isfinite(score))}
 
 
 def _term_error(spec: TermSpec, exc: Exception) -> RewardSourceError:

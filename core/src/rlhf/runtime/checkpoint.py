@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlhf.errors import CheckpointError, UserError, storage_error
+from rlhf.errors import STORAGE_ERRNOS, CheckpointError, UserError, exception_chain, storage_error
 
 PATTERN = re.compile(r"^global_step(\d+)$")
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
@@ -71,19 +71,12 @@ def _storage_cause(path: Path, exc: BaseException) -> OSError | None:
     a ``RuntimeError`` ("unexpected pos …") with no errno; it runs before the staged files are
     removed, while the disk is as full as the failed write left it.
     """
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
+    for current in exception_chain(exc):
         if isinstance(current, OSError) and current.errno is not None:
-            return current
+            return current if current.errno in STORAGE_ERRNOS else None  # ENOENT & co: a bug, not the disk
         if rust := _RUST_OS_ERROR.search(str(current)):
             code = int(rust.group(1))
-            return OSError(code, os.strerror(code))
-        pending += [getattr(current, "cause", None), current.__cause__, current.__context__]
+            return OSError(code, os.strerror(code)) if code in STORAGE_ERRNOS else None
     existing = next(p for p in (path, *path.parents) if p.is_dir())
     try:
         with tempfile.TemporaryFile(dir=existing) as probe:
@@ -91,7 +84,7 @@ def _storage_cause(path: Path, exc: BaseException) -> OSError | None:
             probe.flush()
             os.fsync(probe.fileno())
     except OSError as answer:
-        return answer
+        return answer if answer.errno in STORAGE_ERRNOS else None
     return None
 
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from rlhf.engines.hf_models import check_model_source
 from rlhf.errors import ConfigError
 from rlhf.plugins import PluginHost
+from rlhf.reward_output import non_finite_samples
 
 log = logging.getLogger("rlhf.serving")
 
@@ -50,11 +51,7 @@ def _positive_int(text: str) -> int:
 
 def model_reward(path: str) -> Any:
     """A batched reward function backed by a reward model: the head's value at the last token."""
-    # a path that cannot be a hub model id is checked before the seconds spent importing transformers
-    local = Path(path).expanduser()
-    if path.startswith(("/", ".", "~")) and not local.is_dir():
-        raise ConfigError(f"--model {path}: {'not a directory' if local.exists() else 'no such directory'}; give a "
-                          f"reward model saved with save_pretrained (sequence classification with a `score` head)")
+    check_model_source(path, "--model")
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -144,15 +141,12 @@ def score(reward: Any, source: str, request: RewardRequest) -> tuple[int, dict[s
 
 
 def _non_finite(out: Any) -> str | None:
-    """Where a reward output holds NaN or infinity, in words (``"nan for sample 2 in rewards"``)."""
-    for what, numbers in (("rewards", out.rewards), ("scores", out.scores)):
-        for index, value in enumerate(numbers):
-            if not math.isfinite(value):
-                return f"{value} for sample {index} in {what}"
-    for key, value in out.extra_logs.items():
-        if not math.isfinite(value):
-            return f"{value} in extra_logs {key!r}"
-    return None
+    """Where a reward output holds NaN or infinity, in words (JSON cannot carry either)."""
+    bad = non_finite_samples(out)
+    if bad:
+        index, values = next(iter(bad.items()))
+        return f"{values} for sample {index}"
+    return next((f"{value} in extra_logs {key!r}" for key, value in out.extra_logs.items() if not math.isfinite(value)), None)
 
 
 def build_app(reward: Any, name: str, source: str | None = None,
