@@ -67,3 +67,12 @@ def base_flags(model: Path, prompts: Path, run: Path, engine: str, steps: int) -
         "--reward.num_gpus_per_node", "1", "--vllm.num_engines", "1" if engine == "vllm" else "0",
         "--ckpt.output_dir", str(run / "out"), "--ckpt.path", str(run / "ckpt"),
     ]
+
+
+def crash_plugin(directory: Path, step: int) -> Path:
+    """A plugin file whose ``rlhf_step_end`` raises after ``step``: a crash mid-run, for resume tests."""
+    path = directory / f"crash_after_step_{step}.py"
+    path.write_text("import rlhf\n\nrlhf_plugin_api = rlhf.PLUGIN_API_VERSION\n\n\n@rlhf.hookimpl\n"
+                    f"def rlhf_step_end(step, metrics):\n    if step == {step}:\n"
+                    f"        raise RuntimeError('simulated crash after step {step}')\n")
+    return path

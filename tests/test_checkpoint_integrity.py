@@ -16,25 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags
+from rlhf_test_support import base_flags, crash_plugin
 
 from rlhf.runtime.tracking import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, run_rlhf
 
 pytestmark = pytest.mark.slow
-
-CRASH_AFTER_STEP_3 = '''
-import rlhf
-
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
-
-
-@rlhf.hookimpl
-def rlhf_step_end(step, metrics):
-    if step == 3:
-        raise RuntimeError("simulated crash after step 3")
-'''
-
 
 def ppo_flags(model: Path, task_files: dict[str, Path], run: Path, steps: int) -> list[str]:
     return ["train", "ppo", *base_flags(model, task_files["prompts"], run, "hf", steps),
@@ -46,8 +33,7 @@ def ppo_flags(model: Path, task_files: dict[str, Path], run: Path, steps: int) -
 def crashed(tmp_path_factory, tiny_causal_lm_path, task_files) -> Path:
     """A 4-step run with --ckpt.load_enable (nothing to resume yet) that crashed after step 3; checkpoint at step 2."""
     run = tmp_path_factory.mktemp("crashed")
-    plugin = run / "crash_plugin.py"
-    plugin.write_text(CRASH_AFTER_STEP_3)
+    plugin = crash_plugin(run, 3)
     result = run_rlhf("--plugins", str(plugin), *ppo_flags(tiny_causal_lm_path, task_files, run, steps=4),
                       "--ckpt.save_steps", "2", "--ckpt.load_enable", "--logger.tensorboard_dir", str(run / "tb"),
                       timeout=300)
@@ -108,8 +94,7 @@ def test_sft_resume_says_so_logs_each_step_once_and_refuses_a_truncated_checkpoi
                         "--ckpt.load_enable", *extra)
 
     run, spoiled = tmp_path / "run", tmp_path / "spoiled"
-    plugin = tmp_path / "crash_plugin.py"
-    plugin.write_text(CRASH_AFTER_STEP_3)
+    plugin = crash_plugin(tmp_path, 3)
     crashed = sft(run, "--plugins", str(plugin))
     assert crashed.returncode != 0 and "simulated crash after step 3" in crashed.stderr
     assert f"--ckpt.load_enable: no checkpoint under {run / 'ckpt'}; starting from step 0" in crashed.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from rlhf_test_support import base_flags
+from rlhf_test_support import base_flags, crash_plugin
 
 from rlhf.cli.main import main
 from rlhf.runtime.tracking import read_metrics
@@ -112,27 +112,13 @@ def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_
         assert torch.allclose(torch.tensor(engine_logprobs), expected, atol=1e-4)
 
 
-CRASH_PLUGIN = '''
-import rlhf
-
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
-
-
-@rlhf.hookimpl
-def rlhf_step_end(step, metrics):
-    if step == 2:
-        raise RuntimeError("simulated crash after step 2")
-'''
-
-
 def test_resume_continues_exactly_where_it_stopped(ray_cluster, task_files, tiny_causal_lm_path, tmp_path, capsys) -> None:
     def flags(run: Path) -> list[str]:
         return [*base_flags(tiny_causal_lm_path, task_files["prompts"], run, "hf", steps=4),
                 *grpo_flags(task_files["reward"]), "--ckpt.save_steps", "2", "--ckpt.max_num", "1"]
 
     assert main(["train", "ppo", *flags(tmp_path / "straight")]) == 0
-    crash = tmp_path / "crash_plugin.py"
-    crash.write_text(CRASH_PLUGIN)
+    crash = crash_plugin(tmp_path, 2)
     assert main(["train", "ppo", "--plugins", str(crash), *flags(tmp_path / "resumed")]) == 2  # a plugin's error
     assert "failed in its rlhf_step_end hook: RuntimeError: simulated crash" in capsys.readouterr().err
     assert [m["step"] for m in read_metrics(tmp_path / "resumed" / "out")] == [1, 2]

@@ -7,24 +7,12 @@ import random
 from pathlib import Path
 
 import pytest
+from rlhf_test_support import crash_plugin
 
 from rlhf.runtime.tracking import read_metrics
 from rlhf.testing.cli import assert_ok, run_rlhf
 
 pytestmark = pytest.mark.slow
-
-CRASH_PLUGIN = '''
-import rlhf
-
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
-
-
-@rlhf.hookimpl
-def rlhf_step_end(step, metrics):
-    if step == 2:
-        raise RuntimeError("simulated crash after step 2")
-'''
-
 
 def _rows(path: Path, count: int, seed: int, word: str) -> Path:
     rng = random.Random(seed)
@@ -48,8 +36,7 @@ def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path) -> 
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert_ok(run_rlhf(*flags(straight)))
-    crash = tmp_path / "crash_plugin.py"
-    crash.write_text(CRASH_PLUGIN)
+    crash = crash_plugin(tmp_path, 2)
     failed = run_rlhf("--plugins", str(crash), *flags(resumed))
     assert failed.returncode != 0 and "simulated crash after step 2" in failed.stderr
     assert (resumed / "ckpt" / "global_step2" / "state.json").exists()

@@ -21,9 +21,13 @@ def attn_implementation(requested: str) -> str:
     return requested
 
 
-def check_model_source(path: str, flag: str) -> None:
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def check_model_source(path: str, flag: str) -> Any:
     """In the CLI process, before any worker starts: ``path`` is a model directory (a config and
-    weights) or a hub name whose config loads; else a :class:`ConfigError` naming ``flag``."""
+    weights) or a hub name whose config loads; else a :class:`ConfigError` naming ``flag``.
+    Returns the model's config."""
     from pathlib import Path
 
     from transformers import AutoConfig
@@ -33,12 +37,13 @@ def check_model_source(path: str, flag: str) -> None:
         if not local.is_dir() or not (local / "config.json").is_file():
             raise ConfigError(f"{flag} {path}: not a model directory (no config.json); give a directory written by "
                               "save_pretrained or a hub name")
-        if not any(local.glob("*.safetensors")) and not any(local.glob("*.bin")):
-            raise ConfigError(f"{flag} {path}: the directory has a config.json but no weights (*.safetensors, *.bin)")
+        if not any(any(local.glob(pattern)) for pattern in WEIGHT_FILES):
+            raise ConfigError(f"{flag} {path}: the directory has a config.json but no weights "
+                              "(*.safetensors, pytorch_model*.bin)")
     elif path.startswith((".", "/", "~")) or path.count("/") > 1:
         raise ConfigError(f"{flag} {path}: no such model directory")
     try:
-        AutoConfig.from_pretrained(path)
+        return AutoConfig.from_pretrained(path)
     except Exception as exc:  # noqa: BLE001 - offline hub, unknown name, broken config.json: one message
         raise ConfigError(f"{flag} {path}: cannot load the model config ({type(exc).__name__}: "
                           f"{' '.join(str(exc).split())[:200]})") from exc

@@ -78,7 +78,11 @@ class PPOController:
         actor_path = cfg.actor.model_name_or_path
         if not actor_path:
             raise ConfigError("--actor.model_name_or_path is required")
-        check_model_source(actor_path, "--actor.model_name_or_path")
+        positions = getattr(check_model_source(actor_path, "--actor.model_name_or_path"), "max_position_embeddings", None)
+        if positions and positions < cfg.data.max_len:  # engines cap there anyway: filter prompts by the real limit
+            log.warning("--data.max_len %d is more than the actor's max_position_embeddings %d: using %d",
+                        cfg.data.max_len, positions, positions)
+            cfg.data.max_len = positions
         if self.estimator.needs_critic and cfg.critic.model_name_or_path != actor_path:
             check_model_source(cfg.critic.model_name_or_path, "--critic.model_name_or_path")
         for path in self.rewards.reward_model_paths:

@@ -45,7 +45,8 @@ class RewardStage:
             else:
                 raise ConfigError(f"--reward.remote_url {remote}: give a reward_func .py file or http(s) URL(s)")
             function = build(registry.get(K.REWARD_FUNCTION, name, flag="--reward.remote_url"), config)
-            _check_labels(function, f"--reward.remote_url {remote}", config)
+            _check_labels(function, f"--reward.remote_url {remote}", config,
+                          "; if the file does not need them, set reward_func.needs_labels = False in it")
             terms.append((TermSpec(name, 1.0, config.reward.on_error),
                           functools.partial(call_reward, function, source=f"--reward.remote_url {remote}")))
         # several reward models (--reward.model_name_or_path a,b) are summed, one term each
@@ -97,9 +98,8 @@ class RewardStage:
             sample.reward = reward
 
 
-
-def _check_labels(function: Any, source: str, config: Any) -> None:
+def _check_labels(function: Any, source: str, config: Any, hint: str = "") -> None:
     """A term that declares ``needs_labels`` would score every sample against a missing label."""
     if getattr(function, "needs_labels", False) and not config.data.label_key:
         raise ConfigError(f"{source} compares responses with each prompt's label, but --data.label_key is not set: "
-                          "name the dataset key that holds the labels")
+                          f"name the dataset key that holds the labels{hint}")
