@@ -130,3 +130,15 @@ def test_schedule_is_a_seeded_shuffle_per_episode_and_restores() -> None:
     again = PromptSchedule(prompts, batch_size=3, num_episodes=2, seed=5)
     again.restore(state)
     assert [p["prompt"] for p in again.next_batch()] == batches[4]
+
+
+def test_hub_names_with_dots_go_to_the_hub_and_paths_are_local(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataError, match="OpenRLHF/prompt-collection-v0.1: not a local file and the hub dataset could not be"):
+        load_prompt_rows(DataSection(prompt_dataset="OpenRLHF/prompt-collection-v0.1"), seed=0)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write_jsonl(tmp_path / "p.jsonl", [{"input": "x"}])
+    assert load_prompt_rows(DataSection(prompt_dataset="~/p.jsonl"), seed=0) == [{"input": "x"}]
+    with pytest.raises(DataError, match="./missing/p: no such file or dataset dir"):
+        load_prompt_rows(DataSection(prompt_dataset="./missing/p"), seed=0)

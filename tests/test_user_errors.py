@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import base_flags
 
-from rlhf.errors import PluginError, render_exit
+from rlhf.errors import DataError, PluginError, render_exit
 from rlhf.runtime.worker_group import free_port
 from rlhf.testing.cli import assert_user_error, run_rlhf
 
@@ -183,3 +183,27 @@ def test_a_reward_server_that_is_down_names_its_url(tiny_causal_lm_path, task_fi
     result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--reward.remote_url", url,
                    "--remote.retries", "1", "--remote.timeout_s", "2")
     assert_user_error(result, url)
+
+
+@pytest.mark.slow
+def test_a_worker_that_fails_to_start_says_why(ray_cluster) -> None:
+    import ray
+
+    from rlhf.errors import WorkerError
+    from rlhf.runtime.worker_group import track, wait
+
+    class FailsToStart:  # defined here so Ray ships it by value (tests are not importable in workers)
+        def __init__(self, error: Exception) -> None:
+            raise error
+
+        def ping(self) -> int:
+            return 1
+
+    remote = ray.remote(num_cpus=0)(FailsToStart)
+    user = track(remote.remote(DataError("prompts.jsonl row 3: bad")), "rollout engine", 1)
+    with pytest.raises(WorkerError, match=r"Ray worker 'rollout engine' rank 1 failed to start: prompts.jsonl row 3: bad$"):
+        wait(user.ping.remote())
+    bug = track(remote.remote(ZeroDivisionError("division by zero")), "actor", 0)
+    with pytest.raises(RuntimeError, match="Ray worker 'actor' rank 0 failed to start: ZeroDivisionError: division by zero") as err:
+        wait(bug.ping.remote())
+    assert not isinstance(err.value, WorkerError)  # a bug stays an internal error
