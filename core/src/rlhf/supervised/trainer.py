@@ -180,17 +180,14 @@ class SupervisedTrainer:
                 torch.manual_seed(cfg.train.seed * 1000003 + step)  # dropout etc.: resumes replay exactly
                 metrics = self._train_step(step)
                 step += 1
-                if cfg.eval.steps > 0 and step % cfg.eval.steps == 0 and step < total:
-                    metrics.update(self.evaluate())
+                if step == total or (cfg.eval.steps > 0 and step % cfg.eval.steps == 0):
+                    metrics.update(self.evaluate())  # the final eval shares the last step's record: each step once
                 # logged before the checkpoint: a resume from it keeps every line up to its step
                 if tracker is not None:
                     tracker.log(step, metrics)
                 if cfg.ckpt.save_steps > 0 and step % cfg.ckpt.save_steps == 0:
                     self.save_checkpoint(step)
                 self.plugins.step_end(step, metrics)
-            final = self.evaluate()
-            if tracker is not None and final:
-                tracker.log(step, final)
             from rlhf.supervised.engines import save_final
 
             save_final(self.engine, self.tokenizer, Path(cfg.ckpt.output_dir), self.rank, self.final_config_updates())
