@@ -108,7 +108,7 @@ def test_empty_and_overlong_prompts_are_filtered_with_a_count_or_refused(tokeniz
     assert all(len(p["prompt_ids"]) < 64 for p in prompts)
     warning = " ".join(r.getMessage() for r in caplog.records)
     assert "dropped 3 of 5 prompts" in warning and "2 empty (rows 1, 4)" in warning
-    assert "1 with at least --data.max_len 64 tokens (rows 2)" in warning
+    assert "1 with at least --data.max_len 64 tokens (row 2)" in warning
     with pytest.raises(DataError, match=r"src.jsonl: invalid prompts: 2 empty \(rows 1, 4\)"):
         build_prompts(rows, data.model_copy(update={"on_invalid_prompt": "error"}), tokenizer, "src.jsonl")
     with pytest.raises(DataError, match="no usable prompt is left"):

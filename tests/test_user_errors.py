@@ -57,7 +57,7 @@ CASES = {
     "list input": (["--data.prompt_dataset", "{bad}/list_input.jsonl"], ["list_input.jsonl", "row 1", "chat messages"]),
     "missing input key": (["--data.prompt_dataset", "{bad}/no_input.jsonl"], ["no_input.jsonl", "row 1", "--data.input_key"]),
     "over-long prompt refused": (["--data.prompt_dataset", "{bad}/long.jsonl", "--data.max_len", "40",
-                                  "--data.on_invalid_prompt", "error"], ["long.jsonl", "rows 3", "--data.max_len 40"]),
+                                  "--data.on_invalid_prompt", "error"], ["long.jsonl", "(row 3)", "--data.max_len 40"]),
     "batch size 0": (["--train.batch_size", "0"], ["--train.batch_size", "at least 1"]),
     "micro-batch size 0": (["--train.micro_batch_size", "0"], ["--train.micro_batch_size", "at least 1"]),
     "batch not divisible": (["--train.batch_size", "12"], ["--train.batch_size 12", "--train.micro_batch_size 8"]),

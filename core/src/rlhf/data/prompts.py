@@ -47,7 +47,7 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
         label = row.get(data_cfg.label_key) if data_cfg.label_key else None
         prompts.append({"prompt": text, "prompt_ids": ids, "label": label})
     if invalid:
-        found = "; ".join(f"{len(rows_)} {why} (rows {_row_list(rows_)})" for why, rows_ in invalid.items())
+        found = "; ".join(f"{len(rows_)} {why} ({_row_list(rows_)})" for why, rows_ in invalid.items())
         if data_cfg.on_invalid_prompt == "error":
             raise DataError(f"{source}: invalid prompts: {found}; fix them or set --data.on_invalid_prompt filter")
         log.warning("%s: dropped %d of %d prompts: %s (--data.on_invalid_prompt error makes this an error)",
@@ -65,7 +65,8 @@ def _has_text(value: Any) -> bool:
 
 def _row_list(rows: list[int], shown: int = 5) -> str:
     listed = ", ".join(map(str, rows[:shown]))
-    return listed + (f" and {len(rows) - shown} more" if len(rows) > shown else "")
+    more = f" and {len(rows) - shown} more" if len(rows) > shown else ""
+    return f"{'row' if len(rows) == 1 else 'rows'} {listed}{more}"
 
 
 class PromptSchedule:
