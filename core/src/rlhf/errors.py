@@ -125,6 +125,7 @@ def render_exit(exc: BaseException, debug: bool) -> int:
         print(f"rlhf: error: {one_line(str(user))}", file=sys.stderr)
         return USER_ERROR_EXIT
     hint = "" if debug else "; rerun with --debug for the traceback"
-    print(f"rlhf: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+    root = next(exception_chain(exc))  # a Ray wrapper's str() is the whole remote traceback; its cause is not
+    print(f"rlhf: internal error: {type(root).__name__}: {one_line(str(root))} "
           f"(a bug in rlhf or a plugin{hint})", file=sys.stderr)
     return INTERNAL_ERROR_EXIT

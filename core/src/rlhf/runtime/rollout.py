@@ -173,11 +173,9 @@ class RolloutEngines:
 
         count = config.vllm.num_engines or 0
         engine_class = VLLMEngine if count > 0 else HFEngine
-        from transformers import AutoConfig
-
         remote = ray.remote(engine_class)
-        positions = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", config.data.max_len)
-        max_len = min(config.data.max_len, positions)
+        # the controller's input check already capped --data.max_len at the model's max_position_embeddings
+        max_len = config.data.max_len
         dumped = config.model_dump(mode="json")
         self.engines = [
             track(remote.options(num_cpus=0, num_gpus=_engine_gpus(config)).remote(
