@@ -83,6 +83,7 @@ class PromptSchedule:
         self.prompts, self.batch_size, self.num_episodes, self.seed = prompts, batch_size, num_episodes, seed
         self.batches_per_episode = len(prompts) // batch_size
         self.episode, self.position = 0, 0
+        self._shuffled: tuple[int, list[int]] = (-1, [])  # (episode, its order)
 
     @property
     def total_batches(self) -> int:
@@ -95,9 +96,12 @@ class PromptSchedule:
         self.episode, self.position = state["episode"], state["position"]
 
     def _order(self) -> list[int]:
-        order = list(range(len(self.prompts)))
-        random.Random(self.seed * 1000 + self.episode).shuffle(order)
-        return order
+        """This episode's seeded permutation, shuffled once per episode (not once per batch)."""
+        if self._shuffled[0] != self.episode:
+            order = list(range(len(self.prompts)))
+            random.Random(self.seed * 1000 + self.episode).shuffle(order)
+            self._shuffled = (self.episode, order)
+        return self._shuffled[1]
 
     def next_batch(self) -> list[dict[str, Any]] | None:
         if self.position + self.batch_size > len(self.prompts):

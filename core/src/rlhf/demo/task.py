@@ -40,14 +40,14 @@ def build_tokenizer(path: Path) -> Any:
     return wrapped
 
 
-def build_model(tokenizer: Any, seed: int) -> Any:
+def build_model(tokenizer: Any, seed: int, max_positions: int = 64) -> Any:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=64, tie_word_embeddings=True,
+        num_key_value_heads=4, max_position_embeddings=max_positions, tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
     return LlamaForCausalLM(config)

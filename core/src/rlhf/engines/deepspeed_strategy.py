@@ -68,7 +68,9 @@ def train_config(config: Any, optimizer_block: dict[str, Any] | None, world_size
     if optimizer_block is not None:
         optimizer_block = {**optimizer_block, "params": dict(optimizer_block.get("params", {}))}
         if not ds.adam_offload and not on_gpu():
-            optimizer_block["params"]["torch_adam"] = True  # no fused_adam JIT build on CPU
+            # no fused_adam JIT build on CPU; foreach (one kernel call per op for all tensors)
+            # instead of torch's CPU default of a Python loop over every tensor
+            optimizer_block["params"].update(torch_adam=True, foreach=True)
         block["optimizer"] = optimizer_block
     return block
 
@@ -97,20 +99,29 @@ def zero3_context(ds_config: dict[str, Any]) -> Any:
     return HfDeepSpeedConfig(ds_config)
 
 
+def is_partitioned(module: Any) -> bool:
+    """Whether ZeRO-3 holds ``module``'s parameters in shards."""
+    return any(hasattr(p, "ds_id") for p in module.parameters())
+
+
 @contextlib.contextmanager
 def gathered(module: Any):
     """Full parameters of a (possibly ZeRO-3 partitioned) module, on every rank of the group."""
-    params = list(module.parameters())
-    if params and hasattr(params[0], "ds_id"):
+    if is_partitioned(module):
         import deepspeed
 
-        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
             yield
     else:
         yield
 
 
-def full_state_dict(module: Any) -> dict[str, Any]:
-    """A CPU copy of the full state dict; every rank must call it (ZeRO-3 gathers collectively)."""
+def full_state_dict(module: Any, *, copy: bool = True) -> dict[str, Any]:
+    """The full state dict on the CPU; every rank must call it (ZeRO-3 gathers collectively).
+
+    ``copy=False`` returns the live CPU tensors where they are whole already (no ZeRO-3), for a
+    caller that serialises them before the next optimizer step (the weight sync).
+    """
+    copy = copy or is_partitioned(module)  # gathered weights are freed when the gather ends
     with gathered(module):
-        return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+        return {k: v.detach().to("cpu", copy=copy) for k, v in module.state_dict().items()}

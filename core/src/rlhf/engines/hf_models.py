@@ -27,10 +27,14 @@ WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json
 def check_model_source(path: str, flag: str) -> Any:
     """In the CLI process, before any worker starts: ``path`` is a model directory (a config and
     weights) or a hub name whose config loads; else a :class:`ConfigError` naming ``flag``.
-    Returns the model's config."""
-    from pathlib import Path
 
-    from transformers import AutoConfig
+    Returns the model's config: for a local directory its ``config.json`` read as plain JSON
+    (attributes, as a namespace), so the check never waits for the torch import behind
+    ``AutoConfig``; for a hub name the ``AutoConfig``.
+    """
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
 
     local = Path(path).expanduser()
     if local.exists():
@@ -40,8 +44,18 @@ def check_model_source(path: str, flag: str) -> Any:
         if not any(any(local.glob(pattern)) for pattern in WEIGHT_FILES):
             raise ConfigError(f"{flag} {path}: the directory has a config.json but no weights "
                               "(*.safetensors, pytorch_model*.bin)")
-    elif path.startswith((".", "/", "~")) or path.count("/") > 1:
+        try:
+            fields = json.loads((local / "config.json").read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{flag} {path}: config.json is not readable JSON ({exc}); "
+                              "write it again with save_pretrained") from None
+        if not isinstance(fields, dict):
+            raise ConfigError(f"{flag} {path}: config.json holds a {type(fields).__name__}, not an object of settings")
+        return SimpleNamespace(**fields)
+    if path.startswith((".", "/", "~")) or path.count("/") > 1:
         raise ConfigError(f"{flag} {path}: no such model directory")
+    from transformers import AutoConfig
+
     try:
         return AutoConfig.from_pretrained(path)
     except Exception as exc:  # noqa: BLE001 - offline hub, unknown name, broken config.json: one message

@@ -43,26 +43,22 @@ class TokenBatch:
 
 
 def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int) -> TokenBatch:
+    """Right-padded tensors of ``prompt + response`` rows, built with one tensor copy of all the
+    tokens (a per-row loop of small tensor writes cost more than the model on tiny batches)."""
     import torch
 
-    seqs = [p + r for p, r in zip(prompt_ids, response_ids)]
-    length = max(len(s) for s in seqs)
-    actions_len = max(1, max(len(r) for r in response_ids))
-    batch = len(seqs)
-    input_ids = torch.full((batch, length), pad_id, dtype=torch.long)
-    attention = torch.zeros((batch, length), dtype=torch.long)
-    action_index = torch.zeros((batch, actions_len), dtype=torch.long)
-    action_mask = torch.zeros((batch, actions_len), dtype=torch.float32)
-    actions = torch.zeros((batch, actions_len), dtype=torch.long)
-    for i, (p, r) in enumerate(zip(prompt_ids, response_ids)):
-        seq = p + r
-        input_ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        attention[i, : len(seq)] = 1
-        if r:
-            action_index[i, : len(r)] = torch.arange(len(p) - 1, len(p) - 1 + len(r))
-            action_mask[i, : len(r)] = 1.0
-            actions[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-    return TokenBatch(input_ids, attention, action_index, action_mask, actions)
+    prompt_len = torch.tensor([len(p) for p in prompt_ids])
+    response_len = torch.tensor([len(r) for r in response_ids])
+    seq_len = prompt_len + response_len
+    length, actions_len = int(seq_len.max()), max(1, int(response_len.max()))
+    attention = torch.arange(length) < seq_len[:, None]
+    input_ids = torch.full(attention.shape, pad_id, dtype=torch.long)
+    input_ids[attention] = torch.tensor([t for p, r in zip(prompt_ids, response_ids) for t in (*p, *r)], dtype=torch.long)
+    steps = torch.arange(actions_len)
+    action_mask = steps < response_len[:, None]
+    action_index = (prompt_len[:, None] - 1 + steps) * action_mask
+    actions = input_ids.gather(1, (action_index + 1).clamp(max=length - 1)) * action_mask
+    return TokenBatch(input_ids, attention.long(), action_index, action_mask.float(), actions)
 
 
 def action_logits(logits: torch.Tensor, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
@@ -82,10 +78,10 @@ def action_logprobs(logits: torch.Tensor, batch: TokenBatch, temperature: float 
 
 
 def pad_list(rows: list[list[float]], width: int) -> torch.Tensor:
+    """``(len(rows), width)`` float32, each row left-aligned and zero-padded (rows are at most ``width`` long)."""
     import torch
 
+    lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
     out = torch.zeros((len(rows), width), dtype=torch.float32)
-    for i, row in enumerate(rows):
-        if row:
-            out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    out[torch.arange(width) < lengths[:, None]] = torch.tensor([x for row in rows for x in row], dtype=torch.float32)
     return out

@@ -45,7 +45,8 @@ def start_ray() -> bool:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env={"env_vars": env})
     else:
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, runtime_env={"env_vars": env},
+        os.environ.update(env)  # local workers inherit it; a runtime_env would cost ~0.5 s per worker start
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
                  object_store_memory=int(os.environ.get("RLHF_RAY_OBJECT_STORE_BYTES", str(1 << 30))))
     return True
 
@@ -66,13 +67,15 @@ class PPOController:
     # ----------------------------------------------------------------- set-up
 
     def _check_inputs(self) -> None:
-        """Everything the user gave that can be checked without Ray: models, tokenizer, prompts.
+        """Everything the user gave that can be checked without workers (:meth:`run` splits it
+        around the Ray start-up: sources before, data while the workers boot)."""
+        self._check_sources()
+        self._check_data()
 
-        Runs in the CLI process before any worker starts, so a wrong path or a bad row costs
-        one line and a second, not a cluster start-up.
-        """
-        from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows
-        from rlhf.engines.hf_models import check_model_source, load_tokenizer
+    def _check_sources(self) -> None:
+        """Model directories and the resumed ``state.json``, in the CLI process before Ray starts, so a
+        wrong path costs one line and a second. Caps ``--data.max_len`` at the actor's positions."""
+        from rlhf.engines.hf_models import check_model_source
 
         cfg = self.config
         actor_path = cfg.actor.model_name_or_path
@@ -87,7 +90,16 @@ class PPOController:
             check_model_source(cfg.critic.model_name_or_path, "--critic.model_name_or_path")
         for path in self.rewards.reward_model_paths:
             check_model_source(path, "--reward.model_name_or_path")
-        self.tokenizer = load_tokenizer(actor_path, "--actor.model_name_or_path")
+        if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
+            checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
+
+    def _check_data(self) -> None:
+        """The tokenizer and every prompt row (the CLI process; the rows' errors name file and row)."""
+        from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows
+        from rlhf.engines.hf_models import load_tokenizer
+
+        cfg = self.config
+        self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path")
         rows = load_prompt_rows(cfg.data, cfg.train.seed)
         prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset)
         self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
@@ -97,39 +109,43 @@ class PPOController:
                                                      "prompt_probs": None})
             self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
                                               cfg.eval.dataset)
-        if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
-            checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
 
-    def _setup(self) -> None:
+    def _launch(self) -> None:
+        """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
+        in their own processes while the controller goes on. Needs only the checked sources."""
         from rlhf.runtime.model_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
         from rlhf.runtime.rollout import RolloutEngines
-        from rlhf.runtime.worker_group import WorkerGroup, wait
+        from rlhf.runtime.worker_group import WorkerGroup
 
         cfg = self.config
-        actor_path = cfg.actor.model_name_or_path
-        n = cfg.rollout.n_samples_per_prompt
-        per_rollout = max(1, cfg.rollout.batch_size * n // cfg.train.batch_size) * cfg.train.max_epochs
-        training_steps = self.schedule.total_batches * per_rollout
         dumped = cfg.model_dump(mode="json")
         gpus = 1.0 if _gpu() else 0.0
 
-        def ranks(section: Any) -> int:
-            return section.num_nodes * section.num_gpus_per_node
+        def group(worker: type, role: str, section: Any) -> WorkerGroup:
+            return WorkerGroup(worker, role, section.num_nodes * section.num_gpus_per_node, dumped, num_gpus=gpus)
 
-        self.engines = RolloutEngines(cfg, actor_path)
-        self.actor = WorkerGroup(PolicyWorker, "actor", ranks(cfg.actor), dumped, num_gpus=gpus)
+        self.engines = RolloutEngines(cfg, cfg.actor.model_name_or_path)
+        self.actor = group(PolicyWorker, "actor", cfg.actor)
+        self.ref = group(ReferenceWorker, "ref", cfg.ref) if cfg.algo.kl.init_coef > 0 else None
+        self.critic = group(CriticWorker, "critic", cfg.critic) if self.estimator.needs_critic else None
+        self.rewards.reward_models = [group(RewardModelWorker, "reward", cfg.reward) for _ in self.rewards.reward_model_paths]
+
+    def _setup(self) -> None:
+        """Every rank's model and DeepSpeed engine (the ranks of a group rendezvous), once the data is read."""
+        from rlhf.runtime.worker_group import wait
+
+        if not hasattr(self, "actor"):
+            self._launch()
+        cfg = self.config
+        per_rollout = max(1, cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt // cfg.train.batch_size)
+        training_steps = self.schedule.total_batches * per_rollout * cfg.train.max_epochs
         pending = self.actor.setup_async(training_steps)
-        self.ref = self.critic = None
-        if cfg.algo.kl.init_coef > 0:
-            self.ref = WorkerGroup(ReferenceWorker, "ref", ranks(cfg.ref), dumped, num_gpus=gpus)
+        if self.ref is not None:
             pending += self.ref.setup_async()
-        if self.estimator.needs_critic:
-            self.critic = WorkerGroup(CriticWorker, "critic", ranks(cfg.critic), dumped, num_gpus=gpus)
+        if self.critic is not None:
             pending += self.critic.setup_async(training_steps)
-        for path in self.rewards.reward_model_paths:
-            group = WorkerGroup(RewardModelWorker, "reward", ranks(cfg.reward), dumped, num_gpus=gpus)
-            pending += group.setup_async(path)
-            self.rewards.reward_models.append(group)
+        for path, reward_group in zip(self.rewards.reward_model_paths, self.rewards.reward_models):
+            pending += reward_group.setup_async(path)
         wait(pending)
 
     def _resume(self) -> None:
@@ -154,10 +170,14 @@ class PPOController:
 
     # ------------------------------------------------------------------ steps
 
-    def sync_weights(self) -> Any:
-        refs = self.actor.call("full_state")
+    def sync_weights(self) -> None:
+        """Actor rank 0's weights into every rollout engine. The engines take the reference to
+        rank 0's result, so they load as soon as it exists, with no round trip through here."""
+        from rlhf.runtime.worker_group import wait
+
+        refs = self.actor.call_async("full_state")
         self.engines.load_weights(refs[0])
-        return refs[0]
+        wait(refs)
 
     def _generate(self, prompts: list[dict[str, Any]], n: int, temperature: float, seed_base: int) -> list[Sample]:
         cfg = self.config
@@ -170,16 +190,13 @@ class PPOController:
                 requests.append({"prompt_ids": prompt["prompt_ids"], "label": prompt["label"], "max_tokens": max_tokens,
                                  "seed": seed, "group": group, "prompt": prompt["prompt"]})
         results = self.executor.run(requests, self.engines, {"temperature": temperature, "top_p": cfg.rollout.top_p})
-        samples = []
-        for request, result in zip(requests, results):
-            samples.append(Sample(
-                prompt_ids=request["prompt_ids"], response_ids=result["response_ids"], rollout_logprobs=result["logprobs"],
-                # OpenRLHF's contract: the response keeps its special tokens (e.g. the EOS), so a
-                # reward function sees query[len(prompt):] exactly as the model wrote it
-                prompt=request["prompt"], response=self.tokenizer.decode(result["response_ids"], skip_special_tokens=False),
-                label=request["label"] if request["label"] is not None else "", group=request["group"], finish_reason=result["finish_reason"],
-            ))
-        return samples
+        # OpenRLHF's contract: the response keeps its special tokens (e.g. the EOS), so a
+        # reward function sees query[len(prompt):] exactly as the model wrote it
+        texts = self.tokenizer.batch_decode([r["response_ids"] for r in results], skip_special_tokens=False)
+        return [Sample(prompt_ids=request["prompt_ids"], response_ids=result["response_ids"], rollout_logprobs=result["logprobs"],
+                       prompt=request["prompt"], response=text, label=request["label"] if request["label"] is not None else "",
+                       group=request["group"], finish_reason=result["finish_reason"])
+                for request, result, text in zip(requests, results, texts)]
 
     def _rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float]) -> tuple[list[Sample], dict[str, float]]:
         """Generate and reward; with a sample filter, rejected groups are replaced one prompt each.
@@ -232,13 +249,12 @@ class PPOController:
         with timed(metrics, "timing/make_experience"):
             self.rewards.shape(samples)
             payload = {"prompt_ids": [s.prompt_ids for s in samples], "response_ids": [s.response_ids for s in samples]}
-            parts = _split_payload(payload)
             kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
             correcting = cfg.algo.advantage.is_correction_level != "off"
             needs_old = cfg.train.max_epochs > 1 or len(samples) > cfg.train.batch_size or kl_in_reward or correcting
-            old_ref = self.actor.call_split_async("logprobs", parts) if needs_old else None
-            ref_ref = self.ref.call_split_async("logprobs", parts) if self.ref is not None else None
-            val_ref = self.critic.call_split_async("values", parts) if self.critic is not None else None
+            old_ref = self.actor.call_split_async("logprobs", payload) if needs_old else None
+            ref_ref = self.ref.call_split_async("logprobs", payload) if self.ref is not None else None
+            val_ref = self.critic.call_split_async("values", payload) if self.critic is not None else None
             old, ref, values = (_flatten(wait(r)) if r is not None else None for r in (old_ref, ref_ref, val_ref))
             advantages, returns, adv_metrics = compute_advantages(samples, n, cfg, self.estimator, self.kl.value, old, ref, values)
         with timed(metrics, "timing/ppo_train"):
@@ -247,11 +263,11 @@ class PPOController:
                 train_payload["rollout_logprobs"] = [s.rollout_logprobs for s in samples]
             if ref is not None:
                 train_payload["ref_logprobs"] = ref
-            pending = self.actor.call_split_async("train", _split_payload(train_payload), step=self.step, kl_coef=self.kl.value)
+            pending = self.actor.call_split_async("train", train_payload, step=self.step, kl_coef=self.kl.value)
             critic_pending = None
             if self.critic is not None:
                 critic_payload = {**payload, "values": values, "returns": returns}
-                critic_pending = self.critic.call_split_async("train", _split_payload(critic_payload), step=self.step)
+                critic_pending = self.critic.call_split_async("train", critic_payload, step=self.step)
             actor_metrics = _mean_dicts(wait(pending))
             if critic_pending is not None:
                 metrics.update(_mean_dicts(wait(critic_pending)))
@@ -304,10 +320,17 @@ class PPOController:
         from rlhf.runtime.tracking import MetricsTracker
 
         cfg = self.config
-        self._check_inputs()
+        self._check_sources()
+        started_ray = start_ray()
+        try:  # the workers boot while the controller reads the data (start-up in parallel, not in turn)
+            self._launch()
+            self._check_data()
+        except BaseException:
+            if started_ray:
+                ray.shutdown()
+            raise
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-        started_ray = start_ray()
         status = "failed"
         try:
             self._setup()
@@ -339,12 +362,6 @@ def _gpu() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def _split_payload(payload: dict[str, list | None]) -> list[dict[str, Any]]:
-    """Turn a dict of per-sample lists into a list of per-sample dicts (what call_split splits)."""
-    count = len(payload["prompt_ids"])
-    return [{k: (v[i] if v is not None else None) for k, v in payload.items()} for i in range(count)]
 
 
 def _flatten(parts: list[list[Any]]) -> list[Any]:

@@ -212,11 +212,10 @@ class PolicyWorker(_CausalLMWorker):
         result["actor_lr"] = float(self.engine.get_lr()[0])
         return result
 
-    def full_state(self) -> Any:
-        """All ranks call this; rank 0 returns a Ray reference to the full CPU state dict
-        (with LoRA: the base weights with the adapters folded in, under the base model's names)."""
-        import ray
-
+    def full_state(self) -> dict[str, Any] | None:
+        """All ranks call this (ZeRO-3 gathers collectively); rank 0 returns the full CPU state dict
+        under HF names (with LoRA: the base weights with the adapters folded in), the others None.
+        Ray serialises it into the object store as the method returns, before any further step."""
         from rlhf.engines.deepspeed_strategy import full_state_dict, gathered
         from rlhf.engines.lora import is_peft, merged_state_dict
 
@@ -224,8 +223,8 @@ class PolicyWorker(_CausalLMWorker):
             with gathered(self.engine.module):
                 state = merged_state_dict(self.engine.module)
         else:
-            state = full_state_dict(self.engine.module)
-        return ray.put(state) if self.rank == 0 else None
+            state = full_state_dict(self.engine.module, copy=False)
+        return state if self.rank == 0 else None
 
     def save_checkpoint(self, directory: str) -> None:
         self.engine.save_checkpoint(directory, tag="actor")

@@ -65,8 +65,8 @@ class RewardStage:
     def _reward_model_term(self, index: int, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> Any:
         from rlhf.reward_output import RewardOutput
 
-        rows = [{"prompt_ids": p, "response_ids": r} for p, r in zip(columns["prompt_ids"], columns["response_ids"])]
-        rewards = self.reward_models[index].call_split("rewards", rows)
+        rewards = self.reward_models[index].call_split(
+            "rewards", {"prompt_ids": columns["prompt_ids"], "response_ids": columns["response_ids"]})
         return RewardOutput(rewards, list(rewards))
 
     def reward(self, samples: list[Sample]) -> tuple[dict[str, float], set[int]]:

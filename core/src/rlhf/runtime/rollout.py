@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rlhf.runtime.worker_group import split_evenly, track, wait
+from rlhf.runtime.worker_group import split_evenly, track, use_cpu_share, wait
 
 
 class VLLMEngine:
@@ -108,6 +108,8 @@ class HFEngine:
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         from transformers import AutoModelForCausalLM
+
+        use_cpu_share(max(1, config["vllm"]["num_engines"] or 0))
 
         from rlhf.engines.deepspeed_strategy import torch_dtype
 

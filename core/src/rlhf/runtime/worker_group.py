@@ -56,6 +56,23 @@ def _death(exc: Any) -> Exception:
                        "or crashed; its log is above); resume from the last checkpoint with --ckpt.load_enable")
 
 
+def use_cpu_share(processes: int) -> int:
+    """Give this worker's torch ops an equal share of the machine's cores and return it.
+
+    Ray starts ``num_cpus=0`` actors with ``OMP_NUM_THREADS=1``, which left every CPU
+    forward, backward and ``generate`` on one core. The ``processes`` ranks (or engines)
+    of one group compute at the same time, so each takes ``cores // processes``;
+    the groups themselves mostly take turns (generate, then train). ``RLHF_WORKER_THREADS``
+    overrides the share.
+    """
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = int(os.environ.get("RLHF_WORKER_THREADS") or max(1, cores // max(1, processes)))
+    torch.set_num_threads(threads)
+    return threads
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("", 0))
@@ -72,11 +89,13 @@ class BaseWorker:
         self._config_dict = config
         # Ray gives each GPU actor its own device as cuda:0, so the local rank is always 0.
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0")
-        threads = os.environ.get("RLHF_WORKER_THREADS")
-        if threads:
-            import torch
+        use_cpu_share(world_size)
 
-            torch.set_num_threads(int(threads))
+    def preload(self) -> None:
+        """Import what ``setup`` needs; called as the worker is created, so the imports overlap the
+        controller's own start-up work instead of following it."""
+        import deepspeed  # noqa: F401
+        import transformers  # noqa: F401
 
     def address(self) -> tuple[str, int]:
         return socket.gethostbyname(socket.gethostname()) if _multi_node() else "127.0.0.1", free_port()
@@ -111,11 +130,12 @@ class WorkerGroup:
         self.role = role
         self.workers = [track(remote.options(**options).remote(rank, num_workers, config), role, rank)
                         for rank in range(num_workers)]
-        self.master_addr, self.master_port = wait(self.workers[0].address.remote())
+        self._booting = [*self.call_async("preload"), self.workers[0].address.remote()]  # imports start now
 
     def setup_async(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Start every rank's ``setup`` (they rendezvous at rank 0's address); returns the refs."""
-        return self.call_async("setup", self.master_addr, self.master_port, *args, **kwargs)
+        *_, (master_addr, master_port) = wait(self._booting)
+        return self.call_async("setup", master_addr, master_port, *args, **kwargs)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         return wait(self.call_async(method, *args, **kwargs))
@@ -123,32 +143,30 @@ class WorkerGroup:
     def call_async(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
 
-    def call_split_async(self, method: str, rows: list[dict[str, Any]], **kwargs: Any) -> list[Any]:
-        """Give each rank a contiguous share of ``rows`` (per-sample dicts), sent as columns."""
-        chunks = split_evenly(rows, len(self.workers))
-        return [getattr(w, method).remote(columns(chunk), **kwargs) for w, chunk in zip(self.workers, chunks)]
+    def call_split_async(self, method: str, columns: dict[str, list | None], **kwargs: Any) -> list[Any]:
+        """Give each rank a contiguous share of the samples in ``columns`` (per-sample lists, or
+        None for a column that is absent), as a dict of the same shape."""
+        count = len(next(v for v in columns.values() if v is not None))
+        bounds = split_bounds(count, len(self.workers))
+        return [getattr(w, method).remote({k: (v[a:b] if v is not None else None) for k, v in columns.items()}, **kwargs)
+                for w, (a, b) in zip(self.workers, bounds)]
 
-    def call_split(self, method: str, rows: list[dict[str, Any]], **kwargs: Any) -> list[Any]:
+    def call_split(self, method: str, columns: dict[str, list | None], **kwargs: Any) -> list[Any]:
         """:meth:`call_split_async`, waited for, with the per-rank result lists concatenated."""
-        parts = wait(self.call_split_async(method, rows, **kwargs))
+        parts = wait(self.call_split_async(method, columns, **kwargs))
         return [x for part in parts for x in part]
 
 
-def columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-sample dicts -> a dict of per-sample lists; a column that is None everywhere stays None."""
-    keys = rows[0].keys() if rows else []
-    out: dict[str, Any] = {}
-    for key in keys:
-        values = [r[key] for r in rows]
-        out[key] = None if all(v is None for v in values) else values
-    return out
+def split_bounds(count: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous ``[start, end)`` ranges over ``count`` items, sizes differing by at most one."""
+    size, extra = divmod(count, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
 
 
 def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
-    size, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return out
+    return [items[a:b] for a, b in split_bounds(len(items), parts)]

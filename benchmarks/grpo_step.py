@@ -1,0 +1,179 @@
+"""Seconds per GRPO step: rlhf (vLLM and HF engines) against TRL and the raw engines.
+
+    python benchmarks/grpo_step.py                 # the table (2 repeats, interleaved)
+    python benchmarks/grpo_step.py --grid          # prompts/step 8/32/128 x new tokens 8/32/128
+    python benchmarks/grpo_step.py --smoke         # 2 steps of each system (CI runs this)
+
+The task is the demo's: 2-digit addition, a briefly supervised ~0.4 M-parameter Llama,
+32 prompts x 8 samples per step, 8 new tokens, exact-match reward, one optimizer step
+per rollout batch, no KL, lr 1e-4. Every system runs as a fresh process
+(benchmarks/grpo_workloads.py), the systems alternate within each repeat, and each
+process appends a line per finished step, so start-up (process start to first step
+done) and step time are measured from outside, the same way for all.
+
+- ``raw-hf``/``raw-vllm`` are the floor: the same generation with no framework, plus a
+  plain-torch forward/backward/AdamW step of the batch (their step = those two times).
+- ``trl`` needs TRL (``pip install -e '.[bench]'``); it is left out, with a note, if absent.
+
+A benchmark, not a test: figures depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SYSTEMS = ("rlhf-vllm", "rlhf-hf", "trl", "raw-vllm", "raw-hf")
+
+
+@dataclass
+class Run:
+    """What one process of one system produced."""
+
+    startup: float  # process start -> first step done, seconds
+    steps: list[float]  # seconds of every step after the first
+    response_length: float
+    phases: dict[str, float] = field(default_factory=dict)  # median seconds per phase, where the system reports them
+
+
+def prepare(work: Path, max_positions: int, warm_start: bool) -> Path:
+    """The model every system starts from: the demo's tokenizer and Llama, supervised until 30 % greedy accuracy."""
+    from rlhf.demo import task
+
+    model_dir = work / f"model-{max_positions}"
+    if (model_dir / "config.json").exists():
+        return model_dir
+    tokenizer = task.build_tokenizer(model_dir)
+    model = task.build_model(tokenizer, seed=0, max_positions=max_positions)
+    if warm_start:
+        train_pairs, held_out = task.split_problems(0)
+        task.supervised_warm_start(model, tokenizer, train_pairs, held_out, target=0.3, seed=0, max_seconds=60)
+    model.save_pretrained(model_dir)
+    return model_dir
+
+
+def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: int, new_tokens: int, steps: int,
+               label: str) -> Run:
+    from rlhf.demo import task
+
+    run_dir = work / "runs" / label
+    run_dir.mkdir(parents=True, exist_ok=True)
+    task.write_prompt_file(run_dir / "prompts.jsonl", task.split_problems(0)[0], prompts * steps, seed=1)
+    (run_dir / "reward.py").write_text(task.REWARD_FILE)
+    times = run_dir / "times.jsonl"
+    times.unlink(missing_ok=True)
+    spec = {"model": str(model), "prompt_file": str(run_dir / "prompts.jsonl"), "run_dir": str(run_dir),
+            "times": str(times), "prompts": prompts, "samples": samples, "new_tokens": new_tokens, "steps": steps,
+            "max_len": min(256, new_tokens + 16), "engine": system.rsplit("-", 1)[-1]}
+    started = time.time()
+    done = subprocess.run([sys.executable, str(HERE / "grpo_workloads.py"), system.split("-")[0] if system.startswith("rlhf")
+                           else system, json.dumps(spec)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{system} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+    lines = [json.loads(line) for line in times.read_text().splitlines()]
+    stamps = [line["t"] for line in lines]
+    if system.startswith("raw"):
+        step_times = [line["generation"] + line["train"] for line in lines[1:]]
+    else:
+        step_times = [b - a for a, b in zip(stamps, stamps[1:])]
+    phases = {key: statistics.median(line[key] for line in lines[1:]) for key in ("generation", "train", "sync")
+              if len(lines) > 1 and key in lines[0]}
+    lengths = [line["response_length"] for line in lines if "response_length" in line]
+    return Run(stamps[0] - started, step_times, statistics.mean(lengths) if lengths else float("nan"), phases)
+
+
+def available(systems: list[str]) -> list[str]:
+    import importlib.util
+
+    if "trl" in systems and importlib.util.find_spec("trl") is None:
+        print("note: TRL is not installed (pip install -e '.[bench]'); its rows are left out")
+        return [s for s in systems if s != "trl"]
+    return systems
+
+
+def measure(work: Path, model: Path, systems: list[str], repeats: int, warmup: int, **sizes: Any) -> dict[str, list[Run]]:
+    runs: dict[str, list[Run]] = {s: [] for s in systems}
+    for repeat in range(repeats):
+        for system in systems:
+            tag = "x".join(str(v) for v in sizes.values())
+            run = run_system(system, work, model, label=f"{system}-{tag}-{repeat}", **sizes)
+            run.steps = run.steps[warmup:]
+            runs[system].append(run)
+            print(f"  {system} repeat {repeat + 1}: start-up {run.startup:.1f} s, median "
+                  f"{statistics.median(run.steps):.3f} s/step", flush=True)
+    return runs
+
+
+def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def median(system: str) -> float | None:
+        if system not in runs:
+            return None
+        return statistics.median(t for run in runs[system] for t in run.steps)
+
+    out = Table(title=title)
+    for column in ("system", "s/step min", "s/step median", "samples/s", "start-up s", "resp. tokens", "phases (median s)",
+                   "vs TRL", "vs raw floor"):
+        out.add_column(column)
+    trl = median("trl")
+    for system, system_runs in runs.items():
+        steps = [t for run in system_runs for t in run.steps]
+        mid = statistics.median(steps)
+        floor = median("raw-" + system.rsplit("-", 1)[-1]) if system.startswith("rlhf") else None
+        phases = " ".join(f"{k[:3]} {statistics.median(r.phases[k] for r in system_runs):.3f}" for k in system_runs[0].phases)
+        out.add_row(system, f"{min(steps):.3f}", f"{mid:.3f}", f"{samples_per_step / mid:.0f}",
+                    f"{statistics.median(r.startup for r in system_runs):.1f}",
+                    f"{statistics.mean(r.response_length for r in system_runs):.1f}", phases,
+                    f"{trl / mid:.2f}x" if trl else "", f"+{100 * (mid / floor - 1):.0f} %" if floor else "")
+    Console(width=200).print(out)
+    print("vs TRL: samples/s relative to TRL's (2.00x = twice as fast); vs raw floor: step time above the raw "
+          "engines' generate + plain-torch update of the same batch")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=14, help="steps per process")
+    parser.add_argument("--warmup", type=int, default=3, help="steps left out of the steady state, after the first")
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--new_tokens", type=int, default=8)
+    parser.add_argument("--grid", action="store_true", help="prompts/step 8/32/128 x new tokens 8/32/128, 1 repeat")
+    parser.add_argument("--smoke", action="store_true", help="2 steps of each system, 1 repeat (CI)")
+    parser.add_argument("--work", type=Path, help="where models and runs go (default: a temporary directory)")
+    args = parser.parse_args()
+    systems = available(args.systems.split(","))
+    if args.smoke:
+        args.repeats, args.steps, args.warmup = 1, 2, 0
+    with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
+        work = args.work or Path(tmp)
+        if not args.grid:
+            model = prepare(work, 64, warm_start=not args.smoke)
+            sizes = {"prompts": args.prompts, "samples": args.samples, "new_tokens": args.new_tokens, "steps": args.steps}
+            runs = measure(work, model, systems, args.repeats, args.warmup, **sizes)
+            table(runs, args.prompts * args.samples, f"GRPO step, {args.prompts} prompts x {args.samples} samples, "
+                  f"{args.new_tokens} new tokens ({args.repeats} repeats x {args.steps} steps, first {args.warmup + 1} "
+                  "left out)")
+            return
+        model = prepare(work, 256, warm_start=False)  # random weights: responses run to the token budget
+        for prompts in (8, 32, 128):
+            for new_tokens in (8, 32, 128):
+                sizes = {"prompts": prompts, "samples": args.samples, "new_tokens": new_tokens, "steps": 5}
+                runs = measure(work, model, systems, 1, 1, **sizes)
+                table(runs, prompts * args.samples, f"grid: {prompts} prompts x {args.samples} samples, {new_tokens} new tokens")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""The systems that ``grpo_step.py`` times, each run as its own process.
+
+    python benchmarks/grpo_workloads.py {rlhf,trl,raw-hf,raw-vllm} SPEC_JSON
+
+``SPEC_JSON`` names the model, the prompt file, the sizes and the file where the
+process appends one line per finished step: ``{"t": unix time, ...figures}``.
+The parent reads that file, so start-up (process start → first step done) and
+step time are measured the same way for every system, from outside.
+
+- ``rlhf``: the real ``rlhf train ppo`` (a step-end observer plugin writes the lines).
+- ``trl``: TRL's ``GRPOTrainer`` on the same model, prompts and reward (optional
+  ``bench`` extra).
+- ``raw-hf`` / ``raw-vllm``: the floor. The same generation with no framework (HF
+  ``generate`` / an in-process vLLM ``LLM``), and a plain-torch GRPO update
+  (forward, backward, AdamW step) of the same batch; a line carries both times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: A step-end observer for the ``rlhf`` system: written to the work dir, passed with --plugins.
+OBSERVER = '''"""benchmarks: one line per finished rlhf step."""
+import json, os, time
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+@rlhf.hookimpl
+def rlhf_step_end(step, metrics):
+    with open(os.environ["RLHF_BENCH_TIMES"], "a") as handle:
+        handle.write(json.dumps({"t": time.time(), "response_length": metrics.get("response_length", 0.0),
+                                 "generation": metrics.get("timing/generation", 0.0),
+                                 "train": metrics.get("timing/ppo_train", 0.0),
+                                 "sync": metrics.get("timing/broadcast", 0.0)}) + "\\n")
+'''
+
+
+def exact_match(completions: list[str], labels: list[str]) -> list[float]:
+    """The demo's reward: the response (without the EOS text) equals the sum."""
+    return [float(c.replace("</s>", "").strip() == str(label)) for c, label in zip(completions, labels)]
+
+
+def record(spec: dict[str, Any], **figures: float) -> None:
+    with open(spec["times"], "a") as handle:
+        handle.write(json.dumps({"t": time.time(), **figures}) + "\n")
+
+
+def run_rlhf(spec: dict[str, Any]) -> None:
+    from rlhf.demo.run import rl_arguments
+
+    run_dir = Path(spec["run_dir"])  # holds prompts.jsonl and reward.py (the driver writes them)
+    observer = run_dir / "bench_observer.py"
+    observer.write_text(OBSERVER)
+    args = rl_arguments(run_dir, Path(spec["model"]), spec["steps"], 0, spec["engine"], prompts_per_step=spec["prompts"],
+                        samples=spec["samples"], new_tokens=spec["new_tokens"], max_len=spec["max_len"])
+    env = {**os.environ, "RLHF_BENCH_TIMES": spec["times"], "RLHF_NO_PROGRESS": "1"}
+    command = [str(Path(sys.executable).with_name("rlhf")), "--plugins", str(observer), "train", "ppo", *args]
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def run_trl(spec: dict[str, Any]) -> None:
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    from datasets import load_dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    data = load_dataset("json", data_files=spec["prompt_file"], split="train").rename_column("input", "prompt")
+    data = data.select(range(spec["prompts"] * spec["steps"]))
+
+    def reward(prompts, completions, label, **kwargs):
+        return exact_match(completions, label)
+
+    class StepTimes(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            record(spec)
+
+    samples = spec["prompts"] * spec["samples"]
+    config = GRPOConfig(
+        output_dir=str(Path(spec["run_dir"]) / "trl"), per_device_train_batch_size=samples, num_generations=spec["samples"],
+        steps_per_generation=1, gradient_accumulation_steps=1, num_iterations=1, max_completion_length=spec["new_tokens"],
+        learning_rate=1e-4, beta=0.0, temperature=1.0, top_p=1.0, loss_type="dapo", scale_rewards="group",
+        max_steps=spec["steps"], use_cpu=True, report_to="none", save_strategy="no", logging_steps=10**6,
+        lr_scheduler_type="constant", seed=0, disable_tqdm=True, dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(spec["model"]), reward_funcs=reward, args=config,
+                          train_dataset=data, processing_class=AutoTokenizer.from_pretrained(spec["model"]),
+                          callbacks=[StepTimes()])
+    trainer.train()
+
+
+def _prompt_ids(spec: dict[str, Any], tokenizer: Any) -> list[list[int]]:
+    rows = [json.loads(line) for line in Path(spec["prompt_file"]).read_text().splitlines()]
+    return [tokenizer(row["input"])["input_ids"] for row in rows]
+
+
+def _grpo_update(model: Any, optimizer: Any, prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> None:
+    """One plain-torch GRPO update: token-mean clipped surrogate with random group-normalised advantages."""
+    import torch
+
+    seqs = [p + r for p, r in zip(prompts, responses)]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id)
+    mask = torch.zeros((len(seqs), width))
+    for i, (p, s) in enumerate(zip(prompts, seqs)):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, len(p): len(s)] = 1.0
+    advantages = torch.randn(len(seqs), 1)
+    logits = model(input_ids=ids, attention_mask=(mask > 0) | (ids != pad_id)).logits[:, :-1].float()
+    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    ratio = torch.exp(logp - logp.detach())
+    target = mask[:, 1:]
+    loss = -(torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages) * target).sum() / target.sum()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def run_raw(spec: dict[str, Any], engine: str) -> None:
+    """The floor: generation of the same requests, then one plain-torch update of the batch."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if engine == "vllm":
+        for key, value in {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                           "TORCHDYNAMO_DISABLE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}.items():
+            os.environ.setdefault(key, value)
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"])
+    prompt_ids = _prompt_ids(spec, tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    generate = _vllm_generator(spec) if engine == "vllm" else _hf_generator(model, tokenizer.pad_token_id,
+                                                                          tokenizer.eos_token_id)
+    n = spec["samples"]
+    for step in range(spec["steps"]):
+        batch = prompt_ids[step * spec["prompts"]: (step + 1) * spec["prompts"]]
+        requests = [p for p in batch for _ in range(n)]
+        started = time.perf_counter()
+        responses = generate(requests, spec["new_tokens"], step)
+        generated = time.perf_counter()
+        model.train()
+        _grpo_update(model, optimizer, requests, responses, tokenizer.pad_token_id)
+        record(spec, generation=generated - started, train=time.perf_counter() - generated,
+               response_length=sum(map(len, responses)) / len(responses))
+
+
+def _hf_generator(model: Any, pad_id: int, eos_id: int) -> Any:
+    import torch
+
+    def generate(requests: list[list[int]], new_tokens: int, seed: int) -> list[list[int]]:
+        width = max(map(len, requests))
+        ids = torch.full((len(requests), width), pad_id)
+        attention = torch.zeros_like(ids)
+        for i, p in enumerate(requests):
+            ids[i, width - len(p):] = torch.tensor(p)
+            attention[i, width - len(p):] = 1
+        torch.manual_seed(seed)
+        model.eval()
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=new_tokens, do_sample=True,
+                                 temperature=1.0, top_k=0, top_p=1.0, pad_token_id=pad_id, eos_token_id=eos_id,
+                                 output_logits=True, return_dict_in_generate=True)
+        torch.log_softmax(torch.stack(out.logits, 1).float(), -1)  # the engines return log-probs too
+        tokens = out.sequences[:, width:].tolist()
+        return [row[: row.index(eos_id) + 1] if eos_id in row else row for row in tokens]
+
+    return generate
+
+
+def _vllm_generator(spec: dict[str, Any]) -> Any:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(model=spec["model"], dtype="float32", enforce_eager=True, max_model_len=spec["max_len"], seed=0,
+              logprobs_mode="processed_logprobs")
+
+    def generate(requests: list[list[int]], new_tokens: int, seed: int) -> list[list[int]]:
+        params = [SamplingParams(max_tokens=new_tokens, temperature=1.0, logprobs=0, seed=seed * 100003 + i)
+                  for i in range(len(requests))]
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in requests], params, use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outputs]
+
+    return generate
+
+
+def main() -> None:
+    system, spec = sys.argv[1], json.loads(sys.argv[2])
+    if system == "rlhf":
+        run_rlhf(spec)
+    elif system == "trl":
+        run_trl(spec)
+    else:
+        run_raw(spec, system.removeprefix("raw-"))
+
+
+if __name__ == "__main__":
+    main()

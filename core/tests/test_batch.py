@@ -1,0 +1,69 @@
+"""The padded tensors workers train on, against a row-by-row construction on random batches."""
+
+import random
+
+import pytest
+import torch
+
+from rlhf.runtime.batch import action_logprobs, pack, pad_list
+from rlhf.runtime.worker_group import split_bounds
+
+
+def reference_pack(prompts, responses, pad_id):
+    length = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    width = max(1, max(len(r) for r in responses))
+    rows = len(prompts)
+    input_ids, attention = torch.full((rows, length), pad_id), torch.zeros((rows, length), dtype=torch.long)
+    index, mask, actions = (torch.zeros((rows, width), dtype=torch.long), torch.zeros((rows, width)),
+                            torch.zeros((rows, width), dtype=torch.long))
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        for j, token in enumerate(p + r):
+            input_ids[i, j], attention[i, j] = token, 1
+        for j, token in enumerate(r):
+            index[i, j], mask[i, j], actions[i, j] = len(p) - 1 + j, 1.0, token
+    return input_ids, attention, index, mask, actions
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pack_matches_a_row_by_row_build(seed):
+    rng = random.Random(seed)
+    for _ in range(40):
+        rows = rng.randrange(1, 9)
+        prompts = [[rng.randrange(1, 99) for _ in range(rng.randrange(1, 8))] for _ in range(rows)]
+        responses = [[rng.randrange(1, 99) for _ in range(rng.randrange(0, 7))] for _ in range(rows)]  # empty ones too
+        pad_id = rng.choice([0, 3])
+        batch = pack(prompts, responses, pad_id)
+        got = (batch.input_ids, batch.attention_mask, batch.action_index, batch.action_mask, batch.actions)
+        for name, tensor, expected in zip(("input_ids", "attention", "index", "mask", "actions"), got,
+                                          reference_pack(prompts, responses, pad_id)):
+            assert tensor.dtype == expected.dtype, name
+            assert torch.equal(tensor, expected), (name, prompts, responses)
+
+
+def test_action_logprobs_read_the_token_after_each_position():
+    prompts, responses = [[5, 6, 7], [5]], [[8, 9], []]
+    batch = pack(prompts, responses, 0)
+    logits = torch.randn(2, batch.input_ids.shape[1], 12)
+    logp = action_logprobs(logits, batch)
+    expected = torch.log_softmax(logits[0], -1)
+    assert torch.allclose(logp[0], torch.stack([expected[2, 8], expected[3, 9]]))
+    assert torch.equal(logp[1], torch.zeros(2))  # an empty response has no action
+
+
+def test_pad_list_left_aligns_rows_and_pads_with_zero():
+    rng = random.Random(0)
+    rows = [[rng.random() for _ in range(rng.randrange(0, 6))] for _ in range(30)]
+    out = pad_list(rows, 7)
+    assert out.shape == (30, 7) and out.dtype == torch.float32
+    for i, row in enumerate(rows):
+        assert torch.equal(out[i, : len(row)], torch.tensor(row, dtype=torch.float32))
+        assert not out[i, len(row):].any()
+
+
+@pytest.mark.parametrize("count,parts", [(0, 2), (1, 3), (7, 2), (256, 4), (5, 5)])
+def test_split_bounds_cover_every_item_once_in_order(count, parts):
+    bounds = split_bounds(count, parts)
+    assert len(bounds) == parts and bounds[0][0] == 0 and bounds[-1][1] == count
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    sizes = [b - a for a, b in bounds]
+    assert max(sizes) - min(sizes) <= 1
