@@ -73,6 +73,12 @@ def check_name(name: str) -> str:
     return name
 
 
+def class_name(name: str, suffix: str) -> str:
+    """CamelCase of ``name`` ending in ``suffix`` once: my_loss -> MyLoss, my_grpo -> MyGrpoLoss."""
+    camel = "".join(part.capitalize() for part in name.split("_"))
+    return (camel[: -len(suffix)] if camel.lower().endswith(suffix.lower()) else camel) + suffix
+
+
 def core_range() -> str:
     """The rlhf-core versions a new plugin accepts: this minor series (the plugin API is checked at load too)."""
     major, minor = (int(part) for part in __version__.split(".")[:2])
@@ -88,7 +94,7 @@ def render(kind: str, name: str) -> dict[str, str]:
         "group": spec.group, "module": spec.module, "kit": spec.kit, "kind": spec.name,
         "label": spec.component.label if spec.component else "lifecycle observer",
         "hook": spec.component.hook_name if spec.component else "",
-        "Class": "".join(part.capitalize() for part in name.split("_")) + spec.suffix,
+        "Class": class_name(name, spec.suffix),
         "core_range": core_range(), "api": str(PLUGIN_API_VERSION), "doc": spec.doc,
         "select": spec.select.format(name=name),
     }
