@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -50,3 +51,20 @@ def test_the_async_reward_example_passes_the_reward_kit_as_a_plugin_file(plugin_
     from rlhf.reward_terms import call_reward
 
     assert call_reward(reward, ["Q: 2+3 = 5", "Q: no"], ["Q:", "Q:"], ["5", "5"], source="t").rewards == [1.0, 0.0]
+
+
+def test_the_packaged_plugin_of_writing_plugins_md_works_as_written(tmp_path: Path) -> None:
+    """The page's module, component and test, copied into files, pass their own test and kit."""
+    page = (ROOT / "docs" / "writing-plugins.md").read_text()
+    blocks = re.findall(r"^`(rlhf_plugin_length/\w+\.py)`[^\n]*\n(?:[^\n]+\n)*?\n?```python\n(.*?)```", page, re.M | re.S)
+    assert [path for path, _ in blocks] == ["rlhf_plugin_length/__init__.py", "rlhf_plugin_length/reward.py"]
+    for path, code in blocks:
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text(code)
+    (test_code,) = re.findall(r"## Testing it.*?```python\n(.*?)```", page, re.S)
+    (tmp_path / "test_length.py").write_text(test_code)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_length.py")],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "5 passed" in result.stdout, result.stdout[-500:]
