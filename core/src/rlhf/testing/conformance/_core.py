@@ -83,28 +83,37 @@ def check_import_is_light(kind: str, module: str) -> None:
                    "the component's methods and register a lazy 'module:attr' string")
 
 
-def check_registers(kind: ComponentKind, module: str, name: str | None) -> Any:
-    """The plugin module loads into a fresh host (API version, hook signatures) and registers ``name``."""
+def load_plugin(module: str, label: str, *, every_installed: bool = False) -> Any:
+    """A real plugin host with ``module`` loaded (API version, hook signatures, registrations checked):
+    alone, or with ``every_installed`` plugin too (a trainer's defaults name other plugins' components)."""
     import importlib
 
     from rlhf.plugin_selection import PluginSelection
     from rlhf.plugins import PluginHost
 
-    label = kind.label
-    host = PluginHost.load(PluginSelection(names=(), strict=True, origin="conformance kit"))
+    selection = PluginSelection(origin="conformance kit") if every_installed else \
+        PluginSelection(names=(), strict=True, origin="conformance kit")
+    host = PluginHost.load(selection)
+    if any(record.target == module and record.status == "ok" for record in host.records):
+        return host  # installed, and loaded through its entry point
     try:
         host.add_module(importlib.import_module(module), name=module.rsplit(".", 1)[-1])
     except Exception as exc:  # noqa: BLE001
         raise fail(label, "plugin loads", f"{type(exc).__name__}: {exc}") from None
-    if name is not None:
-        names = host.registry.names(kind)
-        if name not in names:
-            raise fail(label, "registers its name", f"{module} registers {names or 'no'} {label}s, not {name!r}")
-        try:
-            return host.registry.get(kind, name)
-        except Exception as exc:  # noqa: BLE001
-            raise fail(label, "registers its name", f"the registered target does not load: {exc}") from None
     return host
+
+
+def check_registers(kind: ComponentKind, module: str, name: str) -> Any:
+    """The plugin module loads into a fresh host and registers ``name``; returns the registered target."""
+    label = kind.label
+    host = load_plugin(module, label)
+    names = host.registry.names(kind)
+    if name not in names:
+        raise fail(label, "registers its name", f"{module} registers {names or 'no'} {label}s, not {name!r}")
+    try:
+        return host.registry.get(kind, name)
+    except Exception as exc:  # noqa: BLE001
+        raise fail(label, "registers its name", f"the registered target does not load: {exc}") from None
 
 
 def default_config() -> Any:
@@ -148,6 +157,8 @@ class ComponentKit:
         check_import_is_light(self.kind.label, self._module())
 
     def test_registers_its_name(self) -> None:
+        if not self.registered_name:
+            raise fail(self.kind.label, "kit set-up", f"set {type(self).__name__}.registered_name to the name it registers")
         check_registers(self.kind, self._module(), self.registered_name)
 
     def test_picklable(self) -> None:

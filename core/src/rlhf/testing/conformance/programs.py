@@ -9,28 +9,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rlhf.registry import ComponentKind
-from rlhf.testing.conformance._core import ComponentKit, check_import_is_light, check_registers, fail
+from rlhf.testing.conformance._core import ComponentKit, check_import_is_light, fail, load_plugin
 
 TRAINER = ComponentKind.TRAINER.label
 COMMAND = ComponentKind.COMMAND.label
 OBSERVER = "lifecycle observer"
 LIFECYCLE_HOOKS = ("rlhf_worker_init", "rlhf_train_start", "rlhf_step_end", "rlhf_train_end", "rlhf_checkpoint_save",
                    "rlhf_checkpoint_load")
-
-
-def _host_with(module: str) -> Any:
-    """Every installed plugin (a trainer's defaults name components of other plugins, e.g. the optimizer),
-    plus ``module`` when it is not installed."""
-    from rlhf.plugin_selection import PluginSelection
-    from rlhf.plugins import PluginHost
-
-    host = PluginHost.load(PluginSelection(origin="conformance kit"))
-    if not any(record.target == module and record.status == "ok" for record in host.records):
-        try:
-            host.add_module(importlib.import_module(module), name=module.rsplit(".", 1)[-1])
-        except Exception as exc:  # noqa: BLE001
-            raise fail(TRAINER, "plugin loads", f"{type(exc).__name__}: {exc}") from None
-    return host
 
 
 def check_trainer(trainer_cls: Any, module: str, argv: list[str] | None, run_dir: Path | None) -> None:
@@ -47,7 +32,7 @@ def check_trainer(trainer_cls: Any, module: str, argv: list[str] | None, run_dir
     if missing:
         raise fail(TRAINER, "config_class", f"lacks the field(s) {missing}; use rlhf.config.base.plugin_options_field() "
                    "and plugin_set_field()")
-    host = _host_with(module)
+    host = load_plugin(module, TRAINER, every_installed=True)
     try:
         parser = ConfigParser(config_class, host, prog="rlhf train kit")
         config, _ = parser.parse(list(argv or []))
@@ -75,8 +60,7 @@ class TrainerKit(ComponentKit):
     def make_component(self) -> Any:
         return self.component
 
-    def test_picklable(self) -> None:  # trainers run in the CLI process only; Ray never ships them
-        pass
+    test_picklable = None  # trainers run in the CLI process only; Ray never ships them
 
     def test_contract(self, tmp_path: Path) -> None:
         check_trainer(self.component, self._module(), self.argv(), tmp_path)
@@ -95,7 +79,7 @@ def check_command(command_cls: Any, module: str, argv: list[str] | None) -> None
         raise fail(COMMAND, "add_arguments", f"{type(exc).__name__}: {exc}") from None
     if argv is None:
         return
-    host = _host_with(module)
+    host = load_plugin(module, COMMAND, every_installed=True)
     status = command_cls().run(host, parser.parse_args(argv))
     if not isinstance(status, int):
         raise fail(COMMAND, "run", f"returned {status!r}, expected an int exit status", f"argv {argv}")
@@ -112,8 +96,7 @@ class CommandKit(ComponentKit):
     def make_component(self) -> Any:
         return self.component
 
-    def test_picklable(self) -> None:  # commands run in the CLI process only
-        pass
+    test_picklable = None  # commands run in the CLI process only
 
     def test_contract(self) -> None:
         check_command(self.component, self._module(), self.argv())
@@ -128,7 +111,7 @@ def check_lifecycle_observer(module: str, run_dir: Path, config: Any = None) -> 
     implemented = [h for h in LIFECYCLE_HOOKS if callable(getattr(importlib.import_module(module), h, None))]
     if not implemented:
         raise fail(OBSERVER, "implements a lifecycle hook", f"{module} defines none of {', '.join(LIFECYCLE_HOOKS)}")
-    host = check_registers(ComponentKind.TRAINER, module, None)
+    host = load_plugin(module, OBSERVER)
     config = config if config is not None else default_config()
     checkpoint = run_dir / "checkpoint"
     checkpoint.mkdir(parents=True, exist_ok=True)
