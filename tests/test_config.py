@@ -27,7 +27,7 @@ FLAGS = json.loads((Path(__file__).parent / "data" / "openrlhf_train_ppo_flags.j
 
 @pytest.fixture(scope="module")
 def host() -> PluginHost:
-    return PluginHost.load(PluginSelection.parse("ppo,grpo,adamw", strict=True))
+    return PluginHost.load(PluginSelection.parse("ppo,grpo,adamw,kl", strict=True))
 
 
 def parse(host: PluginHost, *argv: str) -> PPOConfig:
@@ -104,12 +104,12 @@ def test_yaml_holds_the_same_tree_and_flags_override_it(host: PluginHost, tmp_pa
 def test_printed_config_loads_back_identically(host: PluginHost, tmp_path: Path, capsys) -> None:
     from rlhf.cli.main import main
 
-    assert main(["--plugins", "ppo,grpo,adamw", "train", "ppo", "--print-config", "--actor.adam.lr", "2e-6"]) == 0
+    assert main(["--plugins", "ppo,grpo,adamw,kl", "train", "ppo", "--print-config", "--actor.adam.lr", "2e-6"]) == 0
     dumped = capsys.readouterr().out
     (tmp_path / "dump.yaml").write_text(dumped)
     data = yaml.safe_load(dumped)
     assert data["ckpt"]["max_mem"] == math.inf
-    assert [p["name"] for p in data["plugin_set"]] == ["core", "grpo", "ppo", "adamw"]
+    assert [p["name"] for p in data["plugin_set"]] == ["core", "grpo", "kl", "ppo", "adamw"]
     reloaded = parse(host, "--config", str(tmp_path / "dump.yaml"))
     assert reloaded.actor.adam.lr == 2e-6 and reloaded.ckpt.max_mem == math.inf
 
@@ -134,7 +134,7 @@ def test_bad_flags_get_errors_that_name_them(host: PluginHost, argv: list[str], 
 
 
 def test_component_hint_names_the_first_party_package() -> None:
-    without_grpo = PluginHost.load(PluginSelection.parse("ppo,adamw"))
+    without_grpo = PluginHost.load(PluginSelection.parse("ppo,adamw,kl"))
     with pytest.raises(ConfigError, match=r"It is provided by rlhf-plugin-grpo: pip install rlhf-plugin-grpo"):
         parse(without_grpo, "--algo.advantage.estimator", "group_norm")
 
@@ -207,7 +207,7 @@ def options_plugin(name: str, namespace: str | None = None) -> types.SimpleNames
 
 def test_plugin_options_from_flags_and_yaml(host: PluginHost, register_plugin, plugin_host: PluginHost,
                                             tmp_path: Path) -> None:
-    for name in ("ppo", "adamw"):
+    for name in ("ppo", "adamw", "kl"):
         register_plugin(__import__(f"rlhf_plugin_{name}"), name=name)
     register_plugin(options_plugin("echo"), name="echo")
     run = tmp_path / "run.yaml"

@@ -46,6 +46,10 @@ def test_hook_rlhf_register_policy_losses(plugin_host, register_plugin) -> None:
     check_registration(ComponentKind.POLICY_LOSS, plugin_host, register_plugin)
 
 
+def test_hook_rlhf_register_kl_estimators(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.KL_ESTIMATOR, plugin_host, register_plugin)
+
+
 def test_hook_rlhf_register_sample_filters(plugin_host, register_plugin) -> None:
     check_registration(ComponentKind.SAMPLE_FILTER, plugin_host, register_plugin)
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from rlhf_plugin_kl import K3
 
 from rlhf.ops import aggregate_loss
 from rlhf.runtime.kl_control import KLController, observed_kl
@@ -93,7 +94,7 @@ def deepspeed_step(b: dict[str, torch.Tensor], loss_fn: RatioLoss, settings: Obj
 def test_only_the_policy_term_follows_the_aggregation_mode(seed: int, agg_mode: str, token_level: bool) -> None:
     b = random_batch(seed)
     beta, entropy_coef = 0.37, 0.05
-    settings = ObjectiveSettings(loss_agg_mode=agg_mode, kl_as_loss=True, kl_estimator="k3", entropy_coef=entropy_coef)
+    settings = ObjectiveSettings(loss_agg_mode=agg_mode, kl_as_loss=True, kl_estimator=K3(), entropy_coef=entropy_coef)
     got, _ = deepspeed_step(b, RatioLoss(token_level), settings, beta)
     got_grads = torch.autograd.grad(got, [b["logp"], b["entropy"]])
     policy_mode = agg_mode if token_level else "seq-mean-token-mean"
@@ -168,7 +169,7 @@ def test_adaptive_controller_follows_ziegler(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_kl_as_loss_feeds_the_actors_kl_loss_to_the_adaptive_controller(seed: int) -> None:
     b = random_batch(seed)
-    settings = ObjectiveSettings(kl_as_loss=True, kl_estimator="k3")
+    settings = ObjectiveSettings(kl_as_loss=True, kl_estimator=K3())
     _, kl_losses = deepspeed_step(b, RatioLoss(True), settings, beta=0.1)
     # OpenRLHF's actor reports masked_mean(kl, action_mask) of each micro-batch as its KL
     for k, reported in enumerate(kl_losses):

@@ -12,6 +12,9 @@ from rlhf.registry import ComponentKind as K
 FIRST_PARTY_PROVIDERS: dict[tuple[K, str], str] = {
     (K.ADVANTAGE_ESTIMATOR, "gae"): "rlhf-plugin-ppo",
     (K.POLICY_LOSS, "ppo"): "rlhf-plugin-ppo",
+    (K.KL_ESTIMATOR, "k1"): "rlhf-plugin-kl",
+    (K.KL_ESTIMATOR, "k2"): "rlhf-plugin-kl",
+    (K.KL_ESTIMATOR, "k3"): "rlhf-plugin-kl",
     (K.ADVANTAGE_ESTIMATOR, "group_norm"): "rlhf-plugin-grpo",
     (K.OPTIMIZER, "adam"): "rlhf-plugin-adamw",
     (K.SCHEDULER, "cosine_with_min_lr"): "rlhf-plugin-adamw",

@@ -94,6 +94,24 @@ class PolicyLoss(Protocol):
 
 
 @runtime_checkable
+class KLEstimator(Protocol):
+    """A per-token estimate of KL(π ‖ π_ref), selected by ``--algo.kl.estimator NAME``.
+
+    Called with ``log_ratio`` = log π − log π_ref, fp32, ``(B, T)`` (padding positions hold
+    0, as do the log-probs there); returns the per-token estimate ``(B, T)``, fp32. It must be
+    elementwise (position t depends on ``log_ratio[:, t]`` only) and 0 where the ratio is 0;
+    the core clamps the result to [−10, 10] and multiplies it by the action mask.
+
+    Runs in the controller once per rollout batch (the KL metric and, without
+    ``--algo.kl.use_loss``, the per-token KL penalty in the reward; no gradient) and in each
+    actor worker once per micro-batch (``--algo.kl.use_loss``; the gradient flows through
+    ``log_ratio``, so use differentiable torch ops).
+    """
+
+    def __call__(self, log_ratio: torch.Tensor) -> torch.Tensor: ...
+
+
+@runtime_checkable
 class SampleFilter(Protocol):
     """Keeps or rejects whole prompt groups after rewarding (e.g. DAPO dynamic filtering).
 
@@ -188,7 +206,11 @@ class ModelLoader(Protocol):
 
 @runtime_checkable
 class Processor(Protocol):
-    """Turns one dataset row into model inputs (prompt ids, media); runs in the data loader, once per row."""
+    """Turns one dataset row into model inputs; runs in the data loader, once per row.
+
+    Returns a dict with ``prompt_ids`` (a non-empty list of ints) and, for multimodal models,
+    media entries (e.g. ``pixel_values``) the model loader's model accepts.
+    """
 
     def process(self, row: dict[str, Any]) -> dict[str, Any]: ...
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         AdvantageEstimator,
         AgentExecutor,
         Command,
+        KLEstimator,
         ModelLoader,
         OptimizerFactory,
         PolicyLoss,
@@ -62,6 +63,16 @@ def rlhf_register_policy_losses(register: Register[type[PolicyLoss]]) -> None:
 
     When: at plugin load. Process: every process that loads plugins. How often: once per process.
     Shapes: none here; a loss maps per-token log-probs/advantages ``(B, T)`` to a per-token loss ``(B, T)``.
+    """
+
+
+@hookspec
+def rlhf_register_kl_estimators(register: Register[type[KLEstimator]]) -> None:
+    """Register KL estimators, selected by ``--algo.kl.estimator NAME`` (``k1``, ``k2``, ``k3`` come from rlhf-plugin-kl).
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; an estimator maps the per-token log-ratio log π − log π_ref ``(B, T)`` to a
+    per-token KL estimate ``(B, T)`` (:class:`rlhf.components.KLEstimator`).
     """
 
 

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+    from rlhf.components import KLEstimator
+
 
 def as_float(x: torch.Tensor) -> torch.Tensor:
     """Promote to at least fp32 (bf16/fp16 -> fp32, fp64 stays fp64)."""
@@ -54,28 +56,15 @@ def discounted_returns(token_rewards: torch.Tensor, action_mask: torch.Tensor, g
     return returns * action_mask
 
 
-def compute_approx_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
-    """Per-token KL estimate from ℓ = log π − log π_ref (fp32), clamped to [−10, 10].
-
-    k1 = ℓ; k2 = ℓ²/2; k3 = e^(−ℓ) − 1 + ℓ with ℓ clamped at ≥ −10 before the exp.
-    """
-    import torch
-
-    ratio = as_float(log_probs) - as_float(ref_log_probs)
-    if estimator == "k1":
-        kl = ratio
-    elif estimator == "k2":
-        kl = ratio**2 / 2.0
-    elif estimator == "k3":
-        ratio = ratio.clamp(min=-10.0)
-        kl = torch.exp(-ratio) - 1.0 + ratio
-    else:
-        raise ValueError(f"--algo.kl.estimator {estimator!r}: expected k1, k2 or k3")
-    return kl.clamp(-10.0, 10.0)
+def compute_approx_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: KLEstimator) -> torch.Tensor:
+    """Per-token KL estimate ``(B, T)``: the selected estimator (a :class:`rlhf.components.KLEstimator`,
+    e.g. ``k1``/``k2``/``k3`` of rlhf-plugin-kl) applied to ℓ = log π − log π_ref in fp32, clamped to [−10, 10]."""
+    log_ratio = as_float(log_probs) - as_float(ref_log_probs)
+    return estimator(log_ratio).clamp(-10.0, 10.0)
 
 
 def kl_with_unbiased_gradient(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, old_log_probs: torch.Tensor,
-                              estimator: str) -> torch.Tensor:
+                              estimator: KLEstimator) -> torch.Tensor:
     """``--algo.kl.unbiased_gradient``: the chosen estimator's value in the forward pass, and in the
     backward the gradient of w·ℓ²/2 with w = clip(π/π_old, max=10) detached — the importance-weighted
     true reverse-KL gradient E_old[w·ℓ·∇log π]."""

@@ -25,6 +25,7 @@ class ComponentKind(str, Enum):
 
     ADVANTAGE_ESTIMATOR = "advantage_estimator"
     POLICY_LOSS = "policy_loss"
+    KL_ESTIMATOR = "kl_estimator"
     SAMPLE_FILTER = "sample_filter"
     TRAINER = "trainer"
     REWARD_FUNCTION = "reward_function"

@@ -76,10 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     from rlhf.cli.lora_cmd import add_lora_parser
 
     add_lora_parser(sub)
+    from rlhf.cli.plugin_cmd import add_plugin_parser
+
+    add_plugin_parser(sub)
     return parser
 
 
-BUILTIN_COMMANDS = ("plugins", "train", "demo", "serve", "lora")
+BUILTIN_COMMANDS = ("plugins", "train", "demo", "serve", "lora", "plugin")
 
 
 def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -> int:
@@ -118,6 +121,12 @@ def _dispatch(argv: list[str]) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "plugin":  # writes files only: no plugin needs loading
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from rlhf.cli.plugin_cmd import run_plugin_command as plugin_authoring
+
+        return plugin_authoring(args, parser)
     host = PluginHost.load(selection)
     if args.command == "plugins":
         if extra:

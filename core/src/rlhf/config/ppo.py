@@ -141,7 +141,7 @@ class KLSection(Section):
     target: float | None = flag(None, "Target KL of the adaptive KL controller")
     horizon: int = flag(10000, "Horizon of the adaptive KL controller")
     init_coef: float = flag(0.01, "KL penalty coefficient; 0 disables the reference model")
-    estimator: Literal["k1", "k2", "k3"] = flag("k1", "KL estimator")
+    estimator: str = flag("k1", "KL estimator (a registered KL estimator name: k1, k2, k3…)", component=K.KL_ESTIMATOR)
     unbiased_gradient: bool = flag(False, "KL loss: keep the estimator value, backprop the IS-weighted reverse-KL gradient", switch=True)
     use_loss: bool = flag(False, "KL as a loss term (GRPO) instead of in the reward", switch=True)
 

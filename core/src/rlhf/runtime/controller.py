@@ -56,6 +56,7 @@ class PPOController:
         self.config, self.plugins, self.run_dir = config, plugins, Path(run_dir)
         registry = plugins.registry
         self.estimator = build(registry.get(K.ADVANTAGE_ESTIMATOR, config.algo.advantage.estimator), config)
+        self.kl_estimator = build(registry.get(K.KL_ESTIMATOR, config.algo.kl.estimator, flag="--algo.kl.estimator"), config)
         self.executor = build(registry.get(K.AGENT_EXECUTOR, "single_turn"), config)
         self.rewards = RewardStage(config, registry)
         self.kl = KLController(config.algo.kl.init_coef, config.algo.kl.target, config.algo.kl.horizon)
@@ -256,7 +257,8 @@ class PPOController:
             ref_ref = self.ref.call_split_async("logprobs", payload) if self.ref is not None else None
             val_ref = self.critic.call_split_async("values", payload) if self.critic is not None else None
             old, ref, values = (_flatten(wait(r)) if r is not None else None for r in (old_ref, ref_ref, val_ref))
-            advantages, returns, adv_metrics = compute_advantages(samples, n, cfg, self.estimator, self.kl.value, old, ref, values)
+            advantages, returns, adv_metrics = compute_advantages(samples, n, cfg, self.estimator, self.kl.value, old, ref, values,
+                                                                  self.kl_estimator)
         with timed(metrics, "timing/ppo_train"):
             train_payload = {**payload, "advantages": advantages, "old_logprobs": old}
             if correcting:

@@ -2,7 +2,7 @@
 
 1. rewards ≥ fp32; 2. group step of the estimator on the ``(P, n)`` reward matrix;
 3. clamp to ``--reward.clip_range``, place on the last action token, subtract
-β·KL per token when the KL is in the reward; 4. the estimator's advantages and
+β·KL per token (the ``--algo.kl.estimator`` component) when the KL is in the reward; 4. the estimator's advantages and
 returns; 5. global masked whitening when the estimator asks for it.
 Runs in the controller, once per rollout batch.
 """
@@ -23,6 +23,7 @@ def compute_advantages(
     old_logprobs: list[list[float]] | None,
     ref_logprobs: list[list[float]] | None,
     values: list[list[float]] | None,
+    kl_estimator: Any = None,
 ) -> tuple[list[list[float]], list[list[float]], dict[str, float]]:
     import torch
 
@@ -44,7 +45,9 @@ def compute_advantages(
     rows = torch.arange(len(samples))[has_tokens]
     token_rewards[rows, lengths[has_tokens] - 1] = shaped[has_tokens]
     if ref_logprobs is not None and old_logprobs is not None:
-        kl = compute_approx_kl(pad_list(old_logprobs, width), pad_list(ref_logprobs, width), config.algo.kl.estimator) * mask
+        if kl_estimator is None:
+            raise ValueError("reference log-probs were given without the --algo.kl.estimator component")
+        kl = compute_approx_kl(pad_list(old_logprobs, width), pad_list(ref_logprobs, width), kl_estimator) * mask
         metrics["kl"] = float(masked_mean(kl, mask, dim=1).mean())
         if not config.algo.kl.use_loss:
             token_rewards = token_rewards - max(kl_coef, 0.0) * kl

@@ -179,7 +179,7 @@ class PolicyWorker(_CausalLMWorker):
         from rlhf.runtime.policy_objective import ObjectiveSettings, StepNormalisers, policy_objective
 
         cfg = self.config
-        settings = ObjectiveSettings.from_config(cfg)
+        settings = ObjectiveSettings.from_config(cfg, self.plugins.registry)
         sums: dict[str, float] = {}
         count = 0
         for rows, tokens, sequences in self._training_groups(payload, step, salt=0):

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from rlhf.components import PolicyLoss
+    from rlhf.components import KLEstimator, PolicyLoss
+    from rlhf.registry import ComponentRegistry
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,8 @@ def step_counts(response_lengths: list[int]) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class ObjectiveSettings:
-    """The flags the objective reads; ``from_config`` takes them from a ``PPOConfig``."""
+    """The flags the objective reads; ``from_config`` takes them from a ``PPOConfig`` and builds the
+    ``--algo.kl.estimator`` component from the registry (needed only when the KL is a loss)."""
 
     loss_agg_mode: str = "token-mean"
     is_correction_level: str = "off"
@@ -53,13 +55,19 @@ class ObjectiveSettings:
     is_correction_gating: str = "ratio"
     is_correction_threshold: tuple[float, ...] = (0.5, 5.0)
     kl_as_loss: bool = False
-    kl_estimator: str = "k1"
+    kl_estimator: KLEstimator | None = None
     kl_unbiased_gradient: bool = False
     entropy_coef: float | None = None
 
     @classmethod
-    def from_config(cls, config: Any) -> ObjectiveSettings:
+    def from_config(cls, config: Any, registry: ComponentRegistry | None = None) -> ObjectiveSettings:
         advantage, kl = config.algo.advantage, config.algo.kl
+        kl_estimator = None
+        if kl.use_loss and registry is not None:
+            from rlhf.components import build
+            from rlhf.registry import ComponentKind
+
+            kl_estimator = build(registry.get(ComponentKind.KL_ESTIMATOR, kl.estimator, flag="--algo.kl.estimator"), config)
         return cls(
             loss_agg_mode=config.actor.loss_agg_mode,
             is_correction_level=advantage.is_correction_level,
@@ -67,7 +75,7 @@ class ObjectiveSettings:
             is_correction_gating=advantage.is_correction_gating,
             is_correction_threshold=tuple(advantage.is_correction_threshold),
             kl_as_loss=kl.use_loss,
-            kl_estimator=kl.estimator,
+            kl_estimator=kl_estimator,
             kl_unbiased_gradient=kl.unbiased_gradient,
             entropy_coef=config.actor.entropy_coef,
         )
@@ -122,6 +130,8 @@ def policy_objective(
     loss = aggregate_loss(token_loss, action_mask, policy_mode, **step)
     metrics["policy_loss"] = masked_mean(token_loss.detach(), action_mask)
     if settings.kl_as_loss and ref_log_probs is not None:
+        if settings.kl_estimator is None:
+            raise ValueError("KL as a loss needs ObjectiveSettings.kl_estimator (from_config(config, registry) builds it)")
         if settings.kl_unbiased_gradient:
             kl = kl_with_unbiased_gradient(log_probs, ref_log_probs, old_log_probs, settings.kl_estimator)
         else:

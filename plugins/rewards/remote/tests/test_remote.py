@@ -14,6 +14,7 @@ from rlhf.errors import RewardSourceError, find_user_error
 from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
 from rlhf.runtime.worker_group import free_port
 from rlhf.serving.reward_server import build_app
+from rlhf.testing.conformance import RewardFunctionKit
 
 
 class LoopbackServer:
@@ -121,3 +122,20 @@ def test_the_error_a_reward_server_reports_reaches_the_client() -> None:
         RemoteReward([server.url], RemoteOptions(timeout_s=2.0, retries=2, backoff_s=0.0))(QUERIES, PROMPTS, LABELS)
     assert str(caught.value) == (f"remote reward {server.url} failed after 2 tries: answered HTTP 500 Internal Server "
                                  f"Error: reward function 'failing' raised ValueError: cannot parse 'Q:a'")
+
+
+class TestRemoteRewardContract(RewardFunctionKit):
+    """The reward-function kit against a real loopback server (one for the whole class)."""
+
+    plugin_module, registered_name = "rlhf_plugin_remote", "remote_http"
+
+    @classmethod
+    def setup_class(cls) -> None:
+        cls.server = LoopbackServer(reward_app()).__enter__()
+
+    @classmethod
+    def teardown_class(cls) -> None:
+        cls.server.__exit__(None, None, None)
+
+    def make_component(self) -> RemoteReward:
+        return RemoteReward([self.server.url], FAST)

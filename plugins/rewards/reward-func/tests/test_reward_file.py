@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 from rlhf_plugin_reward_func.file_reward import RewardFuncFile
 
+from rlhf.config.ppo import PPOConfig
 from rlhf.errors import RewardSourceError
+from rlhf.testing.conformance import RewardFunctionKit
 
 
 def write(tmp_path: Path, source: str, name: str = "reward.py") -> Path:
@@ -137,3 +141,27 @@ def test_an_attribute_set_in_the_file_overrides_the_guess(tmp_path: Path) -> Non
         reward_func.needs_labels = False
     """)
     assert RewardFuncFile(str(path)).needs_labels is False
+
+
+class TestRewardFuncFileContract(RewardFunctionKit):
+    """The reward-function kit on a working OpenRLHF reward file, built as the runtime builds it."""
+
+    component, plugin_module, registered_name = RewardFuncFile, "rlhf_plugin_reward_func", "reward_func_file"
+
+    @classmethod
+    def setup_class(cls) -> None:
+        cls.directory = Path(tempfile.mkdtemp(prefix="reward-func-kit-"))
+        write(cls.directory, """
+            def reward_func(queries, prompts, labels, **kwargs):
+                return {"rewards": [float(str(l) in q[len(p):]) for q, p, l in zip(queries, prompts, labels)],
+                        "extra_logs": {"length": [len(q) - len(p) for q, p in zip(queries, prompts)]}}
+        """)
+
+    @classmethod
+    def teardown_class(cls) -> None:
+        shutil.rmtree(cls.directory, ignore_errors=True)
+
+    def run_config(self) -> PPOConfig:
+        config = PPOConfig()
+        config.reward.remote_url = str(self.directory / "reward.py")
+        return config

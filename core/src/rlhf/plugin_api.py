@@ -1,0 +1,120 @@
+"""The public plugin API as data: every public name and its signature, for the stability test.
+
+``surface()`` maps a qualified name (``rlhf.ops.masked_mean``) to a text that changes exactly
+when what a plugin relies on changes: a function's signature, a class's public methods,
+declared attributes and bases, an enum's members. docs/plugin-api.md says what is public and
+what a change bumps; ``core/tests/test_plugin_api.py`` compares ``surface()`` with the snapshot
+of the current :data:`rlhf.PLUGIN_API_VERSION`.
+
+``python -m rlhf.plugin_api --write`` rewrites that snapshot (after an additive change, or
+with a version bump).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+#: Modules whose public names (``__all__``, else every name not starting with ``_`` defined there) are the plugin API.
+PUBLIC_MODULES = (
+    "rlhf",
+    "rlhf.hookspecs",
+    "rlhf.components",
+    "rlhf.registry",
+    "rlhf.ops",
+    "rlhf.estimators",
+    "rlhf.errors",
+    "rlhf.reward_output",
+    "rlhf.config.base",
+    "rlhf.testing",
+    "rlhf.testing.cli",
+    "rlhf.testing.pytest_plugin",
+    "rlhf.testing.conformance",
+)
+
+SNAPSHOT_DIR = Path(__file__).resolve().parents[2] / "tests" / "data"
+
+
+def snapshot_path(version: int) -> Path:
+    return SNAPSHOT_DIR / f"plugin_api_v{version}.json"
+
+
+def _signature(obj: Any) -> str:
+    try:
+        return str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return "(…)"
+
+
+def _describe_class(cls: type) -> dict[str, str]:
+    out = {"": "class(" + ", ".join(base.__name__ for base in cls.__bases__) + ")"}
+    if issubclass(cls, enum.Enum):
+        out.update({f".{member.name}": repr(member.value) for member in cls})
+        return out
+    for name, annotation in vars(cls).get("__annotations__", {}).items():
+        if not name.startswith("_"):
+            out[f".{name}"] = f"attribute: {annotation}"
+    for name, member in vars(cls).items():
+        if name.startswith("_") and name not in ("__init__", "__call__"):
+            continue
+        if isinstance(member, (staticmethod, classmethod)):
+            out[f".{name}"] = f"{type(member).__name__}{_signature(member.__func__)}"
+        elif inspect.isfunction(member) and member.__qualname__.startswith(cls.__qualname__ + "."):
+            out[f".{name}"] = _signature(member)  # (not the __init__ that typing.Protocol installs)
+        elif isinstance(member, property):
+            out[f".{name}"] = "property"
+    return out
+
+
+def _public_names(module: Any) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if names is not None:
+        return list(names)
+    return [name for name, value in vars(module).items() if not name.startswith("_")
+            and getattr(value, "__module__", None) == module.__name__ and callable(value)]
+
+
+def surface() -> dict[str, str]:
+    """Every public name of :data:`PUBLIC_MODULES` -> the text of its signature."""
+    out: dict[str, str] = {}
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in sorted(_public_names(module)):
+            obj = getattr(module, name)
+            key = f"{module_name}.{name}"
+            if inspect.isclass(obj):
+                out.update({key + suffix: text for suffix, text in _describe_class(obj).items()})
+            elif callable(obj):
+                out[key] = _signature(obj)
+            else:
+                out[key] = f"value: {obj!r}" if isinstance(obj, (int, str)) and name.isupper() else f"value: {type(obj).__name__}"
+    return out
+
+
+def compare(snapshot: dict[str, str], current: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """(removed, changed, added) names between a snapshot and the current surface."""
+    removed = sorted(set(snapshot) - set(current))
+    added = sorted(set(current) - set(snapshot))
+    changed = sorted(name for name in set(snapshot) & set(current) if snapshot[name] != current[name])
+    return removed, changed, added
+
+
+def main(argv: list[str]) -> int:
+    from rlhf import PLUGIN_API_VERSION
+
+    if argv != ["--write"]:
+        print("usage: python -m rlhf.plugin_api --write", file=sys.stderr)
+        return 2
+    path = snapshot_path(PLUGIN_API_VERSION)
+    path.write_text(json.dumps({"plugin_api_version": PLUGIN_API_VERSION, "surface": surface()}, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

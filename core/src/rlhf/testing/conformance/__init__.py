@@ -1,0 +1,83 @@
+"""Conformance kits: one per component kind, checking a plugin's component against its contract
+on random inputs (docs/plugins/ describes each contract and its kit).
+
+Two ways to use a kit:
+
+* subclass its pytest class in your tests, which turns every property into a test::
+
+      from rlhf.testing.conformance import AdvantageEstimatorKit
+
+      class TestMyEstimator(AdvantageEstimatorKit):
+          component = MyEstimator          # built like the runtime does (from_config)
+          plugin_module = "my_pkg"         # the module with the @rlhf.hookimpl functions
+          registered_name = "my_estimator"
+
+* or call its ``check_*`` function on a built component (``check_advantage_estimator(obj)``).
+
+A broken property raises :class:`ConformanceFailure`, whose one-line message names the kind,
+the property, the smallest input that shows it, and what went wrong.
+"""
+
+from rlhf.testing.conformance._core import ComponentKit, ConformanceFailure, check_import_is_light, check_picklable
+from rlhf.testing.conformance.estimators import AdvantageEstimatorKit, check_advantage_estimator
+from rlhf.testing.conformance.losses import KLEstimatorKit, PolicyLossKit, check_kl_estimator, check_policy_loss
+from rlhf.testing.conformance.parts import (
+    AgentExecutorKit,
+    ModelLoaderKit,
+    OptimizerKit,
+    ProcessorKit,
+    SampleFilterKit,
+    SchedulerKit,
+    ScriptedEngines,
+    check_agent_executor,
+    check_model_loader,
+    check_optimizer,
+    check_processor,
+    check_sample_filter,
+    check_scheduler,
+)
+from rlhf.testing.conformance.programs import (
+    CommandKit,
+    LifecycleObserverKit,
+    TrainerKit,
+    check_command,
+    check_lifecycle_observer,
+    check_trainer,
+)
+from rlhf.testing.conformance.rewards import RewardFunctionKit, RewardShaperKit, check_reward_function, check_reward_shaper
+
+__all__ = [
+    "AdvantageEstimatorKit",
+    "AgentExecutorKit",
+    "CommandKit",
+    "ComponentKit",
+    "ConformanceFailure",
+    "KLEstimatorKit",
+    "LifecycleObserverKit",
+    "ModelLoaderKit",
+    "OptimizerKit",
+    "PolicyLossKit",
+    "ProcessorKit",
+    "RewardFunctionKit",
+    "RewardShaperKit",
+    "SampleFilterKit",
+    "SchedulerKit",
+    "ScriptedEngines",
+    "TrainerKit",
+    "check_advantage_estimator",
+    "check_agent_executor",
+    "check_command",
+    "check_import_is_light",
+    "check_kl_estimator",
+    "check_lifecycle_observer",
+    "check_model_loader",
+    "check_optimizer",
+    "check_picklable",
+    "check_policy_loss",
+    "check_processor",
+    "check_reward_function",
+    "check_reward_shaper",
+    "check_sample_filter",
+    "check_scheduler",
+    "check_trainer",
+]

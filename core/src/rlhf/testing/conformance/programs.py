@@ -1,0 +1,160 @@
+"""Conformance kits of trainers, commands and lifecycle observers (docs/plugins/<kind>.md)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rlhf.registry import ComponentKind
+from rlhf.testing.conformance._core import ComponentKit, check_import_is_light, fail, load_plugin
+
+TRAINER = ComponentKind.TRAINER.label
+COMMAND = ComponentKind.COMMAND.label
+OBSERVER = "lifecycle observer"
+LIFECYCLE_HOOKS = ("rlhf_worker_init", "rlhf_train_start", "rlhf_step_end", "rlhf_train_end", "rlhf_checkpoint_save",
+                   "rlhf_checkpoint_load")
+
+
+def check_trainer(trainer_cls: Any, module: str, argv: list[str] | None, run_dir: Path | None) -> None:
+    """``config_class`` is a pydantic model with ``plugins``/``plugin_set`` fields whose every flag parses
+    through the real CLI parser; with ``argv`` and ``run_dir``, the trainer also runs there."""
+    from pydantic import BaseModel
+
+    from rlhf.config.loading import ConfigParser
+
+    config_class = getattr(trainer_cls, "config_class", None)
+    if not (isinstance(config_class, type) and issubclass(config_class, BaseModel)):
+        raise fail(TRAINER, "config_class", f"must be a pydantic BaseModel subclass, got {config_class!r}")
+    missing = [f for f in ("plugins", "plugin_set") if f not in config_class.model_fields]
+    if missing:
+        raise fail(TRAINER, "config_class", f"lacks the field(s) {missing}; use rlhf.config.base.plugin_options_field() "
+                   "and plugin_set_field()")
+    host = load_plugin(module, TRAINER, every_installed=True)
+    try:
+        parser = ConfigParser(config_class, host, prog="rlhf train kit")
+        config, _ = parser.parse(list(argv or []))
+    except Exception as exc:  # noqa: BLE001
+        raise fail(TRAINER, "flags parse", f"{type(exc).__name__}: {exc}", f"argv {argv or []}") from None
+    if argv is not None and run_dir is not None:
+        prepare = getattr(trainer_cls, "prepare_config", None)
+        config = prepare(config, host) if prepare is not None else config
+        config.plugin_set = host.resolved()
+        try:
+            trainer_cls(config, host, run_dir).run()
+        except Exception as exc:  # noqa: BLE001
+            raise fail(TRAINER, "runs", f"{type(exc).__name__}: {exc}", f"argv {argv}") from None
+
+
+class TrainerKit(ComponentKit):
+    """Set ``component`` (the trainer class), ``plugin_module``, ``registered_name``; :meth:`argv` gives
+    the flags of a run small enough for a test (None: only check that the flags parse)."""
+
+    kind = ComponentKind.TRAINER
+
+    def argv(self) -> list[str] | None:
+        return []
+
+    def make_component(self) -> Any:
+        return self.component
+
+    test_picklable = None  # trainers run in the CLI process only; Ray never ships them
+
+    def test_contract(self, tmp_path: Path) -> None:
+        check_trainer(self.component, self._module(), self.argv(), tmp_path)
+
+
+def check_command(command_cls: Any, module: str, argv: list[str] | None) -> None:
+    """A ``help`` string, ``add_arguments`` fills an argparse parser, and with ``argv`` the command
+    parses them and ``run(host, args)`` returns an int exit status."""
+    help_text = getattr(command_cls, "help", None)
+    if not isinstance(help_text, str) or not help_text.strip():
+        raise fail(COMMAND, "help", f"help must be a non-empty string, got {help_text!r}")
+    parser = argparse.ArgumentParser(prog="rlhf kit")
+    try:
+        command_cls.add_arguments(parser)
+    except Exception as exc:  # noqa: BLE001
+        raise fail(COMMAND, "add_arguments", f"{type(exc).__name__}: {exc}") from None
+    if argv is None:
+        return
+    host = load_plugin(module, COMMAND, every_installed=True)
+    status = command_cls().run(host, parser.parse_args(argv))
+    if not isinstance(status, int):
+        raise fail(COMMAND, "run", f"returned {status!r}, expected an int exit status", f"argv {argv}")
+
+
+class CommandKit(ComponentKit):
+    """Set ``component`` (the command class); :meth:`argv` gives arguments for one quick run (None: no run)."""
+
+    kind = ComponentKind.COMMAND
+
+    def argv(self) -> list[str] | None:
+        return []
+
+    def make_component(self) -> Any:
+        return self.component
+
+    test_picklable = None  # commands run in the CLI process only
+
+    def test_contract(self) -> None:
+        check_command(self.component, self._module(), self.argv())
+
+
+def check_lifecycle_observer(module: str, run_dir: Path, config: Any = None) -> None:
+    """The module implements at least one lifecycle hook, loads into a host, and a whole run's worth of
+    lifecycle calls (worker init, start, steps, checkpoint save and load, end: completed and failed)
+    goes through without raising; what it stores in a checkpoint's ``state`` is JSON."""
+    from rlhf.testing.conformance._core import default_config
+
+    implemented = [h for h in LIFECYCLE_HOOKS if callable(getattr(importlib.import_module(module), h, None))]
+    if not implemented:
+        raise fail(OBSERVER, "implements a lifecycle hook", f"{module} defines none of {', '.join(LIFECYCLE_HOOKS)}")
+    host = load_plugin(module, OBSERVER)
+    config = config if config is not None else default_config()
+    checkpoint = run_dir / "checkpoint"
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    state: dict[str, Any] = {}
+    calls = [
+        ("rlhf_worker_init", lambda: host.worker_init("actor", 0, config)),
+        ("rlhf_train_start", lambda: host.train_start(config, run_dir)),
+        ("rlhf_step_end", lambda: host.step_end(1, {"reward": 0.5, "kl": 0.01, "policy_loss": -0.2})),
+        ("rlhf_step_end", lambda: host.step_end(2, {})),
+        ("rlhf_checkpoint_save", lambda: host.checkpoint_save(2, checkpoint, state)),
+        ("rlhf_checkpoint_load", lambda: host.checkpoint_load(2, checkpoint, json.loads(json.dumps(state)))),
+        ("rlhf_train_end", lambda: host.train_end(config, run_dir, "completed")),
+        ("rlhf_train_end", lambda: host.train_end(config, run_dir, "failed")),
+    ]
+    for hook, call in calls:
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001
+            raise fail(OBSERVER, hook, str(exc)) from None
+        if hook == "rlhf_checkpoint_save":
+            try:
+                json.dumps(state)
+            except (TypeError, ValueError) as exc:
+                raise fail(OBSERVER, "checkpoint state is JSON", str(exc)) from None
+
+
+class LifecycleObserverKit:
+    """pytest kit for a plugin module of lifecycle hooks: ``class TestMine(LifecycleObserverKit): plugin_module = "pkg"``."""
+
+    plugin_module: ClassVar[str | None] = None
+
+    def _module(self) -> str:
+        if not self.plugin_module:
+            raise fail(OBSERVER, "kit set-up", f"set {type(self).__name__}.plugin_module to the module with the hooks")
+        return self.plugin_module
+
+    def run_config(self) -> Any:
+        from rlhf.testing.conformance._core import default_config
+
+        return default_config()
+
+    def test_import_is_light(self) -> None:
+        check_import_is_light(OBSERVER, self._module())
+
+    def test_lifecycle(self, tmp_path: Path) -> None:
+        check_lifecycle_observer(self._module(), tmp_path, self.run_config())

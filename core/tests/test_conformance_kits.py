@@ -1,0 +1,134 @@
+"""The conformance kits catch broken components, each with a one-line reason naming the property
+and the smallest input that shows it (the first-party plugins' own tests show that correct ones pass)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from rlhf_plugin_kl import K3
+from rlhf_plugin_length_penalties import OverlongPenalty
+from rlhf_plugin_ppo.loss import PPOClipLoss
+
+from rlhf.estimators import GroupMeanBaselineEstimator
+from rlhf.ops import as_float
+from rlhf.testing.conformance import (
+    ConformanceFailure,
+    check_advantage_estimator,
+    check_agent_executor,
+    check_import_is_light,
+    check_kl_estimator,
+    check_policy_loss,
+    check_reward_function,
+    check_reward_shaper,
+    check_sample_filter,
+)
+
+
+def failure(check, *args) -> str:
+    with pytest.raises(ConformanceFailure) as caught:
+        check(*args)
+    message = str(caught.value)
+    assert "\n" not in message, message
+    return message
+
+
+class MaskBlindEstimator(GroupMeanBaselineEstimator):
+    """Return-to-go summed over every position, padding included."""
+
+    def advantages(self, token_rewards, action_mask, values, gamma, lambd):
+        returns = as_float(token_rewards).flip(1).cumsum(1).flip(1)
+        return returns, returns
+
+
+class StdNormalisedLoss(PPOClipLoss):
+    """Normalises advantages by their std: 0/0 on an all-equal group."""
+
+    def __call__(self, log_probs, old_log_probs, advantages, action_mask):
+        return super().__call__(log_probs, old_log_probs, advantages / advantages.std(), action_mask)
+
+
+def reward_one_short(queries, prompts, labels, **kwargs):
+    return [1.0] * (len(queries) - 1) if len(queries) > 1 else [1.0]
+
+
+class Smoothing:
+    """KL averaged with the following tokens: not elementwise."""
+
+    def __call__(self, log_ratio):
+        return K3()(log_ratio).flip(-1).cumsum(-1).flip(-1)
+
+
+class Offset:
+    """Not 0 where the policies agree."""
+
+    def __call__(self, log_ratio):
+        return log_ratio + 0.1
+
+
+class InPlaceShaper(OverlongPenalty):
+    def apply(self, rewards, info):
+        return rewards.sub_(1.0)
+
+
+class FloatKeep:
+    def keep(self, scores):
+        return scores.mean(dim=1)
+
+
+class DropsLastTrajectory:
+    def run(self, requests, engines, sampling):
+        return engines.generate(requests, **sampling)[:-1]
+
+
+class Bf16Loss(PPOClipLoss):
+    """Casts the loss back to the input dtype."""
+
+    def __call__(self, log_probs, old_log_probs, advantages, action_mask):
+        loss, metrics = super().__call__(log_probs, old_log_probs, advantages, action_mask)
+        return loss.to(log_probs.dtype), metrics
+
+
+def test_more_broken_components_each_name_their_property() -> None:
+    assert "elementwise failed" in failure(check_kl_estimator, Smoothing())
+    assert "is not 0 where the policies agree" in failure(check_kl_estimator, Offset())
+    assert "modified its input rewards in place" in failure(check_reward_shaper, InPlaceShaper(4, 1.0, 16))
+    assert "expected bool of shape (1,)" in failure(check_sample_filter, FloatKeep())
+    assert "returned 0 trajectories for 1 requests" in failure(check_agent_executor, DropsLastTrajectory())
+    message = failure(check_policy_loss, Bf16Loss())
+    assert "loss is torch.bfloat16 for torch.bfloat16 inputs, expected torch.float32" in message
+
+
+def test_an_estimator_that_ignores_the_mask_fails_on_the_smallest_padded_batch() -> None:
+    message = failure(check_advantage_estimator, MaskBlindEstimator())
+    assert message.startswith("advantage estimator conformance: mask respected failed on token_rewards=")
+    assert "action_mask=[[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]" in message  # P=1, n=2, T=3: the first size with padding
+    assert "multiply inputs by action_mask" in message
+
+
+def test_a_loss_that_is_nan_on_all_equal_groups_fails_on_one_token() -> None:
+    message = failure(check_policy_loss, StdNormalisedLoss())
+    assert message.startswith("policy loss conformance: loss shape/dtype/finite/padding failed on all-equal groups")
+    assert "action_mask=[[1.0], [0.0]]" in message and "loss is not finite" in message
+
+
+def test_a_reward_of_the_wrong_length_fails_on_two_samples() -> None:
+    message = failure(check_reward_function, reward_one_short)
+    assert message == ("reward function conformance: one finite reward per sample failed on 2 sample(s) "
+                       "[('what is 2+3?', ' 5', '5'), (\"reverse 'ab'\", ' ba</s>', 'ba')]: returned 1 rewards for 2 samples")
+
+
+def test_a_plugin_importing_torch_at_module_top_fails_registration_cheapness(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "heavy_plugin.py").write_text(textwrap.dedent("""
+        import torch
+        import rlhf
+
+        rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+    """))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    message = failure(check_import_is_light, "reward function", "heavy_plugin")
+    assert "importing heavy_plugin imports torch at module top" in message
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "light_plugin.py").write_text("import rlhf\n")
+    check_import_is_light("reward function", "light_plugin")
