@@ -13,7 +13,7 @@ done) and step time are measured from outside, the same way for all.
 
 - ``raw-hf``/``raw-vllm`` are the floor: the same generation with no framework, plus a
   plain-torch forward/backward/AdamW step of the batch (their step = those two times).
-- ``trl`` needs TRL (``pip install -e '.[bench]'``); it is left out, with a note, if absent.
+- ``trl`` needs TRL (``pip install -c constraints.txt -e '.[bench]'``); it is left out, with a note, if absent.
 
 A benchmark, not a test: figures depend on the machine and its load.
 """
@@ -95,7 +95,7 @@ def available(systems: list[str]) -> list[str]:
     import importlib.util
 
     if "trl" in systems and importlib.util.find_spec("trl") is None:
-        print("note: TRL is not installed (pip install -e '.[bench]'); its rows are left out")
+        print("note: TRL is not installed (pip install -c constraints.txt -e '.[bench]'); its rows are left out")
         return [s for s in systems if s != "trl"]
     return systems
 
@@ -122,6 +122,14 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None
             return None
         return statistics.median(t for run in runs[system] for t in run.steps)
 
+    def floor_of(engine: str) -> float | None:
+        """Raw generation of this engine plus the fastest plain-torch update (vLLM in-process slows torch beside it)."""
+        raw = [s for s in runs if s.startswith("raw-")]
+        if f"raw-{engine}" not in runs:
+            return None
+        train = min(statistics.median(r.phases["train"] for r in runs[s]) for s in raw)
+        return statistics.median(r.phases["generation"] for r in runs[f"raw-{engine}"]) + train
+
     out = Table(title=title)
     for column in ("system", "s/step min", "s/step median", "samples/s", "start-up s", "resp. tokens", "phases (median s)",
                    "vs TRL", "vs raw floor"):
@@ -130,15 +138,15 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None
     for system, system_runs in runs.items():
         steps = [t for run in system_runs for t in run.steps]
         mid = statistics.median(steps)
-        floor = median("raw-" + system.rsplit("-", 1)[-1]) if system.startswith("rlhf") else None
+        floor = floor_of(system.rsplit("-", 1)[-1]) if system.startswith("rlhf") else None
         phases = " ".join(f"{k[:3]} {statistics.median(r.phases[k] for r in system_runs):.3f}" for k in system_runs[0].phases)
         out.add_row(system, f"{min(steps):.3f}", f"{mid:.3f}", f"{samples_per_step / mid:.0f}",
                     f"{statistics.median(r.startup for r in system_runs):.1f}",
                     f"{statistics.mean(r.response_length for r in system_runs):.1f}", phases,
                     f"{trl / mid:.2f}x" if trl else "", f"+{100 * (mid / floor - 1):.0f} %" if floor else "")
     Console(width=200).print(out)
-    print("vs TRL: samples/s relative to TRL's (2.00x = twice as fast); vs raw floor: step time above the raw "
-          "engines' generate + plain-torch update of the same batch")
+    print("vs TRL: samples/s relative to TRL's (2.00x = twice as fast); vs raw floor: step time above the same "
+          "engine's raw generate plus the fastest plain-torch update of the same batch")
 
 
 def main() -> None:

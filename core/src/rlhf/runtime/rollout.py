@@ -17,7 +17,6 @@ class VLLMEngine:
     """One vLLM engine, in-process inside its own Ray actor (the actor is dedicated to it)."""
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default grabs most of the RAM
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # identical results without a 10-25 s compile
         # vLLM logs INFO lines and a harmless "RotaryEmbedding: Failed to load weights" on every
@@ -27,6 +26,12 @@ class VLLMEngine:
         from vllm import LLM
 
         vllm_cfg = config["vllm"]
+        cache = {}
+        if not torch.cuda.is_available() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            # vLLM's CPU default grabs most of the RAM, and allocating even 1 GiB took a third of the start-up
+            rollout = config["rollout"]
+            sequences = max(256, rollout["batch_size"] * rollout["n_samples_per_prompt"], config["eval"]["n_samples_per_prompt"])
+            cache["kv_cache_memory_bytes"] = kv_cache_bytes(model_path, param_dtype, max_model_len, sequences)
         self.llm = LLM(
             model=model_path,
             dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[param_dtype],
@@ -39,6 +44,7 @@ class VLLMEngine:
             # log-probs of the distribution actually sampled (after temperature), as the trainer
             # computes them; vLLM's default would be the raw, unscaled ones
             logprobs_mode="processed_logprobs",
+            **cache,
         )
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
@@ -80,6 +86,22 @@ class VLLMEngine:
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
         out = self.llm.generate([TokensPrompt(prompt_token_ids=token_ids)], params, use_tqdm=False)[0]
         return [entry[token].logprob for entry, token in zip(out.prompt_logprobs[1:], token_ids[1:])]
+
+
+def kv_cache_bytes(model_path: str, param_dtype: str, max_model_len: int, sequences: int) -> int:
+    """KV-cache bytes for ``sequences`` sequences of ``max_model_len`` tokens (rounded up to vLLM's
+    largest CPU block, 256 tokens), between 32 MiB and 1 GiB: the rollout batch runs at once."""
+    import json
+    from pathlib import Path
+
+    cfg = json.loads((Path(model_path) / "config.json").read_text())
+    cfg = {**cfg.get("text_config", {}), **cfg}
+    heads = cfg.get("num_attention_heads") or 1
+    head_dim = cfg.get("head_dim") or cfg.get("hidden_size", 4096) // heads
+    per_token = 2 * cfg.get("num_hidden_layers", 32) * (cfg.get("num_key_value_heads") or heads) * head_dim
+    per_token *= 4 if param_dtype == "fp32" else 2
+    tokens = -(-max_model_len // 256) * 256 * sequences
+    return int(min(1 << 30, max(32 << 20, 1.25 * per_token * tokens)))
 
 
 def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
@@ -140,16 +162,13 @@ class HFEngine:
         tokens = out.sequences[:, width:]
         logits = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)
         logprobs = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-        results = []
-        for i, r in enumerate(requests):
-            ids = tokens[i, : r["max_tokens"]].tolist()
-            finish = "length"
-            stop = next((j for j, token in enumerate(ids) if token in self.eos_ids), None)
-            if stop is not None:
-                ids = ids[: stop + 1]
-                finish = "stop"
-            results.append({"response_ids": ids, "logprobs": logprobs[i, : len(ids)].tolist(), "finish_reason": finish})
-        return results
+        # each row ends at its first EOS within its own max_tokens ("stop"), else at max_tokens ("length")
+        limit = torch.tensor([r["max_tokens"] for r in requests]).clamp(max=tokens.shape[1])
+        eos = torch.isin(tokens, torch.tensor(sorted(self.eos_ids))) & (torch.arange(tokens.shape[1]) < limit[:, None])
+        stopped = eos.any(dim=1)
+        lengths = torch.where(stopped, eos.int().argmax(dim=1) + 1, limit)
+        return [{"response_ids": ids[:n], "logprobs": lp[:n], "finish_reason": "stop" if stop else "length"}
+                for ids, lp, n, stop in zip(tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist())]
 
     def load_weights(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state, strict=False)

@@ -60,10 +60,10 @@ def use_cpu_share(processes: int) -> int:
     """Give this worker's torch ops an equal share of the machine's cores and return it.
 
     Ray starts ``num_cpus=0`` actors with ``OMP_NUM_THREADS=1``, which left every CPU
-    forward, backward and ``generate`` on one core. The ``processes`` ranks (or engines)
-    of one group compute at the same time, so each takes ``cores // processes``;
-    the groups themselves mostly take turns (generate, then train). ``RLHF_WORKER_THREADS``
-    overrides the share.
+    forward, backward and ``generate`` on one core. ``processes`` is how many workers compute
+    at the same time (every model rank: actor, reference and critic overlap; the engines
+    generate while they wait), so each takes ``cores // processes`` and none oversubscribes.
+    ``RLHF_WORKER_THREADS`` overrides the share.
     """
     import torch
 
@@ -84,12 +84,13 @@ class BaseWorker:
 
     role = "worker"
 
-    def __init__(self, rank: int, world_size: int, config: dict[str, Any]) -> None:
+    def __init__(self, rank: int, world_size: int, config: dict[str, Any], cpu_sharers: int | None = None) -> None:
+        """``cpu_sharers``: how many worker processes compute at the same time as this one (default: its group)."""
         self.rank, self.world_size = rank, world_size
         self._config_dict = config
         # Ray gives each GPU actor its own device as cuda:0, so the local rank is always 0.
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0")
-        use_cpu_share(world_size)
+        use_cpu_share(cpu_sharers or world_size)
 
     def preload(self) -> None:
         """Import what ``setup`` needs; called as the worker is created, so the imports overlap the
@@ -122,13 +123,14 @@ def _multi_node() -> bool:
 class WorkerGroup:
     """``num_workers`` Ray actors of ``worker_class`` forming one distributed group."""
 
-    def __init__(self, worker_class: type, role: str, num_workers: int, config: dict[str, Any], *, num_gpus: float = 0.0) -> None:
+    def __init__(self, worker_class: type, role: str, num_workers: int, config: dict[str, Any], *, num_gpus: float = 0.0,
+                 cpu_sharers: int | None = None) -> None:
         import ray
 
         remote = ray.remote(worker_class)
         options = {"num_cpus": 0, "num_gpus": num_gpus, "name": None}
         self.role = role
-        self.workers = [track(remote.options(**options).remote(rank, num_workers, config), role, rank)
+        self.workers = [track(remote.options(**options).remote(rank, num_workers, config, cpu_sharers), role, rank)
                         for rank in range(num_workers)]
         self._booting = [*self.call_async("preload"), self.workers[0].address.remote()]  # imports start now
 

@@ -1,0 +1,24 @@
+"""The step-time benchmark runs end to end (2 steps of every system); its figures are not asserted."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_grpo_step_benchmark_smoke(tmp_path: Path) -> None:
+    systems = "rlhf-vllm,rlhf-hf,raw-vllm,raw-hf"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "grpo_step.py"), "--smoke", "--systems", systems,
+                           "--work", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for system in systems.split(","):  # one table row each, with a step time in seconds
+        assert re.search(rf"│ {system}\s+│ \d+\.\d+", done.stdout), (system, done.stdout)
+    # the rlhf rows are set against the raw floor of the same engine
+    assert re.search(r"│ rlhf-hf .*\+-?\d+ %", done.stdout), done.stdout
