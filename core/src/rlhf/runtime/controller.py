@@ -51,6 +51,23 @@ def start_ray() -> bool:
     return True
 
 
+def import_in_background(*modules: str) -> None:
+    """Start importing ``modules`` on a daemon thread. ``ray.init`` mostly waits for the processes
+    it spawns, so the controller's torch/transformers import (seconds) fits into that wait; a
+    failure is left for the real import in the main thread to report."""
+    import importlib
+    import threading
+
+    def load() -> None:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception:  # noqa: BLE001 - reported where the module is really imported
+                return
+
+    threading.Thread(target=load, name="rlhf-import", daemon=True).start()
+
+
 class PPOController:
     def __init__(self, config: Any, plugins: Any, run_dir: Path) -> None:
         self.config, self.plugins, self.run_dir = config, plugins, Path(run_dir)
@@ -325,6 +342,7 @@ class PPOController:
 
         cfg = self.config
         self._check_sources()
+        import_in_background("transformers.models.auto.tokenization_auto", "torch")  # what _check_data needs
         started_ray = start_ray()
         try:  # the workers boot while the controller reads the data (start-up in parallel, not in turn)
             self._launch()

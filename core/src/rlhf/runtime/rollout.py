@@ -25,12 +25,14 @@ class VLLMEngine:
         import torch
         from vllm import LLM
 
-        vllm_cfg = config["vllm"]
+        vllm_cfg = config["vllm"]  # a run's dumped config, or the vllm section alone (rlhf generate)
+        # in-process vLLM makes torch.set_num_threads a no-op once its worker starts: set the share first
+        use_cpu_share(vllm_cfg.get("num_engines") or 1)
         cache = {}
         if not torch.cuda.is_available() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             # vLLM's CPU default grabs most of the RAM, and allocating even 1 GiB took a third of the start-up
-            rollout = config["rollout"]
-            sequences = max(256, rollout["batch_size"] * rollout["n_samples_per_prompt"], config["eval"]["n_samples_per_prompt"])
+            rollout = config.get("rollout", {})
+            sequences = max(256, rollout.get("batch_size", 0) * rollout.get("n_samples_per_prompt", 1))
             cache["kv_cache_memory_bytes"] = kv_cache_bytes(model_path, param_dtype, max_model_len, sequences)
         self.llm = LLM(
             model=model_path,
@@ -131,7 +133,7 @@ class HFEngine:
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         from transformers import AutoModelForCausalLM
 
-        use_cpu_share(max(1, config["vllm"]["num_engines"] or 0))
+        use_cpu_share(config["vllm"].get("num_engines") or 1)
 
         from rlhf.engines.deepspeed_strategy import torch_dtype
 
