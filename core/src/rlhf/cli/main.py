@@ -94,7 +94,12 @@ def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -
     parser = OneLineArgumentParser(prog=f"rlhf {name}", description=command.help, allow_abbrev=False,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     command.add_arguments(parser)
-    return command().run(host, parser.parse_args(argv))
+    from rlhf.config.legacy_translation import translate
+    from rlhf.config.openrlhf_legacy import TABLES
+
+    translation = translate(argv, TABLES.get(name, {}), known=list(parser._option_string_actions), prog=parser.prog)
+    translation.warn(parser.prog)
+    return command().run(host, parser.parse_args(translation.argv))
 
 
 def main(argv: list[str] | None = None) -> int:
