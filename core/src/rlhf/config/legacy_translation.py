@@ -74,8 +74,11 @@ def shell_join(argv: Iterable[str]) -> str:
 def _split(argv: list[str]) -> list[str | _Flag]:
     """Positional tokens stay strings; a ``--flag`` takes the tokens after it up to the next ``--flag``."""
     items: list[str | _Flag] = []
-    for token in argv:
-        if token.startswith("--") and len(token) > 2:
+    for position, token in enumerate(argv):
+        if token == "--":  # the end of options: the rest is passed on untouched
+            items += argv[position:]
+            break
+        if token.startswith("--"):
             name, eq, value = token.partition("=")
             items.append(_Flag(name, [value] if eq else [], inline=bool(eq)))
         elif items and isinstance(items[-1], _Flag) and not items[-1].inline:
