@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import subprocess
 
 import pytest
 import yaml
@@ -195,7 +196,13 @@ def test_old_command_line_gives_the_dotted_config(trainer: str, flat: str, dotte
     assert old == dumped_config(trainer, shlex.split(dotted), capsys)
     # the line's command line is itself the same run
     printed = notices[0].split(f"rlhf train {trainer} ", 2)[-1].split("   (see ")[0]
-    assert dumped_config(trainer, shlex.split(printed.removesuffix(" --print-config")), capsys) == old
+    assert dumped_config(trainer, bash_words(printed.removesuffix(" --print-config")), capsys) == old
+
+
+def bash_words(command_line: str) -> list[str]:
+    """The words bash makes of a command line (its quoting, $'…' included)."""
+    out = subprocess.run(["bash", "-c", f"printf '%s\\0' {command_line}"], capture_output=True, text=True, check=True)
+    return out.stdout.split("\0")[:-1]
 
 
 def test_at_least_twenty_real_command_lines() -> None:

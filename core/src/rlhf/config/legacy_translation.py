@@ -64,6 +64,9 @@ def shell_join(argv: Iterable[str]) -> str:
     """Quote for a POSIX shell, leaving ``$VAR`` references of a converted script expandable."""
     out = []
     for token in argv:
+        if any(ch in token for ch in "\n\t\r"):  # bash's $'…' keeps the command on one line
+            out.append("$'" + token.encode("unicode_escape").decode("ascii").replace("'", "\\'") + "'")
+            continue
         quoted = shlex.quote(token)
         if quoted != token and "$" in token and not any(ch in token for ch in '"\\`'):
             quoted = f'"{token}"'
