@@ -295,3 +295,16 @@ def test_every_table_target_is_a_flag_of_its_trainers() -> None:
             targets = {Rename: lambda e: e.to, Switch: lambda e: e.tokens, Sum: lambda e: (e.to,)}.get(type(entry))
             for target in (t for t in (targets(entry) if targets else ()) if t.startswith("--")):
                 assert target in everything or target in table, f"{old} -> {target}: no such flag"
+
+
+def test_docs_migration_table_is_generated_from_the_tables() -> None:
+    from pathlib import Path
+
+    from rlhf.config.legacy_translation import migration_markdown
+
+    doc = (Path(__file__).parents[1] / "docs" / "config.md").read_text()
+    section = doc.split("<!-- migration-table:start -->\n", 1)[1].split("<!-- migration-table:end -->", 1)[0]
+    assert section == migration_markdown(), (
+        "docs/config.md's migration table is stale; regenerate it between its markers with "
+        "`python -c 'from rlhf.config.legacy_translation import migration_markdown; print(migration_markdown(), end=\"\")'`")
+    assert "## Migrating from OpenRLHF 0.9" in doc  # the anchor the deprecation line points to

@@ -210,3 +210,33 @@ def table_for_config(config_class: type) -> dict[str, Entry]:
     if issubclass(config_class, SupervisedConfig):
         return TABLES["supervised"]
     return {}
+
+
+def migration_markdown() -> str:
+    """docs/config.md's migration table, generated from the tables (a test keeps the page in sync)."""
+    titles = {"ppo": "`rlhf train ppo` (OpenRLHF `train_ppo_ray`)",
+              "supervised": "`rlhf train sft|rm|dpo|kto|prm|kd` (OpenRLHF `train_sft`, `train_rm`, `train_dpo`, …)",
+              "generate": "`rlhf generate` (OpenRLHF `batch_inference`)", "chat": "`rlhf chat` (OpenRLHF `interactive_chat`)"}
+    blocks = []
+    for family, table in TABLES.items():
+        rows = [f"| `{old}` | {_describe(entry)} |" for old, entry in sorted(table.items())]
+        blocks.append("\n".join([f"#### {titles[family]}", "", "| OpenRLHF | today |", "|---|---|", *rows]))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _describe(entry: Entry) -> str:
+    def code(tokens: Iterable[str]) -> str:
+        return f"`{shell_join(tokens)}`"
+
+    if isinstance(entry, Rename):
+        return " and ".join(f"`{target}`" for target in entry.to) + (" (the same values for each)" if len(entry.to) > 1 else "")
+    if isinstance(entry, Switch):
+        return code(entry.tokens) + (f" (nothing when `{entry.unless}` is given)" if entry.unless else "")
+    if isinstance(entry, Choice):
+        choices = "; ".join(f"{value}: {code(tokens)}" for value, tokens in entry.values.items())
+        return choices + (f" (no effect without `{entry.requires}`)" if entry.requires else "")
+    if isinstance(entry, Sum):
+        return f"`{entry.to}` = its value + `{entry.plus}` (default {entry.plus_default})"
+    if isinstance(entry, Ignored):
+        return f"ignored: {entry.reason}"
+    return f"error: {entry.replacement}"
