@@ -97,6 +97,14 @@ def test_bare_flags_with_trainer_and_the_inference_commands(capsys) -> None:
     assert "rlhf generate --engine vllm --model m --output o.jsonl --best_of_n 4" in out and "YAML" not in out
     assert main(["config", "convert", "--", "python", "-m", "openrlhf.cli.interactive_chat", "--pretrain", "m", "--bf16"]) == 0
     assert "rlhf chat --model m --dtype bf16" in capsys.readouterr().out
+    merge = ["--model_path", "base", "--lora_path", "adapter", "--output_path", "merged", "--is_rm", "--bf16"]
+    assert main(["config", "convert", "--", "python", "-m", "openrlhf.cli.lora_combiner", *merge]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("rlhf lora merge"))
+    from rlhf.cli.main import build_parser
+
+    parsed = build_parser().parse_args(line.split()[1:])  # rlhf lora merge takes lora_combiner's flags as they are
+    assert (parsed.model_path, parsed.lora_path, parsed.output_path, parsed.is_rm, parsed.param_dtype) == (
+        "base", "adapter", "merged", True, "bf16")
 
 
 def test_convert_errors_are_one_line(tmp_path: Path) -> None:

@@ -316,5 +316,5 @@ OPENRLHF_MODULES: dict[str, tuple[str, ...]] = {
     "train_ppo_ray": ("train", "ppo"), "train_ppo": ("train", "ppo"), "train_sft": ("train", "sft"),
     "train_rm": ("train", "rm"), "train_dpo": ("train", "dpo"), "train_kto": ("train", "kto"),
     "train_prm": ("train", "prm"), "train_kd": ("train", "kd"), "batch_inference": ("generate",),
-    "interactive_chat": ("chat",), "lora_combiner": ("lora", "merge"), "serve_rm": ("serve",),
+    "interactive_chat": ("chat",), "lora_combiner": ("lora", "merge"),  # lora merge takes lora_combiner's flags
 }
