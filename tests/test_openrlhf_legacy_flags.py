@@ -308,3 +308,29 @@ def test_docs_migration_table_is_generated_from_the_tables() -> None:
         "docs/config.md's migration table is stale; regenerate it between its markers with "
         "`python -c 'from rlhf.config.legacy_translation import migration_markdown; print(migration_markdown(), end=\"\")'`")
     assert "## Migrating from OpenRLHF 0.9" in doc  # the anchor the deprecation line points to
+
+
+#: Every flat flag of OpenRLHF's READMEs that issue 15 lists.
+README_FLAT_FLAGS = """--pretrain --reward_pretrain --critic_pretrain --save_path --ckpt_path --save_steps --logging_steps --eval_steps
+--micro_train_batch_size --train_batch_size --micro_rollout_batch_size --rollout_batch_size --max_epochs --max_samples
+--max_len --prompt_max_len --generate_max_len --zero_stage --bf16 --flash_attn --gradient_checkpointing --adam_offload
+--learning_rate --actor_learning_rate --critic_learning_rate --init_kl_coef --use_kl_loss --kl_estimator
+--advantage_estimator --n_samples_per_prompt --normalize_reward --remote_rm_url --prompt_data --dataset --input_key
+--output_key --label_key --chosen_key --rejected_key --input_template --apply_chat_template --tokenizer_chat_template
+--multiturn --pretrain_mode --packing_samples --ring_attn_size --ring_head_stride --lora_rank --lora_alpha
+--target_modules --load_checkpoint --save_hf_ckpt --use_wandb --actor_num_nodes --actor_num_gpus_per_node
+--critic_num_nodes --critic_num_gpus_per_node --ref_num_nodes --ref_num_gpus_per_node --reward_num_nodes
+--reward_num_gpus_per_node --colocate_actor_ref --colocate_critic_reward --colocate_all_models --vllm_num_engines
+--vllm_tensor_parallel_size --vllm_gpu_memory_utilization --vllm_sync_backend --vllm_enable_sleep
+--deepspeed_enable_sleep --enforce_eager --async_train --dynamic_filtering --is_rm --model_path --lora_path
+--output_path""".split()
+
+
+def test_every_flat_flag_of_the_readmes_has_a_meaning() -> None:
+    from rlhf.cli.main import build_parser
+    from rlhf.config.openrlhf_legacy import TABLES
+
+    lora_merge = build_parser()._subparsers._group_actions[0].choices["lora"]._subparsers._group_actions[0].choices["merge"]
+    native = set(lora_merge._option_string_actions)  # lora_combiner's flags are rlhf lora merge's
+    missing = [flag for flag in README_FLAT_FLAGS if flag not in native and not any(flag in t for t in TABLES.values())]
+    assert not missing
