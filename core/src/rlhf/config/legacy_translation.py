@@ -126,9 +126,9 @@ def translate(argv: list[str], table: dict[str, Entry], *, known: Iterable[str] 
         if entry is None:
             produced = [_Flag(final, item.values, item.inline)]
         else:
-            produced = _apply(item, final, entry, table, spelled, prog)
+            produced = _apply(item, entry, table, spelled, prog)
             if produced is None:
-                result.ignored.append((item.name, _why_ignored(entry, final)))
+                result.ignored.append((item.name, getattr(entry, "reason", "")))
                 continue
         for flag in produced:
             if known_set is not None and chain[0] != flag.name and flag.name not in known_set:
@@ -140,12 +140,12 @@ def translate(argv: list[str], table: dict[str, Entry], *, known: Iterable[str] 
             result.argv += flag.tokens()
         if len(chain) > 1 or entry is not None:
             rendered = shell_join(t for f in produced for t in f.tokens())
-            result.renamed.append((item.name, rendered or f"nothing by itself (see {getattr(entry, 'unless', None) or getattr(entry, 'requires', None)})"))
+            companion = getattr(entry, "unless", None) or getattr(entry, "requires", None)
+            result.renamed.append((item.name, rendered or f"nothing by itself (see {companion})"))
     return result
 
 
-def _apply(item: _Flag, name: str, entry: Entry, table: dict[str, Entry], spelled: dict[str, _Flag],
-           prog: str) -> list[_Flag] | None:
+def _apply(item: _Flag, entry: Entry, table: dict[str, Entry], spelled: dict[str, _Flag], prog: str) -> list[_Flag] | None:
     """Today's flags for one old flag (None: dropped)."""
     if isinstance(entry, Removed):
         raise ConfigError(f"{item.name} is no longer supported: {entry.replacement}")
@@ -186,10 +186,6 @@ def _one_value(item: _Flag, prog: str) -> str:
 
 def _flags_of(tokens: tuple[str, ...]) -> list[_Flag]:
     return [item for item in _split(list(tokens)) if isinstance(item, _Flag)]
-
-
-def _why_ignored(entry: Entry, name: str) -> str:
-    return entry.reason if isinstance(entry, Ignored) else f"no effect here ({name})"
 
 
 def _mixed_message(first: str, second: str, target: str) -> str:
