@@ -10,7 +10,8 @@ import pytest
 HEAVY = ("torch", "ray", "deepspeed", "vllm", "transformers")
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["plugins"], ["plugins", "--json"], ["train"]])
+@pytest.mark.parametrize("argv", [["--help"], ["plugins"], ["plugins", "--json"], ["train"],
+                                  ["config", "convert", "--trainer", "ppo", "--", "--pretrain", "m", "--bf16"]])
 def test_light_commands_do_not_import_engines(argv: list[str]) -> None:
     code = (
         "import sys\n"

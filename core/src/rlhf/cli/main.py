@@ -79,10 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     from rlhf.cli.plugin_cmd import add_plugin_parser
 
     add_plugin_parser(sub)
+    sub.add_parser("config", help="config tools: rlhf config convert SCRIPT.sh | -- OPENRLHF COMMAND (old flags -> "
+                                  "dotted flags and YAML)", add_help=False)
     return parser
 
 
-BUILTIN_COMMANDS = ("plugins", "train", "demo", "serve", "lora", "plugin")
+BUILTIN_COMMANDS = ("plugins", "train", "demo", "serve", "lora", "plugin", "config")
 
 
 def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -> int:
@@ -94,7 +96,12 @@ def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -
     parser = OneLineArgumentParser(prog=f"rlhf {name}", description=command.help, allow_abbrev=False,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     command.add_arguments(parser)
-    return command().run(host, parser.parse_args(argv))
+    from rlhf.config.legacy_translation import translate
+    from rlhf.config.openrlhf_legacy import TABLES
+
+    translation = translate(argv, TABLES.get(name, {}), known=list(parser._option_string_actions), prog=parser.prog)
+    translation.warn(parser.prog)
+    return command().run(host, parser.parse_args(translation.argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +123,10 @@ def _dispatch(argv: list[str]) -> int:
     first = next((i for i, arg in enumerate(rest) if not arg.startswith("-")), None)
     if first is not None and rest[first] not in BUILTIN_COMMANDS:
         return run_plugin_command(selection, rest[first], rest[:first] + rest[first + 1 :])
+    if first is not None and rest[first] == "config":  # its own parser: what follows `--` is an old command line
+        from rlhf.cli.convert_cmd import run_config_command
+
+        return run_config_command(PluginHost.load(selection), rest[first + 1 :])
     parser = build_parser()
     args, extra = parser.parse_known_args(rest)
     if args.command is None:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from rlhf.config.base import ConfigError, cli_extra
 from rlhf.config.cli_bridge import add_model_flags, flatten, nest, reject_unknown
+from rlhf.config.legacy_translation import table_for_config, translate
 from rlhf.errors import OneLineArgumentParser
 from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentError, ComponentKind
@@ -53,9 +54,16 @@ class ConfigParser:
                 self.parser, options.model_class(), prefix=f"{namespace}.", dest_prefix=f"plugins.{namespace}.", group=group
             )
 
+    def translate(self, argv: list[str]) -> list[str]:
+        """OpenRLHF's older spellings (flat <= 0.9 flags, 0.11 README names) -> today's flags, with one warning."""
+        known = [*self.flags, *(s for action in self.parser._actions for s in action.option_strings)]
+        translation = translate(argv, table_for_config(self.config_class), known=known, prog=self.parser.prog)
+        translation.warn(self.parser.prog)
+        return translation.argv
+
     def parse(self, argv: list[str]) -> tuple[BaseModel, argparse.Namespace]:
         """Parse ``argv`` into a validated config; raises :class:`ConfigError` with flag names."""
-        namespace, unknown = self.parser.parse_known_args(argv)
+        namespace, unknown = self.parser.parse_known_args(self.translate(argv))
         reject_unknown(unknown, self.flags, self.parser.prog)
         given = {k: v for k, v in vars(namespace).items() if k not in META_DESTS}
         file_tree: dict[str, Any] = {}

@@ -115,3 +115,30 @@ def test_generate_vllm_scores_every_sample(tmp_path, tiny_causal_lm_path, tiny_r
     assert len({r["output"] for r in rows}) > len(PROMPTS)
     reference = transformers_rewards(tiny_reward_model_path, [r["input"] for r in rows], [r["output"] for r in rows])
     assert [r["reward"] for r in rows] == pytest.approx(reference, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_score_only_scores_a_file_as_openrlhf_batch_inference_rm(tmp_path, tiny_reward_model_path):
+    """OpenRLHF's `batch_inference --eval_task rm`, then the iterative-DPO pairs of the scored file."""
+    responses = ["3", "no idea", "17", "seventeen", "50", "fifty", "97", "ninety", "312", "3 1 2", "10", "ten"]
+    rows = [{"question": PROMPTS[i // 2], "answer": response} for i, response in enumerate(responses)]
+    data = tmp_path / "responses.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    scored, pairs = tmp_path / "scored.jsonl", tmp_path / "pairs.jsonl"
+    result = run_generate(tmp_path, "--score_only", "--model", "unused", "--reward_model", str(tiny_reward_model_path),
+                          "--dataset", str(data), "--input_key", "question", "--output_key", "answer",
+                          "--input_template", TEMPLATE, "--dtype", "fp32", "--output", str(scored))
+    assert result.returncode == 0, result.stderr
+    out = read_jsonl(scored)
+    assert [(r["input"], r["output"]) for r in out] == [(r["question"], r["answer"]) for r in rows]
+    reference = transformers_rewards(tiny_reward_model_path, [r["question"] for r in rows], responses)
+    assert [r["reward"] for r in out] == pytest.approx(reference, abs=1e-4)
+
+    # the OpenRLHF <= 0.9 command line: the reward model is --pretrain, the task --eval_task rm
+    result = run_generate(tmp_path, "--eval_task", "rm", "--pretrain", str(tiny_reward_model_path), "--dataset", str(data),
+                          "--input_key", "question", "--output_key", "answer", "--input_template", TEMPLATE,
+                          "--output_path", str(pairs), "--post_processor", "iter_dpo", "--dtype", "fp32")
+    assert result.returncode == 0, result.stderr
+    assert "rlhf generate --score_only --model" in result.stderr  # the deprecation line shows today's command
+    assert read_jsonl(pairs) == iterative_dpo(out)
+    assert len(read_jsonl(pairs)) == len(PROMPTS)

@@ -8,6 +8,9 @@ samples for the iterative loops OpenRLHF ran from shell scripts:
 * ``iter_dpo`` — best vs worst response per prompt, for ``rlhf train dpo``;
 * ``csft`` — conditional SFT: every response, its input tagged with its reward.
 
+``--score_only`` scores the responses a file already holds instead of sampling
+(``batch_inference --eval_task rm``); the post-processors apply the same way.
+
 This module runs at plugin load (in every process that loads plugins) and only
 registers the command lazily; nothing heavy is imported here.
 """

@@ -53,6 +53,7 @@ class GenerateCommand:
         io.add_argument("--dataset_split", default="train", help="split of saved/hub datasets")
         io.add_argument("--output", required=True, help="output .jsonl (written atomically)")
         io.add_argument("--input_key", default="input", help="dataset key of the prompt")
+        io.add_argument("--output_key", default="output", help="--score_only: dataset key of the response to score")
         io.add_argument("--apply_chat_template", action="store_true", help="render prompts with the tokenizer's chat template")
         io.add_argument("--input_template", default=DEFAULT_INPUT_TEMPLATE,
                         help="prompt template with one {} (ignored with --apply_chat_template; '' for the raw value)")
@@ -85,6 +86,9 @@ class GenerateCommand:
         rm.add_argument("--normalize_reward", action="store_true",
                         help="read rewards as (r − mean)/std with the reward model's config.json statistics; "
                              "with csft also z-normalize the rewards over the whole output")
+        rm.add_argument("--score_only", action="store_true",
+                        help="score the dataset's responses (--output_key) instead of sampling (OpenRLHF batch_inference "
+                             "--eval_task rm); the reward model is --reward_model, or --model when none is given")
         rm.add_argument("--post_processor", default="none",
                         help=f"what to write: {', '.join(sorted(POST_PROCESSORS))} (none: every scored sample)")
         rm.add_argument("--drop_ties", action="store_true",
@@ -96,7 +100,7 @@ class GenerateCommand:
 
     def run(self, host: Any, args: argparse.Namespace) -> int:
         check_args(args)
-        return generate_command(args)
+        return score_command(args) if args.score_only else generate_command(args)
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -104,7 +108,9 @@ def check_args(args: argparse.Namespace) -> None:
     if args.post_processor not in POST_PROCESSORS:
         raise ConfigError(f"--post_processor {args.post_processor!r} is unknown (known: {', '.join(sorted(POST_PROCESSORS))})")
     _, needs_rewards, least_n = POST_PROCESSORS[args.post_processor]
-    if needs_rewards and not args.reward_model:
+    if args.score_only:
+        least_n = 1  # the groups are the file's rows of one prompt
+    if needs_rewards and not (args.reward_model or args.score_only):
         raise ConfigError(f"--post_processor {args.post_processor} needs a reward per response: pass --reward_model PATH")
     if args.best_of_n < 1:
         raise ConfigError(f"--best_of_n must be >= 1, got {args.best_of_n}")
@@ -168,14 +174,7 @@ def generate_command(args: argparse.Namespace) -> int:
         for row, reward in zip(rows, scorer.score(texts, not args.apply_chat_template, args.micro_batch_size)):
             row["reward"] = reward
         del scorer
-    function = POST_PROCESSORS[args.post_processor][0]
-    options: dict[str, Any] = {}
-    if args.post_processor == "iter_dpo":
-        options = {"drop_ties": args.drop_ties}
-    elif args.post_processor == "csft":
-        options = {"template": args.csft_prompt_template, "normalize": args.normalize_reward}
-    out = function(rows, **options)
-    write_jsonl_atomic(args.output, out)
+    out = post_process_and_write(rows, args)
     finished = time.perf_counter()
     truncated = sum(c.finish_reason != "stop" for samples in completions for c in samples)
     rewards = [r["reward"] for r in rows if r["reward"] is not None]
@@ -184,6 +183,46 @@ def generate_command(args: argparse.Namespace) -> int:
     print(f"rlhf generate: {len(prompts)} prompts x {args.best_of_n} samples ({truncated} hit the token limit){reward_note}; "
           f"wrote {len(out)} rows ({args.post_processor}) to {args.output} "
           f"[generate {generated - started:.1f}s, total {finished - started:.1f}s]", file=sys.stderr)
+    return 0
+
+
+def post_process_and_write(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Apply ``--post_processor`` to the scored rows and write the result to ``--output``; returns what was written."""
+    function = POST_PROCESSORS[args.post_processor][0]
+    options: dict[str, Any] = {}
+    if args.post_processor == "iter_dpo":
+        options = {"drop_ties": args.drop_ties}
+    elif args.post_processor == "csft":
+        options = {"template": args.csft_prompt_template, "normalize": args.normalize_reward}
+    out = function(rows, **options)
+    write_jsonl_atomic(args.output, out)
+    return out
+
+
+def score_command(args: argparse.Namespace) -> int:
+    """Score the responses of a file with a reward model (no sampling), post-process and write."""
+    from rlhf.data.sources import load_mixed, row_value
+    from rlhf.data.templates import format_prompt
+    from rlhf_plugin_best_of_n.scoring import RewardScorer, check_reward_model
+
+    started = time.perf_counter()
+    reward_model = args.reward_model or args.model
+    check_reward_model(reward_model, args.value_head_prefix)
+    scorer = RewardScorer(reward_model, args.dtype, args.attn_implementation, args.value_head_prefix,
+                          args.normalize_reward, args.max_len)
+    rows = load_mixed(args.dataset, args.dataset_probs, args.dataset_split, args.max_samples, args.seed,
+                      "--dataset", "--dataset_probs")
+    samples, texts = [], []
+    for index, row in enumerate(rows):
+        value = row_value(row, args.input_key, "--input_key", args.dataset, index)
+        response = row_value(row, args.output_key, "--output_key", args.dataset, index)
+        texts.append(format_prompt(value, args, scorer.tokenizer)[0] + str(response))
+        samples.append({"input": value, "output": response, "reward": None})
+    for sample, reward in zip(samples, scorer.score(texts, not args.apply_chat_template, args.micro_batch_size)):
+        sample["reward"] = reward
+    out = post_process_and_write(samples, args)
+    print(f"rlhf generate --score_only: scored {len(samples)} responses with {reward_model}; wrote {len(out)} rows "
+          f"({args.post_processor}) to {args.output} [{time.perf_counter() - started:.1f}s]", file=sys.stderr)
     return 0
 
 
