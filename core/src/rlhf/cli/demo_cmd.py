@@ -9,7 +9,7 @@ from rlhf.plugins import PluginHost
 
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
-    demo = sub.add_parser("demo", help="tiny end-to-end demo on CPU: SFT then GRPO on 2-digit addition (~5-10 min)")
+    demo = sub.add_parser("demo", help="tiny end-to-end demo on CPU: SFT then GRPO on 2-digit addition (~2 min)")
     demo.add_argument("--run-dir", default="runs/demo", help="where models, metrics and the reward curve go")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--rl-steps", type=int, default=500, help="GRPO steps (32 prompts x 8 samples each)")
