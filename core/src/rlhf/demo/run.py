@@ -38,14 +38,15 @@ REWARD_FLAGS = {
 def rl_arguments(run_dir: Path, model_dir: Path, steps: int, seed: int, engine: str, rewards: str = "exact", *,
                  prompts_per_step: int = 32, samples: int = 8, new_tokens: int = 5, max_len: int = 64) -> list[str]:
     """The ``rlhf train ppo`` flags of the demo's GRPO run (benchmarks/grpo_step.py varies the sizes)."""
+    micro = min(256, prompts_per_step * samples)  # one optimizer step per rollout batch, in micro-batches of 256
     return [
         "--actor.model_name_or_path", str(model_dir),
         "--data.prompt_dataset", str(run_dir / "prompts.jsonl"), "--data.label_key", "label",
         *REWARD_FLAGS[rewards](run_dir),
         "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
         "--rollout.n_samples_per_prompt", str(samples), "--rollout.batch_size", str(prompts_per_step),
-        "--rollout.max_new_tokens", str(new_tokens), "--rollout.temperature", "1.0", "--rollout.micro_batch_size", "256",
-        "--train.batch_size", str(prompts_per_step * samples), "--train.micro_batch_size", "256", "--train.seed", str(seed),
+        "--rollout.max_new_tokens", str(new_tokens), "--rollout.temperature", "1.0", "--rollout.micro_batch_size", str(micro),
+        "--train.batch_size", str(prompts_per_step * samples), "--train.micro_batch_size", str(micro), "--train.seed", str(seed),
         "--actor.adam.lr", "1e-4", "--actor.lr_warmup_ratio", "0.03", "--actor.num_gpus_per_node", "1",
         "--ds.zero_stage", "0", "--ds.param_dtype", "fp32", "--ds.attn_implementation", "sdpa",
         "--vllm.num_engines", "1" if engine == "vllm" else "0", "--data.max_len", str(max_len),
