@@ -139,16 +139,22 @@ class PPOController:
         dumped = cfg.model_dump(mode="json")
         gpus = 1.0 if _gpu() else 0.0
         self.engines = RolloutEngines(cfg, cfg.actor.model_name_or_path)  # first: vLLM takes longest to boot
-        wanted = {"actor": (PolicyWorker, cfg.actor, 1), "ref": (ReferenceWorker, cfg.ref, int(cfg.algo.kl.init_coef > 0)),
-                  "critic": (CriticWorker, cfg.critic, int(self.estimator.needs_critic)),
-                  "reward": (RewardModelWorker, cfg.reward, len(self.rewards.reward_model_paths))}
-        ranks = {role: section.num_nodes * section.num_gpus_per_node for role, (_, section, _) in wanted.items()}
-        together = sum(ranks[role] * copies for role, (*_, copies) in wanted.items())  # they compute side by side
-        groups = {role: [WorkerGroup(worker, role, ranks[role], dumped, num_gpus=gpus, cpu_sharers=together)
-                         for _ in range(copies)] for role, (worker, _, copies) in wanted.items()}
-        self.actor = groups["actor"][0]
-        self.ref, self.critic = (groups[role][0] if groups[role] else None for role in ("ref", "critic"))
-        self.rewards.reward_models = groups["reward"]
+        with_ref, with_critic, reward_paths = cfg.algo.kl.init_coef > 0, self.estimator.needs_critic, self.rewards.reward_model_paths
+
+        def ranks(section: Any) -> int:
+            return section.num_nodes * section.num_gpus_per_node
+
+        # every model rank computes side by side with the others, so they share the cores
+        together = (ranks(cfg.actor) + with_ref * ranks(cfg.ref) + with_critic * ranks(cfg.critic)
+                    + len(reward_paths) * ranks(cfg.reward))
+
+        def group(worker: type, role: str, section: Any) -> WorkerGroup:
+            return WorkerGroup(worker, role, ranks(section), dumped, num_gpus=gpus, cpu_sharers=together)
+
+        self.actor = group(PolicyWorker, "actor", cfg.actor)
+        self.ref = group(ReferenceWorker, "ref", cfg.ref) if with_ref else None
+        self.critic = group(CriticWorker, "critic", cfg.critic) if with_critic else None
+        self.rewards.reward_models = [group(RewardModelWorker, "reward", cfg.reward) for _ in reward_paths]
 
     def _setup(self) -> None:
         """Every rank's model and DeepSpeed engine (the ranks of a group rendezvous), once the data is read."""

@@ -147,10 +147,12 @@ class PolicyWorker(_CausalLMWorker):
         from rlhf.engines.deepspeed_strategy import dtype_of
         from rlhf.engines.hf_models import load_causal_lm
         from rlhf.registry import ComponentKind as K
+        from rlhf.runtime.policy_objective import ObjectiveSettings
 
         self._init_common(master_addr, master_port)
         cfg = self.config
         self.loss = build(self.plugins.registry.get(K.POLICY_LOSS, cfg.actor.policy_loss_type, flag="--actor.policy_loss_type"), cfg)
+        self.settings = ObjectiveSettings.from_config(cfg, self.plugins.registry)  # builds the KL estimator once
 
         def load() -> Any:
             from rlhf.engines.lora import apply_lora, quantization_kwargs
@@ -176,10 +178,10 @@ class PolicyWorker(_CausalLMWorker):
 
         from rlhf.ops import token_entropy
         from rlhf.runtime.batch import action_logits, pack
-        from rlhf.runtime.policy_objective import ObjectiveSettings, StepNormalisers, policy_objective
+        from rlhf.runtime.policy_objective import StepNormalisers, policy_objective
 
         cfg = self.config
-        settings = ObjectiveSettings.from_config(cfg, self.plugins.registry)
+        settings = self.settings
         sums: dict[str, float] = {}
         count = 0
         for rows, tokens, sequences in self._training_groups(payload, step, salt=0):
