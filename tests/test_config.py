@@ -25,6 +25,13 @@ from rlhf.runtime.ppo_trainer import PPOTrainer
 FLAGS = json.loads((Path(__file__).parent / "data" / "openrlhf_train_ppo_flags.json").read_text())
 
 
+@pytest.fixture(autouse=True)
+def _lift_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests check parsing and OpenRLHF's cross-flag rules, which hold whether or not this runtime
+    runs an option yet; refusing options is tests/test_option_coverage.py's subject."""
+    monkeypatch.setattr("rlhf.config.refused.REFUSED", {})
+
+
 @pytest.fixture(scope="module")
 def host() -> PluginHost:
     return PluginHost.load(PluginSelection.parse("ppo,grpo,adamw,kl", strict=True))
@@ -169,12 +176,6 @@ def test_cross_flag_rules(host: PluginHost, argv: list[str], message: str) -> No
     with pytest.raises(ConfigError) as err:
         parse(host, *argv)
     assert message in str(err.value)
-
-
-def test_flags_without_effect_yet_are_announced(host: PluginHost, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        parse(host, "--train.enable_ema", "--ds.enable_sleep")
-    assert "not implemented by this runtime yet, so without effect: --train.enable_ema, --ds.enable_sleep" in caplog.text
 
 
 def test_post_parse_rewrites(host: PluginHost, caplog: pytest.LogCaptureFixture) -> None:

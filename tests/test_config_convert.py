@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from rlhf.cli.main import main
@@ -43,6 +44,12 @@ if [[ ${1} != "slurm" ]]; then
     deepspeed --module $training_commands
 fi
 """
+
+
+@pytest.fixture(autouse=True)
+def _lift_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Conversion covers every OpenRLHF option, including those this runtime refuses to run with."""
+    monkeypatch.setattr("rlhf.config.refused.REFUSED", {})
 
 
 def dump(trainer: str, argv: list[str], capsys) -> dict:

@@ -180,6 +180,13 @@ CASES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _lift_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Translation is checked for every OpenRLHF option, including those this runtime refuses to run with
+    (tests/test_option_coverage.py checks the refusals)."""
+    monkeypatch.setattr("rlhf.config.refused.REFUSED", {})
+
+
 def dumped_config(trainer: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
     assert main(["train", trainer, *argv, "--print-config"]) == 0
     dump = yaml.safe_load(capsys.readouterr().out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import logging
 import re
 import shlex
 import sys
@@ -24,9 +25,12 @@ from rlhf.config.cli_bridge import nest
 from rlhf.config.legacy_translation import shell_join, table_for_config, translate
 from rlhf.config.loading import META_DESTS, ConfigParser
 from rlhf.config.openrlhf_legacy import OPENRLHF_MODULES, TABLES
+from rlhf.config.refused import refused_settings
 from rlhf.errors import ConfigError, OneLineArgumentParser
 from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentKind
+
+log = logging.getLogger("rlhf.config")
 
 _MODULE = re.compile(r"(?:^|[./])openrlhf[./]cli[./](\w+?)(?:\.py)?$")
 _SHELL_OPERATOR = re.compile(r"^[();<>|&]+$")
@@ -164,7 +168,9 @@ def convert(host: PluginHost, command: FoundCommand) -> tuple[list[str], dict[st
     parser = ConfigParser(trainer_cls.config_class, host, prog=f"rlhf train {command.words[1]}")
     known = [*parser.flags, *(s for action in parser.parser._actions for s in action.option_strings)]
     dotted = translate(command.argv, table_for_config(trainer_cls.config_class), known=known, prog=parser.parser.prog).argv
-    config, namespace = parser.parse(dotted)
+    config, namespace = parser.parse(dotted, refusing=False)
+    for setting in refused_settings(config):  # the conversion stands; running it would stop here
+        log.warning("%s: this runtime refuses %s", command.where, setting)
     dump = config.model_dump(mode="json")
     given = [key for key in vars(namespace) if key not in META_DESTS]
     return dotted, nest({key: _value_at(dump, key) for key in given})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -47,11 +48,13 @@ def add_model_flags(
     dest_prefix: str = "",
     group: Any = None,
     registry: ComponentRegistry | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Add one ``--<prefix><field>`` flag per leaf field of ``model``; returns the flag names.
 
     Without an explicit ``group``, the leaf fields of every (sub-)section form a help
-    group titled ``--<section>.*``; top-level leaves go to "general options".
+    group titled ``--<section>.*``; top-level leaves go to "general options". ``refused``
+    (dotted option -> reason, see :mod:`rlhf.config.refused`) marks those flags' help.
     """
     flags: list[str] = []
     leaves = group
@@ -62,7 +65,8 @@ def add_model_flags(
         sub = _section_class(field.annotation)
         if sub is not None:
             flags += add_model_flags(
-                parser, sub, prefix=f"{prefix}{name}.", dest_prefix=f"{dest_prefix}{name}.", group=group, registry=registry
+                parser, sub, prefix=f"{prefix}{name}.", dest_prefix=f"{dest_prefix}{name}.", group=group, registry=registry,
+                refused=refused,
             )
             continue
         if leaves is None:
@@ -70,6 +74,8 @@ def add_model_flags(
         option = f"--{prefix}{name}"
         kwargs: dict[str, Any] = {"dest": f"{dest_prefix}{name}", "default": argparse.SUPPRESS}
         help_text = field.description or ""
+        if refused and f"{dest_prefix}{name}" in refused:
+            help_text = f"[REFUSED: {refused[f'{dest_prefix}{name}']}] {help_text}"
         if extra.get("switch"):
             kwargs.update(action="store_const", const=True)
         else:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from rlhf.config.base import ConfigError, cli_extra
 from rlhf.config.cli_bridge import add_model_flags, flatten, nest, reject_unknown
 from rlhf.config.legacy_translation import table_for_config, translate
+from rlhf.config.refused import refuse, refusals
 from rlhf.errors import OneLineArgumentParser
 from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentError, ComponentKind
@@ -42,7 +43,7 @@ class ConfigParser:
         meta.add_argument("--plugins", dest="plugins_spec", metavar="SPEC", help="plugin selection (see `rlhf --help`)")
         meta.add_argument("--strict-plugins", action="store_true", help="any plugin failure is an error")
         meta.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
-        self.flags = add_model_flags(self.parser, config_class, registry=host.registry)
+        self.flags = add_model_flags(self.parser, config_class, registry=host.registry, refused=refusals(config_class))
         for namespace, options in sorted(host.options.items()):
             if namespace in config_class.model_fields:
                 raise ConfigError(
@@ -61,8 +62,9 @@ class ConfigParser:
         translation.warn(self.parser.prog)
         return translation.argv
 
-    def parse(self, argv: list[str]) -> tuple[BaseModel, argparse.Namespace]:
-        """Parse ``argv`` into a validated config; raises :class:`ConfigError` with flag names."""
+    def parse(self, argv: list[str], *, refusing: bool = True) -> tuple[BaseModel, argparse.Namespace]:
+        """Parse ``argv`` into a validated config; raises :class:`ConfigError` with flag names.
+        ``refusing``: a refused option set to a non-default value is an error (see :mod:`rlhf.config.refused`)."""
         namespace, unknown = self.parser.parse_known_args(self.translate(argv))
         reject_unknown(unknown, self.flags, self.parser.prog)
         given = {k: v for k, v in vars(namespace).items() if k not in META_DESTS}
@@ -72,6 +74,8 @@ class ConfigParser:
         merged = deep_merge(file_tree, nest(given))
         merged = deep_merge(preset_tree(merged, self.host), merged)
         config = validate(self.config_class, merged, self.host, cli_keys=set(given), source=namespace.config)
+        if refusing:
+            refuse(config)
         return config, namespace
 
 

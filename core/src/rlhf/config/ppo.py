@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -251,6 +251,8 @@ class RolloutSection(Section):
 
 class PPOConfig(Section):
     """The whole tree of ``rlhf train ppo``."""
+
+    trainer_family: ClassVar[str] = "ppo"  # which lines of rlhf.config.refused.REFUSED apply
 
     ref: RefSection = Field(default_factory=RefSection)
     reward: RewardSection = Field(default_factory=RewardSection)

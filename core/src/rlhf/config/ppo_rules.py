@@ -129,20 +129,6 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         from rlhf.engines.lora import check_4bit
 
         check_4bit(cfg.ds)
-    unimplemented = [flag for flag, on in (
-        ("--train.async_enable", cfg.train.async_enable),
-        ("--train.colocate_all", cfg.train.colocate_all),
-        ("--train.enable_ema", cfg.train.enable_ema),
-        ("--train.dynamic_batch_enable", cfg.train.dynamic_batch_enable),
-        ("--critic.freezing_steps", cfg.critic.freezing_steps > 0),
-        ("--ds.packing_samples", cfg.ds.packing_samples),
-        ("--ds.ring_attn_size", cfg.ds.ring_attn_size > 1),
-        ("--ds.enable_sleep", cfg.ds.enable_sleep),
-    ) if on]
-    if unimplemented:
-        log.warning("accepted for OpenRLHF compatibility but not implemented by this runtime yet, so without effect: %s",
-                    ", ".join(unimplemented))
-
     kl = cfg.algo.kl
     if kl.init_coef > 0:
         if not kl.use_loss and kl.estimator != "k1":

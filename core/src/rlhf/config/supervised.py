@@ -10,7 +10,7 @@ and its ``model`` section to add its own loss flags.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -76,6 +76,8 @@ class SupervisedCkptSection(Section):
 
 class SupervisedConfig(Section):
     """Fields every supervised trainer has; plugins subclass it (and ``model``) for their loss flags."""
+
+    trainer_family: ClassVar[str] = "supervised"  # which lines of rlhf.config.refused.REFUSED apply
 
     model: SupervisedModelSection = Field(default_factory=SupervisedModelSection)
     train: SupervisedTrainSection = Field(default_factory=SupervisedTrainSection)

@@ -117,7 +117,8 @@ class PPOController:
         from rlhf.engines.hf_models import load_tokenizer
 
         cfg = self.config
-        self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path")
+        self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path",
+                                        use_fast=not cfg.data.disable_fast_tokenizer)
         rows = load_prompt_rows(cfg.data, cfg.train.seed)
         prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset)
         self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)

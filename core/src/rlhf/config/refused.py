@@ -1,0 +1,140 @@
+"""The options this runtime accepts for OpenRLHF compatibility but refuses to run with.
+
+Every option of every trainer's config is either read by the runtime or a plugin, or listed
+in :data:`REFUSED`: setting a refused option to anything but its default stops the run at
+parse time with one ``rlhf: error:`` line that names the option and says why
+(``core/tests/test_option_coverage.py`` keeps it so). ``--help`` marks refused options.
+
+The table is plain data: an option that becomes real leaves it by deleting its line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from rlhf.config.base import ConfigError
+
+
+def _later(issue: int, what: str = "") -> str:
+    return f"not implemented yet{f' ({what})' if what else ''} (issue {issue})"
+
+
+_ASYNC = _later(11, "async training and agents")
+_PACKING = _later(12, "packing, dynamic batches, ring attention, kernels")
+_MUON = _later(12, "the Muon optimizer")
+_VLM = _later(12, "vision-language training")
+_COLOCATE = _later(14, "colocation and sleep mode")
+_WEIGHT_SYNC = _later(14, "the weight-sync backend")
+
+#: (trainer family, dotted option) -> why it is refused. The family is "ppo", "supervised" (a config
+#: class names its own in ``trainer_family``) or "*" for both. Delete a line when the option becomes real.
+REFUSED: dict[tuple[str, str], str] = {
+    ("ppo", "train.async_enable"): _ASYNC,
+    ("ppo", "train.async_queue_size"): _ASYNC,
+    ("ppo", "train.partial_rollout_enable"): _ASYNC,
+    ("ppo", "train.agent_func_path"): _ASYNC,
+    ("ppo", "rollout.vllm_generate_batch_size"): _ASYNC,
+    ("ppo", "train.dynamic_batch_enable"): _PACKING,
+    ("ppo", "train.max_tokens_per_gpu"): _PACKING,
+    ("ppo", "rollout.max_tokens_per_gpu"): _PACKING,
+    ("ppo", "ds.packing_samples"): _PACKING,
+    ("*", "ds.ring_attn_size"): _PACKING,
+    ("*", "ds.ring_attn_head_stride"): _PACKING,
+    ("*", "ds.use_liger_kernel"): _PACKING,
+    ("ppo", "actor.muon.lr"): _MUON,
+    ("ppo", "actor.muon.momentum"): _MUON,
+    ("ppo", "actor.muon.ns_steps"): _MUON,
+    ("ppo", "actor.muon.nesterov"): _MUON,
+    ("ppo", "critic.muon.lr"): _MUON,
+    ("ppo", "critic.muon.momentum"): _MUON,
+    ("ppo", "critic.muon.ns_steps"): _MUON,
+    ("ppo", "critic.muon.nesterov"): _MUON,
+    ("supervised", "muon.lr"): _MUON,
+    ("supervised", "muon.momentum"): _MUON,
+    ("supervised", "muon.ns_steps"): _MUON,
+    ("supervised", "muon.nesterov"): _MUON,
+    ("ppo", "data.image_key"): _VLM,
+    ("ppo", "data.max_images_per_prompt"): _VLM,
+    ("ppo", "actor.freeze_visual_encoder"): _VLM,
+    ("ppo", "train.colocate_all"): _COLOCATE,
+    ("ppo", "train.colocate_actor_ref"): _COLOCATE,
+    ("ppo", "train.colocate_critic_reward"): _COLOCATE,
+    ("ppo", "vllm.enable_sleep"): _COLOCATE,
+    ("ppo", "ds.enable_sleep"): _COLOCATE,
+    ("ppo", "vllm.sync_backend"): _WEIGHT_SYNC,
+    ("ppo", "vllm.sync_with_ray"): _WEIGHT_SYNC,
+    ("supervised", "ds.enable_sleep"): "sleep mode frees devices for colocated rollout engines; supervised training has none",
+    ("ppo", "train.enable_ema"): _later(17),
+    ("ppo", "train.ema_beta"): _later(17),
+    ("ppo", "train.full_determinism_enable"): _later(17),
+    ("ppo", "critic.freezing_steps"): _later(17),
+    ("ppo", "critic.save_value_network"): _later(17),
+    ("ppo", "ckpt.best_metric_key"): _later(17),
+    ("*", "ckpt.max_mem"): _later(17),
+    ("*", "ds.use_universal_ckpt"): _later(17),
+    ("*", "ds.deepcompile"): _later(17),
+    ("*", "ds.zpg"): _later(17),
+    ("*", "ds.tensor_parallel_size"): _later(17),
+    ("*", "ds.experts_implementation"): _later(17),
+    ("ppo", "data.dataloader_num_workers"): _later(17),
+    ("*", "local_rank"): _later(17),
+    ("ppo", "use_ms"): "models cannot be fetched from ModelScope: download the model and pass its local directory",
+}
+
+
+def refusals(config_class: type[BaseModel]) -> dict[str, str]:
+    """dotted option -> reason, for the options of ``config_class`` that this runtime refuses."""
+    family = getattr(config_class, "trainer_family", None)
+    return {dotted: reason for (trainers, dotted), reason in REFUSED.items()
+            if trainers in ("*", family) and _field_default(config_class, dotted) is not _ABSENT}
+
+
+def refused_settings(config: BaseModel) -> list[str]:
+    """``"--option value: why"`` for every refused option ``config`` sets to a non-default value."""
+    found = []
+    for dotted, reason in refusals(type(config)).items():
+        value = _value(config, dotted)
+        if value != _field_default(type(config), dotted):
+            found.append(f"--{dotted} {_shown(value)}: {reason}")
+    return found
+
+
+def refuse(config: BaseModel) -> None:
+    """Raise one :class:`ConfigError` naming every refused option ``config`` sets to a non-default value."""
+    if found := refused_settings(config):
+        raise ConfigError("; ".join(found) + (" (leave it at its default)" if len(found) == 1 else
+                                              " (leave them at their defaults)"))
+
+
+_ABSENT = object()
+
+
+def _field_default(model: type[BaseModel], dotted: str) -> Any:
+    """The default of ``model``'s field at ``dotted`` (a section's default instance counts), or ``_ABSENT``."""
+    *sections, leaf = dotted.split(".")
+    node: Any = model
+    instance: Any = None
+    for name in sections:
+        field = node.model_fields.get(name)
+        if field is None:
+            return _ABSENT
+        instance = getattr(instance, name) if instance is not None else field.get_default(call_default_factory=True)
+        node = type(instance)
+    if leaf not in node.model_fields:
+        return _ABSENT
+    if instance is not None:
+        return getattr(instance, leaf)
+    return node.model_fields[leaf].get_default(call_default_factory=True)
+
+
+def _value(config: BaseModel, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _shown(value: Any) -> str:
+    return "(set)" if value is True else str(value)
