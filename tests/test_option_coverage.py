@@ -25,7 +25,7 @@ import rlhf
 from rlhf.config.base import ConfigError, Section, flag
 from rlhf.config.loading import ConfigParser
 from rlhf.config.ppo import PPOConfig
-from rlhf.config.refused import REFUSED, refuse, refusals
+from rlhf.config.refused import REFUSED, refusals, refuse
 from rlhf.plugin_selection import PluginSelection
 from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentKind

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from rlhf.config.base import ConfigError, cli_extra
 from rlhf.config.cli_bridge import add_model_flags, flatten, nest, reject_unknown
 from rlhf.config.legacy_translation import table_for_config, translate
-from rlhf.config.refused import refuse, refusals
+from rlhf.config.refused import refusals, refuse
 from rlhf.errors import OneLineArgumentParser
 from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentError, ComponentKind

@@ -86,6 +86,8 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     if cfg.train.partial_rollout_enable and not cfg.train.async_enable:
         raise ConfigError("--train.partial_rollout_enable requires --train.async_enable")
 
+    if cfg.ckpt.best_metric_key and not (cfg.eval.dataset and cfg.eval.steps > 0):
+        raise ConfigError("--ckpt.best_metric_key ranks evaluations: set --eval.dataset and --eval.steps too")
     remote_reward = bool(cfg.reward.remote_url or cfg.train.agent_func_path)
     if cfg.eval.dataset and not remote_reward:
         raise ConfigError("--eval.dataset needs a rule or remote reward: set --reward.remote_url or --train.agent_func_path")

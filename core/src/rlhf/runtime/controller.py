@@ -7,7 +7,6 @@ generate (agent executor) → reward → experience (old/ref log-probs, values, 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +17,9 @@ from rlhf.config.base import ConfigError
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime import checkpoint
 from rlhf.runtime.batch import Sample
+from rlhf.runtime.best_checkpoint import BestCheckpoint
 from rlhf.runtime.kl_control import KLController, observed_kl
+from rlhf.runtime.ray_start import import_in_background, start_ray
 from rlhf.runtime.rewarding import RewardStage
 
 log = logging.getLogger("rlhf.runtime")
@@ -34,40 +35,6 @@ def timed(metrics: dict[str, float], key: str):
     metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - start
 
 
-def start_ray() -> bool:
-    """Join ``RAY_ADDRESS`` if set (multi-node: ``ray start`` first), else start a local cluster."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    env = {"TOKENIZERS_PARALLELISM": "false", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env={"env_vars": env})
-    else:
-        os.environ.update(env)  # local workers inherit it; a runtime_env would cost ~0.5 s per worker start
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
-                 object_store_memory=int(os.environ.get("RLHF_RAY_OBJECT_STORE_BYTES", str(1 << 30))))
-    return True
-
-
-def import_in_background(*modules: str) -> None:
-    """Start importing ``modules`` on a daemon thread. ``ray.init`` mostly waits for the processes
-    it spawns, so the controller's torch/transformers import (seconds) fits into that wait; a
-    failure is left for the real import in the main thread to report."""
-    import importlib
-    import threading
-
-    def load() -> None:
-        for module in modules:
-            try:
-                importlib.import_module(module)
-            except Exception:  # noqa: BLE001 - reported where the module is really imported
-                return
-
-    threading.Thread(target=load, name="rlhf-import", daemon=True).start()
-
-
 class PPOController:
     def __init__(self, config: Any, plugins: Any, run_dir: Path) -> None:
         self.config, self.plugins, self.run_dir = config, plugins, Path(run_dir)
@@ -81,6 +48,7 @@ class PPOController:
         if config.algo.dynamic_filtering_enable:
             self.sample_filter = build(registry.get(K.SAMPLE_FILTER, "dynamic_filtering", flag="--algo.dynamic_filtering_enable"), config)
         self.step = 0
+        self.best = BestCheckpoint.from_config(config)
 
     # ----------------------------------------------------------------- set-up
 
@@ -190,6 +158,7 @@ class PPOController:
             self.step = state["step"]
             self.schedule.restore(state["data"])
             self.kl.value = state["kl_coef"]
+            self.best.value = state.get("best_metric")
             self.plugins.checkpoint_load(self.step, directory, state.get("plugins", {}))
             self.sync_weights()
 
@@ -291,7 +260,10 @@ class PPOController:
                 train_payload["rollout_logprobs"] = [s.rollout_logprobs for s in samples]
             if ref is not None:
                 train_payload["ref_logprobs"] = ref
-            pending = self.actor.call_split_async("train", train_payload, step=self.step, kl_coef=self.kl.value)
+            # --critic.freezing_steps: the critic warms up alone for the first N steps (OpenRLHF)
+            actor_trains = self.step > cfg.critic.freezing_steps
+            pending = (self.actor.call_split_async("train", train_payload, step=self.step, kl_coef=self.kl.value)
+                       if actor_trains else [])
             critic_pending = None
             if self.critic is not None:
                 critic_payload = {**payload, "values": values, "returns": returns}
@@ -300,7 +272,8 @@ class PPOController:
             if critic_pending is not None:
                 metrics.update(_mean_dicts(wait(critic_pending)))
         with timed(metrics, "timing/broadcast"):
-            self.sync_weights()
+            if actor_trains:
+                self.sync_weights()
         metrics.update(actor_metrics, **adv_metrics, **extra)
         metrics["reward"] = sum(s.reward for s in samples) / len(samples)
         metrics["score"] = sum(s.score for s in samples) / len(samples)
@@ -322,10 +295,11 @@ class PPOController:
         return {"eval/reward": float(torch.tensor([s.reward for s in samples]).mean()),
                 "eval/pass1": float((scores > 0).float().mean()), f"eval/pass{n}": float((scores > 0).any(dim=1).float().mean())}
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, root: Path | None = None, keep: int | None = None) -> Path:
+        """A checkpoint of this step under ``root`` (``--ckpt.path``), keeping the newest ``keep`` (``--ckpt.max_num``)."""
         cfg = self.config
         plugin_state: dict[str, Any] = {}
-        state = {"step": self.step, "data": self.schedule.state(), "kl_coef": self.kl.value,
+        state = {"step": self.step, "data": self.schedule.state(), "kl_coef": self.kl.value, "best_metric": self.best.value,
                  "plugin_set": cfg.plugin_set, "plugins": plugin_state}
 
         def write(staging: Path) -> None:
@@ -337,7 +311,7 @@ class PPOController:
                 self.actor.call("save_hf", str(staging / "hf"))
             self.plugins.checkpoint_save(self.step, staging, plugin_state)
 
-        return checkpoint.save(Path(cfg.ckpt.path), self.step, state, write, cfg.ckpt.max_num)
+        return checkpoint.save(root or Path(cfg.ckpt.path), self.step, state, write, keep or cfg.ckpt.max_num)
 
     # -------------------------------------------------------------------- run
 
@@ -371,12 +345,15 @@ class PPOController:
                 metrics = self.train_step(prompts)
                 if self.eval_prompts and cfg.eval.steps > 0 and self.step % cfg.eval.steps == 0:
                     metrics.update(self.evaluate())
+                    self.best.offer(self.step, metrics, self.save_checkpoint)
                 tracker.log(self.step, metrics)
                 if cfg.ckpt.save_steps > 0 and self.step % cfg.ckpt.save_steps == 0:
                     self.save_checkpoint()
                 self.plugins.step_end(self.step, metrics)
             tracker.close()
             self.actor.call("save_hf", str(self.run_dir))
+            if self.critic is not None and cfg.critic.save_value_network:  # OpenRLHF's <save_path>_critic
+                self.critic.call("save_hf", str(self.run_dir.with_name(self.run_dir.name + "_critic")))
             status = "completed"
         except KeyboardInterrupt:
             status = "interrupted"

@@ -165,6 +165,11 @@ class PolicyWorker(_CausalLMWorker):
             return apply_lora(model, cfg.ds, gradient_checkpointing=checkpointing)
 
         self._training_engine("actor", load, num_training_steps)
+        self.ema = None
+        if cfg.train.enable_ema:
+            from rlhf.engines.ema import ParameterEMA
+
+            self.ema = ParameterEMA(self.engine.module, cfg.train.ema_beta)
 
     def train(self, payload: dict[str, list], step: int, kl_coef: float) -> dict[str, float]:
         """``max_epochs`` passes of the actor objective over this rank's share of the rollout batch.
@@ -206,7 +211,10 @@ class PolicyWorker(_CausalLMWorker):
                 loss = loss + cfg.actor.aux_loss_coef * output.aux_loss  # MoE balancing, per forward
                 metrics["aux_loss"] = output.aux_loss.detach()
             self.engine.backward(loss)
+            optimizer_steps = self.engine.global_steps
             self.engine.step()
+            if self.ema is not None and self.engine.global_steps != optimizer_steps:
+                self.ema.update()
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
             count += 1
@@ -230,21 +238,29 @@ class PolicyWorker(_CausalLMWorker):
 
     def save_checkpoint(self, directory: str) -> None:
         self.engine.save_checkpoint(directory, tag="actor")
+        if self.ema is not None:
+            self.ema.save(Path(directory) / "actor_ema", self.rank, self.world_size)
 
     def load_checkpoint(self, directory: str) -> None:
         from rlhf.runtime.checkpoint import load_engine
 
         load_engine(self.engine, Path(directory), "actor")
+        if self.ema is not None:
+            self.ema.load(Path(directory) / "actor_ema", self.rank, self.world_size)
 
     def save_hf(self, directory: str) -> None:
-        """The trained model and its tokenizer as an HF model dir; every rank calls this (the
-        gather is collective), rank 0 writes, through a staging dir so no file is half-written."""
+        """The trained model (its EMA with ``--train.enable_ema``) and its tokenizer as an HF model dir;
+        every rank calls this (the gather is collective), rank 0 writes, through a staging dir so no
+        file is half-written."""
+        import contextlib
+
         from transformers import AutoTokenizer
 
         from rlhf.engines.deepspeed_strategy import full_state_dict
         from rlhf.runtime.checkpoint import published
 
-        state = full_state_dict(self.engine.module)
+        with self.ema.applied() if self.ema is not None else contextlib.nullcontext():
+            state = full_state_dict(self.engine.module)
         if self.rank == 0:
             with published(Path(directory), "model") as staging:
                 self.engine.module.save_pretrained(staging, state_dict=state)
@@ -350,6 +366,15 @@ class CriticWorker(_ValueWorker):
 
     def save_checkpoint(self, directory: str) -> None:
         self.engine.save_checkpoint(directory, tag="critic")
+
+    def save_hf(self, directory: str) -> None:
+        """``--critic.save_value_network``: the critic as an HF model with its value head (loadable as a
+        reward model) and the actor's tokenizer; every rank calls this (the gather is collective)."""
+        from rlhf.engines.hf_models import load_tokenizer
+        from rlhf.supervised.engines import save_final
+
+        tokenizer = load_tokenizer(self.config.actor.model_name_or_path, "--actor.model_name_or_path")
+        save_final(self.engine, tokenizer, Path(directory), self.rank, {})
 
     def load_checkpoint(self, directory: str) -> None:
         from rlhf.runtime.checkpoint import load_engine
