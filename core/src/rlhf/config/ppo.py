@@ -222,7 +222,7 @@ class DeepSpeedSection(Section):
 
 class DataSection(Section):
     disable_fast_tokenizer: bool = flag(False, "Use the slow tokenizer", switch=True)
-    dataloader_num_workers: int = flag(0, "Data loader workers")
+    dataloader_num_workers: int = flag(0, "Worker processes that tokenize the prompts (0: in the controller)")
     max_len: int = flag(2048, "Max total sequence length (prompt + response)")
     max_samples: int = flag(100000000, "Max number of samples")
     prompt_dataset: str | None = flag(None, "Prompt dataset path(s) or name(s), comma-separated")

@@ -56,6 +56,7 @@ class SupervisedDataSection(Section):
     apply_chat_template: bool = flag(False, "Use the tokenizer's chat template", switch=True)
     tokenizer_chat_template: str | None = flag(None, "A Jinja chat template replacing the tokenizer's")
     disable_fast_tokenizer: bool = flag(False, "Use the slow tokenizer", switch=True)
+    dataloader_num_workers: int = flag(0, "Worker processes that collate the next steps' micro-batches (0: in the trainer)")
 
 
 class SupervisedEvalSection(Section):

@@ -24,28 +24,28 @@ def load_prompt_rows(data_cfg: Any, seed: int) -> list[dict[str, Any]]:
                       "--data.prompt_dataset", "--data.prompt_probs")
 
 
-def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, source: str) -> list[dict[str, Any]]:
-    """Apply the chat template / input template and tokenize each row.
+def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, source: str,
+                  workers: int = 0) -> list[dict[str, Any]]:
+    """Apply the chat template / input template and tokenize each row (in ``workers`` worker
+    processes, ``--data.dataloader_num_workers``; the result is the same for any number).
 
     Prompts that are empty, or whose tokens leave no room for a response within
     ``--data.max_len``, are dropped with one warning that counts them and names their rows
     (OpenRLHF filters over-long prompts too), or are an error with ``--data.on_invalid_prompt error``.
     """
+    from rlhf.data.workers import chunks, computed_in_order
+
+    def prepare(part: list[tuple[int, dict[str, Any]]]) -> list[tuple[str | None, dict[str, Any] | None]]:
+        return [_prepare(index, row, data_cfg, tokenizer, source) for index, row in part]
+
     prompts = []
     invalid: dict[str, list[int]] = {}
-    for index, row in enumerate(rows):
-        value = text_value(row, data_cfg.input_key, "--data.input_key", source, index)
-        if data_cfg.label_key:
-            row_value(row, data_cfg.label_key, "--data.label_key", source, index)
-        if not _has_text(value):
-            invalid.setdefault("empty", []).append(index)
-            continue
-        text, ids = format_prompt(value, data_cfg, tokenizer)
-        if len(ids) >= data_cfg.max_len:
-            invalid.setdefault(f"with at least --data.max_len {data_cfg.max_len} tokens", []).append(index)
-            continue
-        label = row.get(data_cfg.label_key) if data_cfg.label_key else None
-        prompts.append({"prompt": text, "prompt_ids": ids, "label": label})
+    outcomes = computed_in_order(prepare, chunks(list(enumerate(rows)), _ROWS_PER_TASK), workers)
+    for index, (why, prompt) in enumerate(outcome for part in outcomes for outcome in part):
+        if why is not None:
+            invalid.setdefault(why, []).append(index)
+        else:
+            prompts.append(prompt)
     if invalid:
         found = "; ".join(f"{len(rows_)} {why} ({_row_list(rows_)})" for why, rows_ in invalid.items())
         if data_cfg.on_invalid_prompt == "error":
@@ -55,6 +55,24 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
     if not prompts:
         raise DataError(f"{source}: no usable prompt is left ({len(rows)} rows, all invalid)")
     return prompts
+
+
+#: Rows one worker task prepares (large enough that handing results back costs little).
+_ROWS_PER_TASK = 256
+
+
+def _prepare(index: int, row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: str) -> tuple[str | None, Any]:
+    """``(None, prompt)`` for a usable row, ``(why, None)`` for an invalid one; a missing key raises."""
+    value = text_value(row, data_cfg.input_key, "--data.input_key", source, index)
+    if data_cfg.label_key:
+        row_value(row, data_cfg.label_key, "--data.label_key", source, index)
+    if not _has_text(value):
+        return "empty", None
+    text, ids = format_prompt(value, data_cfg, tokenizer)
+    if len(ids) >= data_cfg.max_len:
+        return f"with at least --data.max_len {data_cfg.max_len} tokens", None
+    label = row.get(data_cfg.label_key) if data_cfg.label_key else None
+    return None, {"prompt": text, "prompt_ids": ids, "label": label}
 
 
 def _has_text(value: Any) -> bool:

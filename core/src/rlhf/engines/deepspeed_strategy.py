@@ -32,6 +32,25 @@ def init_distributed() -> None:
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu() else "gloo")
 
 
+def seed_process(seed: int, full_determinism: bool) -> None:
+    """Seed python, numpy and torch in this worker (OpenRLHF's ``set_seed`` on every rank), so
+    random initialisations (a critic's new value head) repeat from run to run.
+
+    ``--train.full_determinism_enable`` also switches torch to deterministic algorithms, with
+    the CUDA settings they need (``transformers.enable_full_determinism``: cuDNN deterministic
+    and without benchmarking, a fixed cuBLAS workspace, deterministic flash-attention backward,
+    and ``CUDA_LAUNCH_BLOCKING=1``, which serialises kernel launches: expect GPU steps to be
+    markedly slower). An op without a deterministic implementation then raises instead of
+    running.
+    """
+    import transformers
+
+    if full_determinism:
+        transformers.enable_full_determinism(seed)
+    else:
+        transformers.set_seed(seed)
+
+
 def torch_dtype(name: str) -> Any:
     """``--ds.param_dtype`` value -> torch dtype."""
     import torch

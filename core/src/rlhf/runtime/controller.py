@@ -88,7 +88,7 @@ class PPOController:
         self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path",
                                         use_fast=not cfg.data.disable_fast_tokenizer)
         rows = load_prompt_rows(cfg.data, cfg.train.seed)
-        prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset)
+        prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset, cfg.data.dataloader_num_workers)
         self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
         self.eval_prompts: list[dict[str, Any]] = []
         if cfg.eval.dataset:

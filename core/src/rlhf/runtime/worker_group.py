@@ -103,13 +103,14 @@ class BaseWorker:
 
     def _init_common(self, master_addr: str, master_port: int) -> None:
         from rlhf.config.ppo import PPOConfig
-        from rlhf.engines.deepspeed_strategy import init_distributed
+        from rlhf.engines.deepspeed_strategy import init_distributed, seed_process
         from rlhf.plugin_selection import PluginSelection
         from rlhf.plugins import PluginHost
 
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         self.plugins = PluginHost.load(PluginSelection.from_resolved(self._config_dict.get("plugin_set", [])))
         self.config = PPOConfig.model_validate(self._config_dict)
+        seed_process(self.config.train.seed, self.config.train.full_determinism_enable)
         init_distributed()
         self.plugins.worker_init(self.role, self.rank, self.config)
 

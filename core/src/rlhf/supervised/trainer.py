@@ -175,10 +175,14 @@ class SupervisedTrainer:
         tracker = self._tracker(total, step)
         self.plugins.train_start(cfg, self.run_dir)
         status = "failed"
+        from rlhf.data.workers import computed_in_order
+
+        # --data.dataloader_num_workers: the next steps' micro-batches are collated in worker processes
+        step_batches = computed_in_order(self._step_batches, range(step, total), cfg.data.dataloader_num_workers)
         try:
             while step < total:
                 torch.manual_seed(cfg.train.seed * 1000003 + step)  # dropout etc.: resumes replay exactly
-                metrics = self._train_step(step)
+                metrics = self._train_step(step, next(step_batches))
                 step += 1
                 if step == total or (cfg.eval.steps > 0 and step % cfg.eval.steps == 0):
                     metrics.update(self.evaluate())  # the final eval shares the last step's record: each step once
@@ -232,6 +236,10 @@ class SupervisedTrainer:
         per_rank = size // self.world_size
         return [self.train_examples[i] for i in chosen[self.rank * per_rank : (self.rank + 1) * per_rank]]
 
+    def _step_batches(self, step: int) -> list[Any]:
+        """This rank's micro-batches of optimizer step ``step``."""
+        return self._micro_batches(self._step_examples(step))
+
     def _micro_batches(self, examples: list[dict[str, Any]]) -> list[Any]:
         micro = self.config.train.micro_batch_size
         return [self.collate(examples[i : i + micro]) for i in range(0, len(examples), micro)]
@@ -244,10 +252,10 @@ class SupervisedTrainer:
             torch.distributed.all_reduce(tensor)
         return tensor.tolist()
 
-    def _train_step(self, step: int) -> dict[str, float]:
-        """One optimizer step: the loss is Σ loss_sum / Σ units over every micro-batch of every rank."""
+    def _train_step(self, step: int, batches: list[Any]) -> dict[str, float]:
+        """One optimizer step over this rank's micro-batches of it: the loss is Σ loss_sum / Σ units over
+        every micro-batch of every rank."""
         started = time.perf_counter()
-        batches = self._micro_batches(self._step_examples(step))
         tokens = sum(int((b.sample_ids >= 0).sum()) for b in batches)  # real tokens, padding excluded
         (total_units,) = self._all_reduce([sum(self.units(b) for b in batches)])
         total_units = max(total_units, 1.0)
