@@ -53,3 +53,31 @@ def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path) -> 
     assert sorted(p.name for p in (straight / "ckpt").iterdir()) == ["global_step6", "global_step8"]  # max_num 2
     config_text = (straight / "out" / "rlhf_config.yaml").read_text()
     assert "dataset_probs: 0.75,0.25" in config_text and "plugin_set:" in config_text
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_universal_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path, stage) -> None:
+    """--ds.use_universal_ckpt: a 2-rank run crashes after step 2; one rank resumes it, and steps 3-6 have the
+    losses of the uninterrupted 2-rank run (the step's loss is a global mean, however it is split)."""
+    data = _rows(tmp_path / "a.jsonl", 24, 0, "add")
+
+    def flags(run: Path) -> list[str]:
+        return ["train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset", str(data),
+                "--train.batch_size", "8", "--train.micro_batch_size", "2", "--train.max_epochs", "2",
+                "--adam.lr", "1e-3", "--ds.param_dtype", "fp32", "--ds.zero_stage", str(stage), "--ds.use_universal_ckpt",
+                "--ds.attn_implementation", "eager", "--ckpt.save_steps", "2", "--ckpt.path", str(run / "ckpt"),
+                "--ckpt.output_dir", str(run / "out")]
+
+    two_ranks = ("torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert_ok(run_rlhf(*flags(straight), launcher=two_ranks))
+    failed = run_rlhf("--plugins", str(crash_plugin(tmp_path, 2)), *flags(resumed), launcher=two_ranks)
+    assert failed.returncode != 0 and "simulated crash after step 2" in failed.stderr
+    one_rank = assert_ok(run_rlhf(*flags(resumed), "--ckpt.load_enable"))
+    assert "global_step2 (step 2)" in one_rank.stderr  # it did resume (a fresh start would give these losses too)
+    assert (resumed / "ckpt" / "global_step2" / "model_universal" / "zero").is_dir()
+
+    losses = {run: {m["step"]: m["loss"] for m in read_metrics(run / "out")} for run in (straight, resumed)}
+    assert sorted(losses[resumed]) == list(range(1, 7))
+    for step in range(3, 7):
+        assert losses[resumed][step] == pytest.approx(losses[straight][step], rel=1e-5), step

@@ -67,7 +67,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("ppo", "vllm.sync_with_ray"): _WEIGHT_SYNC,
     ("supervised", "ds.enable_sleep"): "sleep mode frees devices for colocated rollout engines; supervised training has none",
     ("*", "ckpt.max_mem"): _later(17),
-    ("*", "ds.use_universal_ckpt"): _later(17),
     ("*", "ds.deepcompile"): _later(17),
     ("*", "ds.zpg"): _later(17),
     ("*", "ds.tensor_parallel_size"): _later(17),

@@ -84,6 +84,8 @@ def train_config(config: Any, optimizer_block: dict[str, Any] | None, world_size
     }
     if ds.grad_accum_dtype:
         block["data_types"] = {"grad_accum_dtype": ds.grad_accum_dtype}
+    if ds.use_universal_ckpt:  # resumes load the universal form (rlhf.engines.universal_checkpoint)
+        block["checkpoint"] = {"load_universal": True}
     if optimizer_block is not None:
         optimizer_block = {**optimizer_block, "params": dict(optimizer_block.get("params", {}))}
         if not ds.adam_offload and not on_gpu():

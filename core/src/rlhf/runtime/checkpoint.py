@@ -179,8 +179,9 @@ def load_state(directory: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
     return state
 
 
-def load_engine(engine: Any, directory: Path, tag: str) -> None:
-    """Load the DeepSpeed states under ``directory/tag`` (model, optimizer, scheduler) into ``engine``.
+def load_engine(engine: Any, directory: Path, tag: str, *, universal: bool = False) -> None:
+    """Load the DeepSpeed states under ``directory/tag`` (model, optimizer, scheduler) into ``engine``;
+    ``universal`` (``--ds.use_universal_ckpt``): through DeepSpeed's universal form, on any number of ranks.
 
     Every way this fails is a :class:`CheckpointError` naming the states dir and what to do:
     a missing dir (DeepSpeed would return ``(None, None)`` and train on from the initial weights),
@@ -191,6 +192,10 @@ def load_engine(engine: Any, directory: Path, tag: str) -> None:
         raise CheckpointError(f"checkpoint {states} holds no DeepSpeed model states (a damaged checkpoint, or one saved "
                               f"with --ckpt.disable_ds); delete {directory} {_WAY_OUT}")
     try:
+        if universal:
+            from rlhf.engines.universal_checkpoint import convert
+
+            tag = convert(directory, tag)
         loaded, _ = engine.load_checkpoint(str(directory), tag=tag, load_optimizer_states=True,
                                            load_lr_scheduler_states=True)
     except Exception as exc:  # noqa: BLE001 - whatever DeepSpeed or torch.load raise here is about these files

@@ -244,7 +244,7 @@ class PolicyWorker(_CausalLMWorker):
     def load_checkpoint(self, directory: str) -> None:
         from rlhf.runtime.checkpoint import load_engine
 
-        load_engine(self.engine, Path(directory), "actor")
+        load_engine(self.engine, Path(directory), "actor", universal=self.config.ds.use_universal_ckpt)
         if self.ema is not None:
             self.ema.load(Path(directory) / "actor_ema", self.rank, self.world_size)
 
@@ -379,4 +379,4 @@ class CriticWorker(_ValueWorker):
     def load_checkpoint(self, directory: str) -> None:
         from rlhf.runtime.checkpoint import load_engine
 
-        load_engine(self.engine, Path(directory), "critic")
+        load_engine(self.engine, Path(directory), "critic", universal=self.config.ds.use_universal_ckpt)

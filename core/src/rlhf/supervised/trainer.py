@@ -333,7 +333,7 @@ class SupervisedTrainer:
             return 0
 
         def load(directory: Path, state: dict[str, Any]) -> None:
-            checkpoint.load_engine(self.engine, directory, "model")
+            checkpoint.load_engine(self.engine, directory, "model", universal=self.config.ds.use_universal_ckpt)
             self.plugins.checkpoint_load(state["step"], directory, state.get("plugins", {}))
 
         state = checkpoint.resume(Path(self.config.ckpt.path), load)
