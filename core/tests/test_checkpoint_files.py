@@ -81,6 +81,23 @@ def test_saves_rotate_to_max_num(tmp_path) -> None:
     assert [p.name for _, p in checkpoint.checkpoints(tmp_path)] == ["global_step2", "global_step3", "global_step4"]
 
 
+def test_saves_rotate_to_max_mem_but_keep_the_newest(tmp_path, caplog) -> None:
+    """--ckpt.max_mem (GiB): the oldest go until the rest fit; sizes differ, so the count kept varies."""
+    sizes_kib = {1: 300, 2: 300, 3: 500, 4: 200, 5: 1200}
+
+    def save(step: int) -> None:
+        checkpoint.save(tmp_path, step, {"step": step},
+                        lambda staging: (staging / "weights").write_bytes(b"\0" * (sizes_kib[step] << 10)),
+                        max_num=10, max_gb=1000 / 2**20)  # 1000 KiB
+    kept = []
+    for step in sizes_kib:
+        with caplog.at_level(logging.WARNING):
+            save(step)
+        kept.append([s for s, _ in checkpoint.checkpoints(tmp_path)])
+    assert kept == [[1], [1, 2], [2, 3], [3, 4], [5]]  # 300+300+500 > 1000: step 1 goes; 1200 alone stays
+    assert "alone takes" in caplog.text and "--ckpt.max_mem" in caplog.text
+
+
 def test_a_published_model_replaces_files_only_when_complete(tmp_path) -> None:
     out = tmp_path / "out"
     with checkpoint.published(out, "model") as staging:

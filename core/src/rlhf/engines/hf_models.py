@@ -75,26 +75,35 @@ def load_tokenizer(path: str, flag: str, **kwargs: Any) -> Any:
                           f"{' '.join(str(exc).split())[:200]})") from exc
 
 
-def load_causal_lm(path: str, dtype: Any, attn: str, **kwargs: Any) -> Any:
-    """``kwargs``: more ``from_pretrained`` arguments (a 4-bit quantization config)."""
+def _experts(experts: str | None) -> dict[str, Any]:
+    """``--ds.experts_implementation``: how MoE layers compute their experts (None: transformers' choice)."""
+    return {"experts_implementation": experts} if experts else {}
+
+
+def load_causal_lm(path: str, dtype: Any, attn: str, *, experts: str | None = None, **kwargs: Any) -> Any:
+    """``experts``: ``--ds.experts_implementation``; ``kwargs``: more ``from_pretrained`` arguments (a 4-bit
+    quantization config)."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation(attn), **kwargs)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation(attn),
+                                                **_experts(experts), **kwargs)
 
 
 def load_value_model(path: str, dtype: Any, attn: str, head: str = "score", *, require_head: bool = False,
-                     **kwargs: Any) -> Any:
+                     experts: str | None = None, **kwargs: Any) -> Any:
     """A sequence-regression model whose ``head`` maps every hidden state to one value.
 
     A causal-LM checkpoint (e.g. the actor used as critic, or an SFT model becoming a
     reward model) gets a fresh bias-free head drawn from N(0, 1/(d+1)), as OpenRLHF's.
     ``require_head``: a checkpoint without a trained head is an error (reward models must have one).
-    ``kwargs``: more ``from_pretrained`` arguments (a 4-bit quantization config).
+    ``experts``: ``--ds.experts_implementation``; ``kwargs``: more ``from_pretrained`` arguments (a 4-bit
+    quantization config).
     """
     from transformers import AutoModelForSequenceClassification
 
     model, info = AutoModelForSequenceClassification.from_pretrained(
-        path, num_labels=1, dtype=dtype, attn_implementation=attn_implementation(attn), output_loading_info=True, **kwargs
+        path, num_labels=1, dtype=dtype, attn_implementation=attn_implementation(attn), output_loading_info=True,
+        **_experts(experts), **kwargs
     )
     if not hasattr(model, head):
         raise ValueError(f"model at {path} has no value head named {head!r} (--ds.value_head_prefix); "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import pickle
 import re
@@ -98,8 +99,10 @@ def _removed_on_failure(path: Path) -> Iterator[None]:
 
 
 def save(root: Path, step: int, state: dict[str, Any], write: Callable[[Path], None], max_num: int, *,
-         rank: int = 0, barrier: Callable[[], None] = lambda: None) -> Path:
+         max_gb: float = math.inf, rank: int = 0, barrier: Callable[[], None] = lambda: None) -> Path:
     """``write(staging_dir)`` fills the checkpoint; it appears as ``global_step<step>`` only when complete.
+    Then the oldest checkpoints go until at most ``max_num`` (``--ckpt.max_num``) are left and they take at
+    most ``max_gb`` GiB (``--ckpt.max_mem``); the new one always stays.
 
     Under a launcher every rank calls this and writes its share; rank 0 stages and commits, and
     ``barrier`` orders them. ``state`` is read after ``write``, which may still fill it in.
@@ -119,10 +122,23 @@ def save(root: Path, step: int, state: dict[str, Any], write: Callable[[Path], N
             if final.exists():
                 shutil.rmtree(final)
             staging.rename(final)
-            for _, old in checkpoints(root)[: -max(1, max_num)]:
-                shutil.rmtree(old, ignore_errors=True)
+            _rotate(root, max_num, max_gb)
         barrier()
     return final
+
+
+def _rotate(root: Path, max_num: int, max_gb: float) -> None:
+    found = [path for _, path in checkpoints(root)]
+    for old in found[: -max(1, max_num)]:
+        shutil.rmtree(old, ignore_errors=True)
+    kept = found[-max(1, max_num):]
+    sizes = [sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) for path in kept]
+    while len(kept) > 1 and sum(sizes) > max_gb * 2**30:  # OpenRLHF's GB are GiB
+        shutil.rmtree(kept.pop(0), ignore_errors=True)
+        sizes.pop(0)
+    if sum(sizes) > max_gb * 2**30:
+        log.warning("checkpoint %s alone takes %.3g GiB, more than --ckpt.max_mem %g; kept anyway", kept[0],
+                    sizes[0] / 2**30, max_gb)
 
 
 @contextmanager

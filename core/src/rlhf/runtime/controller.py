@@ -311,7 +311,8 @@ class PPOController:
                 self.actor.call("save_hf", str(staging / "hf"))
             self.plugins.checkpoint_save(self.step, staging, plugin_state)
 
-        return checkpoint.save(root or Path(cfg.ckpt.path), self.step, state, write, keep or cfg.ckpt.max_num)
+        return checkpoint.save(root or Path(cfg.ckpt.path), self.step, state, write, keep or cfg.ckpt.max_num,
+                               max_gb=cfg.ckpt.max_mem)
 
     # -------------------------------------------------------------------- run
 

@@ -131,7 +131,9 @@ class ReferenceWorker(_CausalLMWorker):
         self._init_common(master_addr, master_port)
         ds_config = eval_config(self.config, self.config.ref.offload)
         self._zero3 = zero3_context(ds_config)
-        model = load_causal_lm(self.config.actor.model_name_or_path, dtype_of(self.config), self.config.ds.attn_implementation)
+        ds = self.config.ds
+        model = load_causal_lm(self.config.actor.model_name_or_path, dtype_of(self.config), ds.attn_implementation,
+                               experts=ds.experts_implementation)
         self.pad_id = model.config.pad_token_id or 0
         self.engine, *_ = deepspeed.initialize(model=model, config=ds_config)
 
@@ -158,7 +160,7 @@ class PolicyWorker(_CausalLMWorker):
             from rlhf.engines.lora import apply_lora, quantization_kwargs
 
             model = load_causal_lm(cfg.actor.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation,
-                                   **quantization_kwargs(cfg.ds))
+                                   experts=cfg.ds.experts_implementation, **quantization_kwargs(cfg.ds))
             checkpointing = cfg.actor.gradient_checkpointing_enable
             if checkpointing:
                 model.gradient_checkpointing_enable({"use_reentrant": cfg.actor.gradient_checkpointing_reentrant})
@@ -293,7 +295,8 @@ class RewardModelWorker(_ValueWorker):
         self.head = self.config.ds.value_head_prefix
         ds_config = eval_config(self.config, self.config.reward.offload)
         self._zero3 = zero3_context(ds_config)
-        model = load_value_model(path, dtype_of(self.config), self.config.ds.attn_implementation, self.head, require_head=True)
+        model = load_value_model(path, dtype_of(self.config), self.config.ds.attn_implementation, self.head, require_head=True,
+                                 experts=self.config.ds.experts_implementation)
         self.pad_id = model.config.pad_token_id or 0
         # --reward.normalize_enable: (r − μ)/σ with the statistics reward-model training stored in its config
         self.normalize = (1.0, 0.0)
@@ -334,7 +337,7 @@ class CriticWorker(_ValueWorker):
             from rlhf.engines.lora import apply_lora, quantization_kwargs
 
             model = load_value_model(cfg.critic.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, self.head,
-                                     **quantization_kwargs(cfg.ds))
+                                     experts=cfg.ds.experts_implementation, **quantization_kwargs(cfg.ds))
             return apply_lora(model, cfg.ds, value_head=self.head)  # OpenRLHF adapts the critic too
 
         self._training_engine("critic", load, num_training_steps)

@@ -13,15 +13,20 @@ from types import SimpleNamespace
 from typing import Any
 
 
-def join_process_group() -> tuple[int, int]:
-    """Initialise torch.distributed (a one-rank group when no launcher set it up); ``(rank, world_size)``."""
+def join_process_group(local_rank: int = -1) -> tuple[int, int]:
+    """Initialise torch.distributed (a one-rank group when no launcher set it up); ``(rank, world_size)``.
+
+    ``local_rank`` (``--local_rank``, passed by launchers that do not export ``LOCAL_RANK``, such as
+    ``torch.distributed.launch`` without ``--use_env``) picks this process's device on the node.
+    """
     import torch.distributed as dist
 
     from rlhf.engines.deepspeed_strategy import init_distributed
     from rlhf.runtime.worker_group import free_port
 
     if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    os.environ.setdefault("LOCAL_RANK", str(max(local_rank, 0)))  # a launcher's LOCAL_RANK wins
     init_distributed()
     return dist.get_rank(), dist.get_world_size()
 
@@ -41,7 +46,7 @@ def load_trained(config: Any, *, value_head: str | None) -> Any:
     from rlhf.engines.lora import apply_lora, quantization_kwargs
 
     path = config.model.model_name_or_path  # checked by SupervisedTrainer.run before anything loads
-    attn, extra = config.ds.attn_implementation, quantization_kwargs(config.ds)
+    attn, extra = config.ds.attn_implementation, {**quantization_kwargs(config.ds), "experts": config.ds.experts_implementation}
     if value_head:
         model = load_value_model(path, dtype_of(config), attn, value_head, **extra)
     else:
@@ -85,7 +90,7 @@ def frozen_engine(config: Any, path: str, offload: bool) -> tuple[Any, Any]:
 
     ds_config = eval_config(config, offload, config.train.micro_batch_size)
     context = zero3_context(ds_config)
-    model = load_causal_lm(path, dtype_of(config), config.ds.attn_implementation)
+    model = load_causal_lm(path, dtype_of(config), config.ds.attn_implementation, experts=config.ds.experts_implementation)
     engine, *_ = deepspeed.initialize(model=model, config=ds_config)
     engine.eval()
     return engine, context

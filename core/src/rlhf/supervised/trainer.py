@@ -146,7 +146,7 @@ class SupervisedTrainer:
         if not cfg.model.model_name_or_path:
             raise ConfigError("--model.model_name_or_path is required")
         check_model_source(cfg.model.model_name_or_path, "--model.model_name_or_path")
-        self.rank, self.world_size = join_process_group()
+        self.rank, self.world_size = join_process_group(cfg.local_rank)
         self.tokenizer = load_tokenizer(cfg.model.model_name_or_path, "--model.model_name_or_path",
                                         use_fast=not cfg.data.disable_fast_tokenizer)
         if cfg.data.tokenizer_chat_template:
@@ -322,8 +322,8 @@ class SupervisedTrainer:
             self.engine.save_checkpoint(str(staging), tag="model")
             self.plugins.checkpoint_save(step, staging, plugin_state)
 
-        checkpoint.save(Path(self.config.ckpt.path), step, state, write, self.config.ckpt.max_num, rank=self.rank,
-                        barrier=dist.barrier)
+        checkpoint.save(Path(self.config.ckpt.path), step, state, write, self.config.ckpt.max_num,
+                        max_gb=self.config.ckpt.max_mem, rank=self.rank, barrier=dist.barrier)
 
     def _resume(self) -> int:
         """``--ckpt.load_enable``: the step of the checkpoint loaded (0 when there is none)."""
