@@ -127,6 +127,9 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
+    from rlhf.engines.deepspeed_strategy import check_options
+
+    check_options(cfg.ds)
     if cfg.ds.load_in_4bit:
         from rlhf.engines.lora import check_4bit
 

@@ -11,6 +11,8 @@ import contextlib
 import os
 from typing import Any
 
+from rlhf.errors import ConfigError
+
 
 def on_gpu() -> bool:
     import torch
@@ -30,6 +32,23 @@ def init_distributed() -> None:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # avoids a 45 s JIT build; plain gloo
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu() else "gloo")
+
+
+def check_options(ds: Any) -> None:
+    """``--ds.*`` combinations DeepSpeed cannot run, as one clear error before anything loads."""
+    if ds.zpg > 1 and ds.zero_stage != 3:
+        raise ConfigError(f"--ds.zpg {ds.zpg} (ZeRO++ hierarchical weight partitioning) needs --ds.zero_stage 3 "
+                          f"(got {ds.zero_stage})")
+    if ds.deepcompile and not on_gpu():
+        raise ConfigError("--ds.deepcompile needs a CUDA GPU: DeepSpeed's deepcompile op builds against CUDA; "
+                          "drop the flag on CPU machines")
+
+
+def compile_if_asked(engine: Any, ds: Any) -> Any:
+    """``--ds.deepcompile``: DeepSpeed's compiler passes over the engine's torch.compile graph (GPU only)."""
+    if ds.deepcompile:
+        engine.compile()
+    return engine
 
 
 def seed_process(seed: int, full_determinism: bool) -> None:
@@ -63,13 +82,16 @@ def dtype_of(config: Any) -> Any:
 
 
 def train_config(config: Any, optimizer_block: dict[str, Any] | None, world_size: int, max_norm: float) -> dict[str, Any]:
-    """ZeRO config of a trained model; reads ``config.ds`` and ``config.train.micro_batch_size/batch_size``."""
+    """ZeRO config of a trained model; reads ``config.ds`` and ``config.train.micro_batch_size/batch_size``.
+    ``world_size``: the data-parallel ranks (all ranks over ``--ds.tensor_parallel_size``)."""
     ds = config.ds
     micro = config.train.micro_batch_size
     accumulation = max(1, config.train.batch_size // (micro * world_size))
     zero: dict[str, Any] = {"stage": ds.zero_stage, "overlap_comm": ds.overlap_comm}
     if ds.zero_stage == 3:
         zero.update(stage3_param_persistence_threshold="auto", reduce_scatter=True)
+    if ds.zpg > 1:  # ZeRO++ hpZ: a second copy of the weights sharded within groups of zpg ranks (one node)
+        zero["zero_hpz_partition_size"] = ds.zpg
     if ds.adam_offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": on_gpu()}
     block: dict[str, Any] = {
@@ -84,6 +106,11 @@ def train_config(config: Any, optimizer_block: dict[str, Any] | None, world_size
     }
     if ds.grad_accum_dtype:
         block["data_types"] = {"grad_accum_dtype": ds.grad_accum_dtype}
+    if ds.deepcompile:
+        block["compile"] = {"deepcompile": True}
+    if ds.tensor_parallel_size > 1:  # DeepSpeed AutoTP shards the linear layers over groups of this many ranks;
+        # the output head stays whole, so every rank has the full-vocabulary logits the losses read
+        block["tensor_parallel"] = {"autotp_size": ds.tensor_parallel_size, "vocab_parallel_lm_head": False}
     if ds.use_universal_ckpt:  # resumes load the universal form (rlhf.engines.universal_checkpoint)
         block["checkpoint"] = {"load_universal": True}
     if optimizer_block is not None:

@@ -83,7 +83,7 @@ class _ModelWorker(BaseWorker):
         import deepspeed
 
         from rlhf.components import build
-        from rlhf.engines.deepspeed_strategy import train_config, zero3_context
+        from rlhf.engines.deepspeed_strategy import compile_if_asked, train_config, zero3_context
         from rlhf.registry import ComponentKind as K
 
         section = getattr(self.config, role)
@@ -100,6 +100,7 @@ class _ModelWorker(BaseWorker):
             config=ds_config,
             lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_training_steps), section),
         )
+        compile_if_asked(self.engine, self.config.ds)
 
     def _scale(self) -> float:
         """DeepSpeed divides by the accumulation steps and averages over ranks: undo both."""

@@ -63,7 +63,7 @@ def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *
     import deepspeed
 
     from rlhf.components import build
-    from rlhf.engines.deepspeed_strategy import train_config, zero3_context
+    from rlhf.engines.deepspeed_strategy import compile_if_asked, train_config, zero3_context
     from rlhf.registry import ComponentKind as K
 
     section = optimizer_section(config)
@@ -78,7 +78,7 @@ def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *
         config=ds_config,
         lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_steps), section),
     )
-    return engine, context
+    return compile_if_asked(engine, config.ds), context
 
 
 def frozen_engine(config: Any, path: str, offload: bool) -> tuple[Any, Any]:
@@ -109,7 +109,8 @@ def save_final(engine: Any, tokenizer: Any, output_dir: Path, rank: int, config_
     from rlhf.runtime.checkpoint import published
 
     module = engine.module
-    state = full_state_dict(module)
+    # AutoTP (--ds.tensor_parallel_size) leaves shards in the module: DeepSpeed gathers them (rank 0 gets the state)
+    state = engine._consolidated_16bit_state_dict() if engine.autotp_size() > 1 else full_state_dict(module)
     if rank == 0:
         base = module.get_base_model() if is_peft(module) else module
         for key, value in config_updates.items():

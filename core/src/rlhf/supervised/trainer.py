@@ -59,6 +59,8 @@ class SupervisedTrainer:
         self.config, self.plugins, self.run_dir = config, plugins, Path(run_dir)
         self.frozen: dict[str, Any] = {}
         self.rank, self.world_size = 0, 1
+        #: data-parallel rank and size: the ranks of one --ds.tensor_parallel_size group share the same data
+        self.dp_rank, self.dp_size = 0, 1
         self.tokenizer: Any = None
 
     @classmethod
@@ -68,10 +70,17 @@ class SupervisedTrainer:
 
         from rlhf.config.checks import check_global_batch, require_positive
 
-        require_positive(config, "train.batch_size", "train.micro_batch_size", "train.max_epochs", "data.max_len")
-        # under torchrun / the deepspeed launcher every rank is a data-parallel rank
-        check_global_batch(config.train.batch_size, config.train.micro_batch_size, int(os.environ.get("WORLD_SIZE", "1")),
-                           "the launcher's WORLD_SIZE")
+        require_positive(config, "train.batch_size", "train.micro_batch_size", "train.max_epochs", "data.max_len",
+                         "ds.tensor_parallel_size")
+        # under torchrun / the deepspeed launcher the ranks form groups of --ds.tensor_parallel_size
+        world, tp = int(os.environ.get("WORLD_SIZE", "1")), config.ds.tensor_parallel_size
+        if world % tp:
+            raise ConfigError(f"--ds.tensor_parallel_size {tp} does not divide the launcher's WORLD_SIZE {world}")
+        check_global_batch(config.train.batch_size, config.train.micro_batch_size, world // tp,
+                           "the launcher's WORLD_SIZE / --ds.tensor_parallel_size")
+        from rlhf.engines.deepspeed_strategy import check_options
+
+        check_options(config.ds)
         if config.ds.load_in_4bit:
             from rlhf.engines.lora import check_4bit
 
@@ -147,6 +156,8 @@ class SupervisedTrainer:
             raise ConfigError("--model.model_name_or_path is required")
         check_model_source(cfg.model.model_name_or_path, "--model.model_name_or_path")
         self.rank, self.world_size = join_process_group(cfg.local_rank)
+        tp = cfg.ds.tensor_parallel_size  # DeepSpeed AutoTP groups consecutive ranks
+        self.dp_rank, self.dp_size = self.rank // tp, self.world_size // tp
         self.tokenizer = load_tokenizer(cfg.model.model_name_or_path, "--model.model_name_or_path",
                                         use_fast=not cfg.data.disable_fast_tokenizer)
         if cfg.data.tokenizer_chat_template:
@@ -157,7 +168,7 @@ class SupervisedTrainer:
         if self.steps_per_epoch == 0:
             raise ConfigError(f"--data.dataset has {len(train)} usable samples, fewer than --train.batch_size {cfg.train.batch_size}")
         total = self.steps_per_epoch * cfg.train.max_epochs
-        self.engine, self._context = trained_engine(cfg, self.plugins, self.world_size, total, value_head=self.value_head)
+        self.engine, self._context = trained_engine(cfg, self.plugins, self.dp_size, total, value_head=self.value_head)
         self.device = self.engine.device
         if cfg.ds.packing_samples and self.rank == 0:
             from rlhf.engines.hf_models import attn_implementation
@@ -233,8 +244,8 @@ class SupervisedTrainer:
         order = list(range(len(self.train_examples)))
         random.Random(self.config.train.seed * 7919 + epoch).shuffle(order)
         chosen = order[index * size : (index + 1) * size]
-        per_rank = size // self.world_size
-        return [self.train_examples[i] for i in chosen[self.rank * per_rank : (self.rank + 1) * per_rank]]
+        per_rank = size // self.dp_size
+        return [self.train_examples[i] for i in chosen[self.dp_rank * per_rank : (self.dp_rank + 1) * per_rank]]
 
     def _step_batches(self, step: int) -> list[Any]:
         """This rank's micro-batches of optimizer step ``step``."""
@@ -250,7 +261,7 @@ class SupervisedTrainer:
         tensor = torch.tensor(values, dtype=torch.float64)
         if self.world_size > 1:
             torch.distributed.all_reduce(tensor)
-        return tensor.tolist()
+        return (tensor / (self.world_size // self.dp_size)).tolist()  # a tensor-parallel group's ranks hold the same sums
 
     def _train_step(self, step: int, batches: list[Any]) -> dict[str, float]:
         """One optimizer step over this rank's micro-batches of it: the loss is Σ loss_sum / Σ units over
@@ -260,7 +271,7 @@ class SupervisedTrainer:
         (total_units,) = self._all_reduce([sum(self.units(b) for b in batches)])
         total_units = max(total_units, 1.0)
         # DeepSpeed divides each micro-batch's loss by the accumulation steps and averages ranks: undo both.
-        scale = float(self.engine.gradient_accumulation_steps() * self.world_size)
+        scale = float(self.engine.gradient_accumulation_steps() * self.dp_size)
         sums: dict[str, float] = {}
         aux = [0.0, 0.0]  # Σ aux loss, forwards that reported one
         self.engine.train()
@@ -293,8 +304,8 @@ class SupervisedTrainer:
         if not examples:
             return {}
         # equal shares: under ZeRO-3 every forward is collective, so ranks must run the same micro-batches
-        usable = len(examples) - len(examples) % self.world_size
-        mine = examples[:usable][self.rank :: self.world_size]
+        usable = len(examples) - len(examples) % self.dp_size
+        mine = examples[:usable][self.dp_rank :: self.dp_size]
         sums: dict[str, float] = {"loss": 0.0}
         units = 0.0
         self.engine.eval()

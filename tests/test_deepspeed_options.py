@@ -1,0 +1,92 @@
+"""``--ds.zpg`` (ZeRO++ hierarchical partitioning), ``--ds.deepcompile`` (GPU only), and the DeepSpeed blocks they write."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from rlhf.config.supervised import SupervisedConfig
+from rlhf.engines.deepspeed_strategy import on_gpu, train_config
+from rlhf.runtime.tracking import read_metrics
+from rlhf.testing.cli import assert_ok, assert_user_error, run_rlhf
+
+
+def _ds_block(**ds: object) -> dict:
+    config = SupervisedConfig()
+    for key, value in ds.items():
+        setattr(config.ds, key, value)
+    return train_config(config, None, world_size=4, max_norm=1.0)
+
+
+def test_the_options_reach_the_deepspeed_config() -> None:
+    plain = _ds_block(zero_stage=3)
+    assert "zero_hpz_partition_size" not in plain["zero_optimization"] and "compile" not in plain
+    assert "checkpoint" not in plain
+    assert _ds_block(zero_stage=3, zpg=2)["zero_optimization"]["zero_hpz_partition_size"] == 2
+    assert _ds_block(deepcompile=True)["compile"] == {"deepcompile": True}
+    assert _ds_block(use_universal_ckpt=True)["checkpoint"] == {"load_universal": True}
+    assert _ds_block(adam_offload=True)["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+
+
+def test_zpg_needs_zero3() -> None:
+    assert_user_error(run_rlhf("train", "sft", "--ds.zpg", "2", "--print-config", timeout=120), "--ds.zpg 2",
+                      "--ds.zero_stage 3")
+
+
+@pytest.mark.skipif(on_gpu(), reason="the CPU refusal")
+def test_deepcompile_on_cpu_is_a_clear_error() -> None:
+    for trainer in ("sft", "ppo"):
+        assert_user_error(run_rlhf("train", trainer, "--ds.deepcompile", "--print-config", timeout=120), "--ds.deepcompile",
+                          "CUDA GPU")
+
+
+def _sft_losses(tmp_path: Path, model: Path, name: str, ranks: int, *extra: str) -> list[float]:
+    data = tmp_path / "sft.jsonl"
+    if not data.exists():
+        rng = random.Random(0)
+        data.write_text("".join(json.dumps({"input": f"what is {a}+{b}?", "output": str(a + b)}) + "\n"
+                                for a, b in ((rng.randint(1, 99), rng.randint(1, 99)) for _ in range(24))))
+    launcher = ("torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)) if ranks > 1 else ()
+    assert_ok(run_rlhf("train", "sft", "--model.model_name_or_path", str(model), "--data.dataset", str(data),
+                       "--train.batch_size", "8", "--train.micro_batch_size", "2", "--train.max_epochs", "1",
+                       "--adam.lr", "1e-3", "--ds.param_dtype", "fp32", "--ds.zero_stage", "3",
+                       "--ds.attn_implementation", "eager", "--ckpt.output_dir", str(tmp_path / name), *extra,
+                       launcher=launcher))
+    return [m["loss"] for m in read_metrics(tmp_path / name)]
+
+
+@pytest.mark.slow
+def test_zpg_trains_as_plain_zero3(tmp_path: Path, tiny_causal_lm_path: Path) -> None:
+    """4 ranks, hpZ groups of 2: the same losses as plain ZeRO-3 on 4 ranks."""
+    plain = _sft_losses(tmp_path, tiny_causal_lm_path, "plain", 4)
+    hierarchical = _sft_losses(tmp_path, tiny_causal_lm_path, "zpg", 4, "--ds.zpg", "2")
+    assert len(plain) == 3 and hierarchical == pytest.approx(plain, rel=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not on_gpu(), reason="needs a CUDA GPU")
+def test_deepcompile_trains_as_eager_on_a_gpu(tmp_path: Path, tiny_causal_lm_path: Path) -> None:
+    eager = _sft_losses(tmp_path, tiny_causal_lm_path, "eager", 1)
+    compiled = _sft_losses(tmp_path, tiny_causal_lm_path, "compiled", 1, "--ds.deepcompile")
+    assert len(eager) == 3 and compiled == pytest.approx(eager, rel=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [1, 2])
+def test_tensor_parallel_sft_trains_as_one_rank(tmp_path: Path, tiny_causal_lm_path: Path, stage: int) -> None:
+    """--ds.tensor_parallel_size 2 on 2 ranks (AutoTP, one data-parallel rank): the losses and the saved model
+    of the same run on 1 rank."""
+    from transformers import AutoModelForCausalLM
+
+    stage_flag = ("--ds.zero_stage", str(stage))
+    one = _sft_losses(tmp_path, tiny_causal_lm_path, "one", 1, *stage_flag)
+    split = _sft_losses(tmp_path, tiny_causal_lm_path, "tp", 2, "--ds.tensor_parallel_size", "2", *stage_flag)
+    assert len(one) == 3 and split == pytest.approx(one, rel=1e-5)
+    whole, gathered = (AutoModelForCausalLM.from_pretrained(tmp_path / name).state_dict() for name in ("one", "tp"))
+    assert set(gathered) == set(whole)
+    for name, tensor in whole.items():
+        assert gathered[name].shape == tensor.shape, name  # whole tensors, not one rank's shards
+        assert (gathered[name] - tensor).abs().max() < 1e-5, name
