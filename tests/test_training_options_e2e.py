@@ -93,3 +93,23 @@ def test_full_determinism_gives_bit_identical_runs(ray_cluster, task_files, tiny
     (first, first_model), (second, second_model) = run("first"), run("second")
     assert "critic_loss" in first[0] and first == second  # every metric, bit for bit
     assert all(torch.equal(first_model[k], second_model[k]) for k in first_model)
+
+
+def test_tensor_parallel_actor_trains_as_one_rank(ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    """--ds.tensor_parallel_size 2 with 2 actor ranks (one AutoTP group): the metrics and model of 1 rank."""
+    from transformers import AutoModelForCausalLM
+
+    def run(name: str, *extra: str) -> tuple[list[dict], dict]:
+        flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path / name, "hf", steps=2),
+                 *grpo(task_files["reward"]), *extra]
+        assert main(["train", "ppo", *flags]) == 0
+        return read_metrics(tmp_path / name / "out"), AutoModelForCausalLM.from_pretrained(tmp_path / name / "out").state_dict()
+
+    (one, one_model), (split, split_model) = run("one"), run("tp", "--actor.num_gpus_per_node", "2",
+                                                               "--ds.tensor_parallel_size", "2")
+    for key in ("reward", "response_length", "policy_loss", "actor_lr"):
+        assert [m[key] for m in split] == pytest.approx([m[key] for m in one], rel=1e-4, abs=1e-6), key
+    assert set(split_model) == set(one_model)
+    for name, tensor in one_model.items():
+        assert split_model[name].shape == tensor.shape and (split_model[name] - tensor).abs().max() < 1e-4, name
+    assert split[1]["reward"] == pytest.approx(one[1]["reward"])  # step 2 sampled with the synced (gathered) weights

@@ -66,7 +66,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("ppo", "vllm.sync_backend"): _WEIGHT_SYNC,
     ("ppo", "vllm.sync_with_ray"): _WEIGHT_SYNC,
     ("supervised", "ds.enable_sleep"): "sleep mode frees devices for colocated rollout engines; supervised training has none",
-    ("ppo", "ds.tensor_parallel_size"): _later(17, "AutoTP for the RL actor and critic; the supervised trainers have it"),
     ("ppo", "local_rank"): "Ray places each rank on its device; --local_rank is for the launchers of the supervised trainers",
     ("ppo", "use_ms"): "models cannot be fetched from ModelScope: download the model and pass its local directory",
 }

@@ -39,6 +39,9 @@ def check_options(ds: Any) -> None:
     if ds.zpg > 1 and ds.zero_stage != 3:
         raise ConfigError(f"--ds.zpg {ds.zpg} (ZeRO++ hierarchical weight partitioning) needs --ds.zero_stage 3 "
                           f"(got {ds.zero_stage})")
+    if ds.tensor_parallel_size > 1 and ds.lora.rank > 0:
+        raise ConfigError("--ds.tensor_parallel_size > 1 cannot be combined with --ds.lora.rank (AutoTP shards the base "
+                          "layers LoRA wraps); use one of them")
     if ds.deepcompile and not on_gpu():
         raise ConfigError("--ds.deepcompile needs a CUDA GPU: DeepSpeed's deepcompile op builds against CUDA; "
                           "drop the flag on CPU machines")
@@ -162,6 +165,14 @@ def gathered(module: Any):
             yield
     else:
         yield
+
+
+def engine_state_dict(engine: Any, *, copy: bool = True) -> dict[str, Any] | None:
+    """The full state dict of a DeepSpeed engine's model on the CPU; every rank must call it. Under AutoTP
+    (``--ds.tensor_parallel_size``) DeepSpeed gathers the shards and only rank 0 gets the dict (others None)."""
+    if engine.autotp_size() > 1:
+        return engine._consolidated_16bit_state_dict()
+    return full_state_dict(engine.module, copy=copy)
 
 
 def full_state_dict(module: Any, *, copy: bool = True) -> dict[str, Any]:

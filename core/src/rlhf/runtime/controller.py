@@ -117,12 +117,14 @@ class PPOController:
         together = (ranks(cfg.actor) + with_ref * ranks(cfg.ref) + with_critic * ranks(cfg.critic)
                     + len(reward_paths) * ranks(cfg.reward))
 
-        def group(worker: type, role: str, section: Any) -> WorkerGroup:
-            return WorkerGroup(worker, role, ranks(section), dumped, num_gpus=gpus, cpu_sharers=together)
+        def group(worker: type, role: str, section: Any, tensor_parallel: int = 1) -> WorkerGroup:
+            return WorkerGroup(worker, role, ranks(section), dumped, num_gpus=gpus, cpu_sharers=together,
+                               tensor_parallel=tensor_parallel)
 
-        self.actor = group(PolicyWorker, "actor", cfg.actor)
+        trained_tp = cfg.ds.tensor_parallel_size  # AutoTP splits the trained models; evaluated ones stay whole
+        self.actor = group(PolicyWorker, "actor", cfg.actor, trained_tp)
         self.ref = group(ReferenceWorker, "ref", cfg.ref) if with_ref else None
-        self.critic = group(CriticWorker, "critic", cfg.critic) if with_critic else None
+        self.critic = group(CriticWorker, "critic", cfg.critic, trained_tp) if with_critic else None
         self.rewards.reward_models = [group(RewardModelWorker, "reward", cfg.reward) for _ in reward_paths]
 
     def _setup(self) -> None:

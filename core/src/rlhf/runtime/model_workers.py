@@ -31,6 +31,8 @@ class _ModelWorker(BaseWorker):
 
     engine: Any
     pad_id: int
+    #: ranks per AutoTP group (--ds.tensor_parallel_size) of a trained model; they get the same samples
+    tp = 1
 
     def _per_token_rows(self, payload: dict[str, list], compute: Any) -> list[list[float]]:
         """Run ``compute(TokenBatch) -> (B, T)`` without gradients over ``--rollout.micro_batch_size``
@@ -46,7 +48,7 @@ class _ModelWorker(BaseWorker):
             for idx in _micro_batches(len(prompts), self.config.rollout.micro_batch_size):
                 values = compute(pack([prompts[i] for i in idx], [responses[i] for i in idx], self.pad_id))
                 out += [values[j, : len(responses[i])].tolist() for j, i in enumerate(idx)]
-        return out
+        return out if self.rank % self.tp == 0 else []  # one answer per tensor-parallel group
 
     def _training_groups(self, payload: dict[str, list], step: int, salt: int):
         """Yield ``(rows, step_tokens, step_sequences)`` per micro-batch over ``--train.max_epochs``
@@ -74,6 +76,7 @@ class _ModelWorker(BaseWorker):
                 counts = torch.tensor(step_counts([len(payload["response_ids"][i]) for i in group]))
                 if self.world_size > 1:
                     torch.distributed.all_reduce(counts)
+                    counts = counts / self.tp  # the ranks of a tensor-parallel group counted the same samples
                 for idx in _micro_batches(len(group), micro):
                     yield [group[k] for k in idx], counts[0].clamp(min=1.0), counts[1].clamp(min=1.0)
 
@@ -90,7 +93,9 @@ class _ModelWorker(BaseWorker):
         registry = self.plugins.registry
         optimizer = build(registry.get(K.OPTIMIZER, section.optim, flag=f"--{role}.optim"), self.config)
         scheduler = build(registry.get(K.SCHEDULER, section.lr_scheduler, flag=f"--{role}.lr_scheduler"), self.config)
-        ds_config = train_config(self.config, optimizer.deepspeed_config(section), self.world_size, section.max_norm)
+        self.tp = self.config.ds.tensor_parallel_size
+        ds_config = train_config(self.config, optimizer.deepspeed_config(section), self.world_size // self.tp,
+                                 section.max_norm)
         self._zero3 = zero3_context(ds_config)  # must outlive from_pretrained
         model = load_model()
         self.pad_id = model.config.pad_token_id or 0
@@ -104,7 +109,7 @@ class _ModelWorker(BaseWorker):
 
     def _scale(self) -> float:
         """DeepSpeed divides by the accumulation steps and averages over ranks: undo both."""
-        return float(self.engine.gradient_accumulation_steps() * self.world_size)
+        return float(self.engine.gradient_accumulation_steps() * self.world_size // self.tp)
 
 
 class _CausalLMWorker(_ModelWorker):
@@ -229,14 +234,14 @@ class PolicyWorker(_CausalLMWorker):
         """All ranks call this (ZeRO-3 gathers collectively); rank 0 returns the full CPU state dict
         under HF names (with LoRA: the base weights with the adapters folded in), the others None.
         Ray serialises it into the object store as the method returns, before any further step."""
-        from rlhf.engines.deepspeed_strategy import full_state_dict, gathered
+        from rlhf.engines.deepspeed_strategy import engine_state_dict, gathered
         from rlhf.engines.lora import is_peft, merged_state_dict
 
         if is_peft(self.engine.module):
             with gathered(self.engine.module):
                 state = merged_state_dict(self.engine.module)
         else:
-            state = full_state_dict(self.engine.module, copy=False)
+            state = engine_state_dict(self.engine, copy=False)
         return state if self.rank == 0 else None
 
     def save_checkpoint(self, directory: str) -> None:
@@ -259,11 +264,11 @@ class PolicyWorker(_CausalLMWorker):
 
         from transformers import AutoTokenizer
 
-        from rlhf.engines.deepspeed_strategy import full_state_dict
+        from rlhf.engines.deepspeed_strategy import engine_state_dict
         from rlhf.runtime.checkpoint import published
 
         with self.ema.applied() if self.ema is not None else contextlib.nullcontext():
-            state = full_state_dict(self.engine.module)
+            state = engine_state_dict(self.engine)
         if self.rank == 0:
             with published(Path(directory), "model") as staging:
                 self.engine.module.save_pretrained(staging, state_dict=state)

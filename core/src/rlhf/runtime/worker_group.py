@@ -125,12 +125,13 @@ class WorkerGroup:
     """``num_workers`` Ray actors of ``worker_class`` forming one distributed group."""
 
     def __init__(self, worker_class: type, role: str, num_workers: int, config: dict[str, Any], *, num_gpus: float = 0.0,
-                 cpu_sharers: int | None = None) -> None:
+                 cpu_sharers: int | None = None, tensor_parallel: int = 1) -> None:
+        """``tensor_parallel``: ranks per AutoTP group; :meth:`call_split_async` gives them the same share."""
         import ray
 
         remote = ray.remote(worker_class)
         options = {"num_cpus": 0, "num_gpus": num_gpus, "name": None}
-        self.role = role
+        self.role, self.tensor_parallel = role, tensor_parallel
         self.workers = [track(remote.options(**options).remote(rank, num_workers, config, cpu_sharers), role, rank)
                         for rank in range(num_workers)]
         self._booting = [*self.call_async("preload"), self.workers[0].address.remote()]  # imports start now
@@ -150,9 +151,9 @@ class WorkerGroup:
         """Give each rank a contiguous share of the samples in ``columns`` (per-sample lists, or
         None for a column that is absent), as a dict of the same shape."""
         count = len(next(v for v in columns.values() if v is not None))
-        bounds = split_bounds(count, len(self.workers))
+        bounds = split_bounds(count, len(self.workers) // self.tensor_parallel)
         return [getattr(w, method).remote({k: (v[a:b] if v is not None else None) for k, v in columns.items()}, **kwargs)
-                for w, (a, b) in zip(self.workers, bounds)]
+                for i, w in enumerate(self.workers) for a, b in [bounds[i // self.tensor_parallel]]]
 
     def call_split(self, method: str, columns: dict[str, list | None], **kwargs: Any) -> list[Any]:
         """:meth:`call_split_async`, waited for, with the per-rank result lists concatenated."""

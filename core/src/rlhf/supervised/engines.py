@@ -104,13 +104,12 @@ def save_final(engine: Any, tokenizer: Any, output_dir: Path, rank: int, config_
     """
     import torch.distributed as dist
 
-    from rlhf.engines.deepspeed_strategy import full_state_dict
+    from rlhf.engines.deepspeed_strategy import engine_state_dict
     from rlhf.engines.lora import is_peft
     from rlhf.runtime.checkpoint import published
 
     module = engine.module
-    # AutoTP (--ds.tensor_parallel_size) leaves shards in the module: DeepSpeed gathers them (rank 0 gets the state)
-    state = engine._consolidated_16bit_state_dict() if engine.autotp_size() > 1 else full_state_dict(module)
+    state = engine_state_dict(engine)
     if rank == 0:
         base = module.get_base_model() if is_peft(module) else module
         for key, value in config_updates.items():
