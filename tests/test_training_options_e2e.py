@@ -96,18 +96,21 @@ def test_full_determinism_gives_bit_identical_runs(ray_cluster, task_files, tiny
 
 
 def test_tensor_parallel_actor_trains_as_one_rank(ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
-    """--ds.tensor_parallel_size 2 with 2 actor ranks (one AutoTP group): the metrics and model of 1 rank."""
+    """--ds.tensor_parallel_size 2 with 2 actor and 2 critic ranks (one AutoTP group each; GAE, the critic grown from
+    the actor): the metrics and model of 1 rank each."""
     from transformers import AutoModelForCausalLM
 
     def run(name: str, *extra: str) -> tuple[list[dict], dict]:
         flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path / name, "hf", steps=2),
-                 *grpo(task_files["reward"]), *extra]
+                 "--reward.remote_url", str(task_files["reward"]), "--rollout.n_samples_per_prompt", "2",
+                 "--train.batch_size", "8", *extra]
         assert main(["train", "ppo", *flags]) == 0
         return read_metrics(tmp_path / name / "out"), AutoModelForCausalLM.from_pretrained(tmp_path / name / "out").state_dict()
 
     (one, one_model), (split, split_model) = run("one"), run("tp", "--actor.num_gpus_per_node", "2",
+                                                               "--critic.num_gpus_per_node", "2",
                                                                "--ds.tensor_parallel_size", "2")
-    for key in ("reward", "response_length", "policy_loss", "actor_lr"):
+    for key in ("reward", "response_length", "policy_loss", "critic_loss", "value_mean", "kl"):
         assert [m[key] for m in split] == pytest.approx([m[key] for m in one], rel=1e-4, abs=1e-6), key
     assert set(split_model) == set(one_model)
     for name, tensor in one_model.items():
