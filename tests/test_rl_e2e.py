@@ -30,7 +30,7 @@ def assert_run_outputs(run: Path, initial_model: Path, steps: int, keys: tuple[s
     for key in ("reward", "response_length", "timing/generation", "timing/make_experience", "timing/ppo_train",
                 "timing/broadcast", "timing/step_total", *keys):
         assert all(key in m for m in metrics), key
-    saved = sorted(p.name for p in (run / "ckpt").iterdir())
+    saved = sorted(p.name for p in (run / "ckpt").iterdir() if p.name != "best")  # best/: the best eval's, apart
     assert saved == [f"global_step{s}" for s in range(2, steps + 1, 2)]
     state = json.loads((run / "ckpt" / saved[-1] / "state.json").read_text())
     assert state["step"] == steps and {"episode", "position"} <= set(state["data"])
@@ -54,6 +54,9 @@ def test_grpo_with_a_reward_file(engine, ray_cluster, task_files, tiny_causal_lm
     assert "critic_loss" not in metrics[0] and "kl" not in metrics[0]  # no critic, no reference
     assert [("eval/pass1" in m, "eval/pass2" in m) for m in metrics] == [(False, False), (True, True)] * 2
     assert 0.0 <= metrics[1]["eval/pass1"] <= metrics[1]["eval/pass2"] <= 1.0
+    best = [p.name for p in (tmp_path / "ckpt" / "best").iterdir()]  # evals and checkpoints: the best is kept
+    passes = {m["step"]: m["eval/pass1"] for m in metrics if "eval/pass1" in m}
+    assert best == [f"global_step{max(passes, key=lambda step: (passes[step], -step))}"]
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
 
 
