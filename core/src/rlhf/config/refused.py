@@ -3,7 +3,7 @@
 Every option of every trainer's config is either read by the runtime or a plugin, or listed
 in :data:`REFUSED`: setting a refused option to anything but its default stops the run at
 parse time with one ``rlhf: error:`` line that names the option and says why
-(``core/tests/test_option_coverage.py`` keeps it so). ``--help`` marks refused options.
+(``tests/test_option_coverage.py`` keeps it so). ``--help`` marks refused options.
 
 The table is plain data: an option that becomes real leaves it by deleting its line.
 """
