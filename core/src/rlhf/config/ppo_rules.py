@@ -44,8 +44,10 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     n = cfg.rollout.n_samples_per_prompt
     if cfg.actor.eps_clip_low_high is None:
         cfg.actor.eps_clip_low_high = [cfg.actor.eps_clip, cfg.actor.eps_clip]
-    if cfg.train.agent_func_path:
-        cfg.reward.remote_url = "agent"
+    # OpenRLHF: an agent file implies the multi-turn executor, whose environment gives the rewards
+    # (the controller looks the name up: an unknown one is an error listing the installed executors)
+    if cfg.train.agent_executor is None:
+        cfg.train.agent_executor = "multi_turn" if cfg.train.agent_func_path else "single_turn"
 
     estimator_name = cfg.algo.advantage.estimator
     estimator = host.registry.get(ComponentKind.ADVANTAGE_ESTIMATOR, estimator_name, flag="--algo.advantage.estimator")
@@ -130,7 +132,8 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
 
         check_4bit(cfg.ds)
     unimplemented = [flag for flag, on in (
-        ("--train.async_enable", cfg.train.async_enable),
+        ("--rollout.vllm_generate_batch_size above --rollout.batch_size (oversampling)",
+         cfg.rollout.vllm_generate_batch_size > cfg.rollout.batch_size),
         ("--train.colocate_all", cfg.train.colocate_all),
         ("--train.enable_ema", cfg.train.enable_ema),
         ("--train.dynamic_batch_enable", cfg.train.dynamic_batch_enable),
