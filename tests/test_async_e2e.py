@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rlhf_test_support import base_flags
+from rlhf_test_support import base_flags, crash_plugin
 
 from rlhf.cli.main import main
 from rlhf.runtime.tracking import read_metrics
@@ -49,3 +49,22 @@ def test_partial_rollout_with_a_multi_turn_agent_on_vllm(ray_cluster, tiny_causa
     metrics = read_metrics(tmp_path / "out")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert all(m["async/staleness"] <= 2 and 0.0 <= m["async/partial_ratio"] <= 1.0 for m in metrics)
+
+
+def test_an_async_run_resumes_from_the_last_trained_batch(ray_cluster, task_files, tiny_causal_lm_path, tmp_path,
+                                                          capsys) -> None:
+    """The crash comes after step 2's checkpoint, with batch 3 already generated ahead: the resumed run
+    generates batch 3 again from the checkpoint's position and goes on to the end."""
+    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", 4) + [
+        "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
+        "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0",
+        "--train.async_enable", "--ckpt.save_steps", "2"]
+    assert main(["train", "ppo", "--plugins", str(crash_plugin(tmp_path, 2)), *flags]) == 2
+    assert "simulated crash" in capsys.readouterr().err
+    assert [m["step"] for m in read_metrics(tmp_path / "out")] == [1, 2]
+    assert main(["train", "ppo", *flags, "--ckpt.load_enable"]) == 0
+    metrics = read_metrics(tmp_path / "out")
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    assert metrics[2]["async/staleness"] == 0.0  # batch 3 was made again, by the checkpoint's weights
+    state = json.loads((tmp_path / "ckpt" / "global_step4" / "state.json").read_text())
+    assert state["data"] == {"episode": 0, "position": 4 * 4}  # every prompt trained once, none skipped
