@@ -22,3 +22,13 @@ def test_grpo_step_benchmark_smoke(tmp_path: Path) -> None:
         assert re.search(rf"│ {system}\s+│ \d+\.\d+", done.stdout), (system, done.stdout)
     # the rlhf rows are set against the raw floor of the same engine
     assert re.search(r"│ rlhf-hf .*\+-?\d+ %", done.stdout), done.stdout
+
+
+@pytest.mark.slow
+def test_async_pipeline_benchmark_smoke(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "async_pipeline.py"), "--smoke", "--engine", "hf",
+                           "--work", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for mode in ("off", "on"):  # a row each: steps, seconds per step, rewards, staleness
+        assert re.search(rf"^{mode}\s+3\s+\d+\.\d+\s+\d\.\d+\s+\d\.\d+\s+\d\.\d+$", done.stdout, re.MULTILINE), done.stdout
+    assert (tmp_path / "async_reward_curves.png").is_file()

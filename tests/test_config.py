@@ -183,7 +183,8 @@ def test_post_parse_rewrites(host: PluginHost, caplog: pytest.LogCaptureFixture)
         cfg = parse(host, "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "4",
                     "--algo.advantage.gamma", "0.9", "--train.agent_func_path", "agent.py")
     assert cfg.algo.advantage.gamma == 1.0 and "uses gamma = 1" in caplog.text
-    assert cfg.reward.remote_url == "agent"
+    assert cfg.train.agent_executor == "multi_turn" and cfg.reward.remote_url is None  # the agent gives the rewards
+    assert parse(host).train.agent_executor == "single_turn"
     assert cfg.rollout.vllm_generate_batch_size == cfg.rollout.batch_size
     assert cfg.critic.model_name_or_path is None  # no critic for group_norm
     gae = parse(host, "--actor.model_name_or_path", "a", "--reward.model_name_or_path", "rm1,rm2")
@@ -315,3 +316,11 @@ def test_adaptive_kl_controller() -> None:
     assert adaptive.value == pytest.approx(0.1 * (1 + 0.2 * 100 / 1000))
     adaptive.update(0.0, 100)  # error = -1 clipped to -0.2
     assert adaptive.value == pytest.approx(0.1 * 1.02 * (1 - 0.02))
+
+
+def test_async_and_agent_flags_are_implemented(host: PluginHost, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        cfg = parse(host, "--train.async_enable", "--train.partial_rollout_enable", "--train.async_queue_size", "2",
+                    "--train.agent_func_path", "env.py", "--train.agent_executor", "openai_server")
+    assert "not implemented" not in caplog.text
+    assert cfg.train.agent_executor == "openai_server"  # an explicit executor wins over the agent file's default

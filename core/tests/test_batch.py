@@ -67,3 +67,41 @@ def test_split_bounds_cover_every_item_once_in_order(count, parts):
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
     sizes = [b - a for a, b in bounds]
     assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pack_zeroes_environment_tokens_of_multi_turn_responses(seed):
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(1, 99) for _ in range(rng.randrange(1, 6))] for _ in range(6)]
+    responses = [[rng.randrange(1, 99) for _ in range(rng.randrange(1, 9))] for _ in range(6)]
+    masks = [[rng.randrange(2) for _ in r] if i % 3 else None for i, r in enumerate(responses)]
+    batch = pack(prompts, responses, 0, masks)
+    plain = pack(prompts, responses, 0)
+    expected = plain.action_mask.clone()
+    for i, mask in enumerate(masks):
+        if mask is not None:
+            expected[i, : len(mask)] = torch.tensor(mask, dtype=torch.float32)
+    assert torch.equal(batch.action_mask, expected)
+    assert torch.equal(batch.actions, plain.actions) and torch.equal(batch.input_ids, plain.input_ids)
+
+
+def test_the_reward_sits_on_the_last_model_token_when_a_trajectory_ends_with_feedback():
+    from types import SimpleNamespace
+
+    from rlhf.estimators import ReturnToGoEstimator
+    from rlhf.runtime.batch import Sample
+    from rlhf.runtime.experience import compute_advantages
+
+    config = SimpleNamespace(reward=SimpleNamespace(clip_range=(-10.0, 10.0)),
+                             algo=SimpleNamespace(kl=SimpleNamespace(use_loss=False),
+                                                  advantage=SimpleNamespace(gamma=1.0, lambd=1.0, no_std_norm=False)))
+    rng = random.Random(0)
+    masks = [[1, 1, 0, 0, 1, 0, 0], [1, 1, 1], [1, 0, 1, 1, 0]]
+    rewards = [rng.uniform(-2, 2) for _ in masks]
+    samples = [Sample(prompt_ids=[1, 2], response_ids=[5] * len(m), rollout_logprobs=[0.0] * len(m), action_mask=m,
+                      reward=r) for m, r in zip(masks, rewards)]
+    advantages, _, _ = compute_advantages(samples, 1, config, ReturnToGoEstimator(), 0.0, None, None, None)
+    for mask, reward, row in zip(masks, rewards, advantages):
+        last = max(i for i, m in enumerate(mask) if m)
+        # γ = 1 returns-to-go of one reward on the last model token: r on every model token up to it, 0 elsewhere
+        assert row == pytest.approx([reward * m if i <= last else 0.0 for i, m in enumerate(mask)], abs=1e-6)

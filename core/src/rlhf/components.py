@@ -186,12 +186,22 @@ class RewardShaper(Protocol):
 class AgentExecutor(Protocol):
     """Produces one trajectory per request, token-in-token-out (never re-tokenising text).
 
-    Runs in the controller, once per rollout batch. ``requests`` are dicts with
-    ``prompt_ids`` (list[int]), ``label``, ``max_tokens`` and ``seed``; ``engines``
-    is :class:`rlhf.runtime.rollout.RolloutEngines` (``generate(requests, temperature,
-    top_p)``); ``sampling`` holds ``temperature`` and ``top_p``. Returns one dict per
-    request with ``response_ids`` (list[int]), ``logprobs`` (list[float], one per
-    response token) and ``finish_reason`` (``stop`` or ``length``).
+    Selected with ``--train.agent_executor NAME`` (default ``single_turn``; ``multi_turn`` when
+    ``--train.agent_func_path`` is set). Runs in the controller, once per generated batch
+    (``rollout.batch_size × n`` requests, more with dynamic-filtering refills, and once per eval).
+    ``requests`` are dicts with ``prompt_ids`` (list[int]), ``prompt`` (text), ``label``,
+    ``max_tokens`` and ``seed``; ``engines`` is :class:`rlhf.runtime.rollout.RolloutEngines`
+    (``generate(requests, temperature, top_p)``; :class:`rlhf.runtime.agent_engine.EngineClient`
+    wraps it for ``await``-ing one turn at a time); ``sampling`` holds ``temperature`` and ``top_p``.
+    Returns one dict per request with ``response_ids`` (list[int]), ``logprobs`` (list[float], one per
+    response token) and ``finish_reason`` (``stop`` or ``length``), and optionally ``action_mask``
+    (one 0/1 per response token; 0 marks environment tokens, which are never trained on),
+    ``prompt_ids``/``prompt`` (the first observation when the environment replaced the prompt) and
+    ``agent`` (``{"reward", "score", "extra_logs"}``, or ``{"error": text}`` for a failed episode).
+
+    Optional trait (class attribute) the core reads: ``provides_rewards`` — the ``agent`` results
+    are the run's rewards (``--reward.on_error`` applies to failed episodes) instead of the reward
+    stage's terms.
     """
 
     def run(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]: ...

@@ -28,6 +28,8 @@ PUBLIC_MODULES = (
     "rlhf.registry",
     "rlhf.ops",
     "rlhf.estimators",
+    "rlhf.agents",
+    "rlhf.runtime.agent_engine",
     "rlhf.errors",
     "rlhf.reward_output",
     "rlhf.config.base",

@@ -65,7 +65,9 @@ class TrainSection(Section):
     batch_size: int = flag(128, "Global training batch size")
     seed: int = flag(42, "Random seed")
     full_determinism_enable: bool = flag(False, "Reproducible behaviour during distributed training", switch=True)
-    agent_func_path: str | None = flag(None, "Agent script path")
+    agent_func_path: str | None = flag(None, "Agent file (AgentInstance or AgentExecutor class, OpenRLHF's contract)")
+    agent_executor: str | None = flag(
+        None, "Registered agent executor (rlhf plugins); default multi_turn with --train.agent_func_path, else single_turn")
 
 
 class AdamSection(Section):

@@ -44,8 +44,10 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     n = cfg.rollout.n_samples_per_prompt
     if cfg.actor.eps_clip_low_high is None:
         cfg.actor.eps_clip_low_high = [cfg.actor.eps_clip, cfg.actor.eps_clip]
-    if cfg.train.agent_func_path:
-        cfg.reward.remote_url = "agent"
+    # OpenRLHF: an agent file implies the multi-turn executor, whose environment gives the rewards
+    # (the controller looks the name up: an unknown one is an error listing the installed executors)
+    if cfg.train.agent_executor is None:
+        cfg.train.agent_executor = "multi_turn" if cfg.train.agent_func_path else "single_turn"
 
     estimator_name = cfg.algo.advantage.estimator
     estimator = host.registry.get(ComponentKind.ADVANTAGE_ESTIMATOR, estimator_name, flag="--algo.advantage.estimator")

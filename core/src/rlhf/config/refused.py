@@ -21,7 +21,7 @@ def _later(issue: int, what: str = "") -> str:
     return f"not implemented yet{f' ({what})' if what else ''} (issue {issue})"
 
 
-_ASYNC = _later(11, "async training and agents")
+_OVERSAMPLING = _later(11, "oversampling: generating more prompts per step than --rollout.batch_size")
 _PACKING = _later(12, "packing, dynamic batches, ring attention, kernels")
 _MUON = _later(12, "the Muon optimizer")
 _VLM = _later(12, "vision-language training")
@@ -31,11 +31,7 @@ _WEIGHT_SYNC = _later(14, "the weight-sync backend")
 #: (trainer family, dotted option) -> why it is refused. The family is "ppo", "supervised" (a config
 #: class names its own in ``trainer_family``) or "*" for both. Delete a line when the option becomes real.
 REFUSED: dict[tuple[str, str], str] = {
-    ("ppo", "train.async_enable"): _ASYNC,
-    ("ppo", "train.async_queue_size"): _ASYNC,
-    ("ppo", "train.partial_rollout_enable"): _ASYNC,
-    ("ppo", "train.agent_func_path"): _ASYNC,
-    ("ppo", "rollout.vllm_generate_batch_size"): _ASYNC,
+    ("ppo", "rollout.vllm_generate_batch_size"): _OVERSAMPLING,
     ("ppo", "train.dynamic_batch_enable"): _PACKING,
     ("ppo", "train.max_tokens_per_gpu"): _PACKING,
     ("ppo", "rollout.max_tokens_per_gpu"): _PACKING,

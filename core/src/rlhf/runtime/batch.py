@@ -1,7 +1,10 @@
 """Rollout samples and the padded tensors the model workers compute on.
 
 A sample is token-in-token-out: the prompt ids the rollout engine saw and the
-response ids it produced, with the engine's per-token log-probs. Workers build
+response ids it produced, with the engine's per-token log-probs. A multi-turn
+response interleaves model tokens with environment-feedback tokens; its
+``action_mask`` (one 0/1 per response token) marks the model's, and only those are
+trained on. Workers build
 ``(B, L)`` right-padded ``input_ids`` from them and read action positions back
 as ``(B, T)`` tensors, ``T`` = longest response in the batch.
 """
@@ -29,6 +32,14 @@ class Sample:
     finish_reason: str = "stop"
     reward: float = 0.0
     score: float = 0.0
+    #: 1 for model tokens, 0 for environment feedback; None: every response token is the model's
+    action_mask: list[int] | None = None
+    #: what an agent's environment returned (``reward``, ``score``, ``extra_logs``, ``error``) when the
+    #: executor rewards its own episodes; None otherwise
+    agent: dict[str, Any] | None = None
+
+    def mask(self) -> list[int]:
+        return self.action_mask if self.action_mask is not None else [1] * len(self.response_ids)
 
 
 @dataclass
@@ -38,13 +49,15 @@ class TokenBatch:
     input_ids: torch.Tensor  # (B, L) right-padded prompt+response
     attention_mask: torch.Tensor  # (B, L)
     action_index: torch.Tensor  # (B, T) positions whose next token is the action token
-    action_mask: torch.Tensor  # (B, T) 1 for real response tokens
+    action_mask: torch.Tensor  # (B, T) 1 for the model's response tokens (not padding, not env feedback)
     actions: torch.Tensor  # (B, T) response token ids (0 where masked)
 
 
-def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int) -> TokenBatch:
+def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int,
+         action_masks: list[list[int] | None] | None = None) -> TokenBatch:
     """Right-padded tensors of ``prompt + response`` rows, built with one tensor copy of all the
-    tokens (a per-row loop of small tensor writes cost more than the model on tiny batches)."""
+    tokens (a per-row loop of small tensor writes cost more than the model on tiny batches).
+    ``action_masks`` (one 0/1 per response token, None for all 1) zero the environment's tokens."""
     import torch
 
     prompt_len = torch.tensor([len(p) for p in prompt_ids])
@@ -58,7 +71,11 @@ def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int
     action_mask = steps < response_len[:, None]
     action_index = (prompt_len[:, None] - 1 + steps) * action_mask
     actions = input_ids.gather(1, (action_index + 1).clamp(max=length - 1)) * action_mask
-    return TokenBatch(input_ids, attention.long(), action_index, action_mask.float(), actions)
+    action_mask = action_mask.float()
+    if action_masks is not None and any(m is not None for m in action_masks):
+        given = [m if m is not None else [1] * len(r) for m, r in zip(action_masks, response_ids)]
+        action_mask = action_mask * pad_list(given, actions_len)
+    return TokenBatch(input_ids, attention.long(), action_index, action_mask, actions)
 
 
 def action_logits(logits: torch.Tensor, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:

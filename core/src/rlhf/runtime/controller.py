@@ -6,6 +6,7 @@ generate (agent executor) → reward → experience (old/ref log-probs, values, 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from contextlib import contextmanager
@@ -41,14 +42,16 @@ class PPOController:
         registry = plugins.registry
         self.estimator = build(registry.get(K.ADVANTAGE_ESTIMATOR, config.algo.advantage.estimator), config)
         self.kl_estimator = build(registry.get(K.KL_ESTIMATOR, config.algo.kl.estimator, flag="--algo.kl.estimator"), config)
-        self.executor = build(registry.get(K.AGENT_EXECUTOR, "single_turn"), config)
-        self.rewards = RewardStage(config, registry)
+        self.executor = build(registry.get(K.AGENT_EXECUTOR, config.train.agent_executor, flag="--train.agent_executor"), config)
+        self.rewards = RewardStage(config, registry, agent_rewards=getattr(self.executor, "provides_rewards", False))
         self.kl = KLController(config.algo.kl.init_coef, config.algo.kl.target, config.algo.kl.horizon)
         self.sample_filter = None
         if config.algo.dynamic_filtering_enable:
             self.sample_filter = build(registry.get(K.SAMPLE_FILTER, "dynamic_filtering", flag="--algo.dynamic_filtering_enable"), config)
         self.step = 0
         self.best = BestCheckpoint.from_config(config)
+        # async mode (runtime/async_pipeline.py): weight syncs so far, the engines' lock, the trained batch's data position
+        self.policy_version, self.engine_lock, self.trained_data = 0, contextlib.nullcontext(), None
 
     # ----------------------------------------------------------------- set-up
 
@@ -174,33 +177,21 @@ class PPOController:
         from rlhf.runtime.worker_group import wait
 
         refs = self.actor.call_async("full_state")
-        self.engines.load_weights(refs[0])
+        with self.engine_lock:
+            self.engines.load_weights(refs[0])
+            self.policy_version += 1
         wait(refs)
 
     def _generate(self, prompts: list[dict[str, Any]], n: int, temperature: float, seed_base: int) -> list[Sample]:
-        cfg = self.config
-        requests = []
-        for group, prompt in enumerate(prompts):
-            budget = cfg.rollout.max_new_tokens or cfg.data.max_len - len(prompt["prompt_ids"])
-            max_tokens = max(1, min(budget, cfg.data.max_len - len(prompt["prompt_ids"])))
-            for j in range(n):
-                seed = (seed_base * 1_000_003 + group * 1009 + j) % (2**31 - 1)
-                requests.append({"prompt_ids": prompt["prompt_ids"], "label": prompt["label"], "max_tokens": max_tokens,
-                                 "seed": seed, "group": group, "prompt": prompt["prompt"]})
-        results = self.executor.run(requests, self.engines, {"temperature": temperature, "top_p": cfg.rollout.top_p})
-        # OpenRLHF's contract: the response keeps its special tokens (e.g. the EOS), so a
-        # reward function sees query[len(prompt):] exactly as the model wrote it
-        texts = self.tokenizer.batch_decode([r["response_ids"] for r in results], skip_special_tokens=False)
-        return [Sample(prompt_ids=request["prompt_ids"], response_ids=result["response_ids"], rollout_logprobs=result["logprobs"],
-                       prompt=request["prompt"], response=text, label=request["label"] if request["label"] is not None else "",
-                       group=request["group"], finish_reason=result["finish_reason"])
-                for request, result, text in zip(requests, results, texts)]
+        from rlhf.runtime.agent_rollout import generate_samples
 
-    def _rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float]) -> tuple[list[Sample], dict[str, float]]:
-        """Generate and reward; with a sample filter, rejected groups are replaced one prompt each.
+        return generate_samples(self.config, self.executor, self.engines, self.tokenizer, prompts, n, temperature, seed_base)
 
-        Accepted groups are never dropped, even when the prompt loader runs out mid-refill.
-        """
+    def _rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float],
+                 step: int | None = None) -> tuple[list[Sample], dict[str, float]]:
+        """Generate and reward for ``step`` (default: the current one); with a sample filter, rejected
+        groups are replaced one prompt each. Accepted groups are never dropped, even when the prompt
+        loader runs out mid-refill."""
         import torch
 
         cfg = self.config
@@ -209,7 +200,7 @@ class PPOController:
         extra: dict[str, float] = {}
         consumed, attempt = 0, 0
         while prompts:
-            seed = cfg.train.seed + self.step + 7919 * attempt
+            seed = cfg.train.seed + (self.step if step is None else step) + 7919 * attempt
             with timed(metrics, "timing/generation"):
                 samples = self._generate(prompts, n, cfg.rollout.temperature, seed)
             with timed(metrics, "timing/make_experience"):
@@ -231,7 +222,8 @@ class PPOController:
         metrics["dynamic_filtering_pass_rate"] = 100.0 * (len(accepted) // n) / max(consumed, 1)
         return accepted, extra
 
-    def train_step(self, prompts: list[dict[str, Any]]) -> dict[str, float]:
+    def train_step(self, prompts: list[dict[str, Any]], rolled: Any = None) -> dict[str, float]:
+        """One step on ``prompts``; ``rolled``: their samples, already generated (async mode)."""
         from rlhf.runtime.experience import compute_advantages
         from rlhf.runtime.worker_group import wait
 
@@ -239,7 +231,8 @@ class PPOController:
         n = cfg.rollout.n_samples_per_prompt
         metrics: dict[str, float] = {}
         start = time.perf_counter()
-        samples, extra = self._rollout(prompts, metrics)
+        samples, extra = self._rollout(prompts, metrics) if rolled is None else (rolled.samples, rolled.extra)
+        metrics.update(rolled.metrics if rolled is not None else {})
         if not samples:
             log.warning("step %d: every group was filtered out and no prompt is left to refill; nothing to train", self.step)
             metrics["timing/step_total"] = time.perf_counter() - start
@@ -247,6 +240,8 @@ class PPOController:
         with timed(metrics, "timing/make_experience"):
             self.rewards.shape(samples)
             payload = {"prompt_ids": [s.prompt_ids for s in samples], "response_ids": [s.response_ids for s in samples]}
+            if any(s.action_mask is not None for s in samples):  # multi-turn: environment tokens are not trained on
+                payload["action_masks"] = [s.action_mask for s in samples]
             kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
             correcting = cfg.algo.advantage.is_correction_level != "off"
             needs_old = cfg.train.max_epochs > 1 or len(samples) > cfg.train.batch_size or kl_in_reward or correcting
@@ -291,7 +286,8 @@ class PPOController:
         import torch
 
         n = self.config.eval.n_samples_per_prompt
-        samples = self._generate(self.eval_prompts, n, self.config.eval.temperature, seed_base=10**6 + self.step)
+        with self.engine_lock:  # async mode: not while the producer's batch generates
+            samples = self._generate(self.eval_prompts, n, self.config.eval.temperature, seed_base=10**6 + self.step)
         self.rewards.reward(samples)  # a skip-sample failure still yields a 0 score here
         scores = torch.tensor([s.score for s in samples]).view(-1, n)
         return {"eval/reward": float(torch.tensor([s.reward for s in samples]).mean()),
@@ -301,7 +297,8 @@ class PPOController:
         """A checkpoint of this step under ``root`` (``--ckpt.path``), keeping the newest ``keep`` (``--ckpt.max_num``)."""
         cfg = self.config
         plugin_state: dict[str, Any] = {}
-        state = {"step": self.step, "data": self.schedule.state(), "kl_coef": self.kl.value, "best_metric": self.best.value,
+        state = {"step": self.step, "data": self.trained_data or self.schedule.state(), "kl_coef": self.kl.value,
+                 "best_metric": self.best.value,
                  "plugin_set": cfg.plugin_set, "plugins": plugin_state}
 
         def write(staging: Path) -> None:
@@ -322,6 +319,7 @@ class PPOController:
         import ray
         import yaml
 
+        from rlhf.runtime.async_pipeline import rollout_batches
         from rlhf.runtime.tracking import MetricsTracker
 
         cfg = self.config
@@ -343,9 +341,9 @@ class PPOController:
             self._resume()
             tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
             self.plugins.train_start(cfg, self.run_dir)
-            while (prompts := self.schedule.next_batch()) is not None:
+            for prompts, rolled in rollout_batches(self):
                 self.step += 1
-                metrics = self.train_step(prompts)
+                metrics = self.train_step(prompts, rolled)
                 if self.eval_prompts and cfg.eval.steps > 0 and self.step % cfg.eval.steps == 0:
                     metrics.update(self.evaluate())
                     self.best.offer(self.step, metrics, self.save_checkpoint)

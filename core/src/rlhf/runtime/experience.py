@@ -30,7 +30,7 @@ def compute_advantages(
     from rlhf.ops import compute_approx_kl, masked_mean, masked_whiten
 
     width = max(1, max(len(s.response_ids) for s in samples))
-    mask = pad_list([[1.0] * len(s.response_ids) for s in samples], width)
+    mask = pad_list([s.mask() for s in samples], width)  # multi-turn: environment tokens are 0
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     metrics: dict[str, float] = {}
     if n > 1:
@@ -40,10 +40,11 @@ def compute_advantages(
     shaped = shaped.clamp(low, high)
 
     token_rewards = torch.zeros_like(mask)
-    lengths = mask.sum(dim=1).long()
-    has_tokens = lengths > 0
+    has_tokens = mask.sum(dim=1) > 0
     rows = torch.arange(len(samples))[has_tokens]
-    token_rewards[rows, lengths[has_tokens] - 1] = shaped[has_tokens]
+    # the last action token: the last index where the mask is 1 (a trajectory may end on feedback)
+    last_action = width - 1 - mask.flip(dims=[1]).argmax(dim=1)
+    token_rewards[rows, last_action[has_tokens]] = shaped[has_tokens]
     if ref_logprobs is not None and old_logprobs is not None:
         if kl_estimator is None:
             raise ValueError("reference log-probs were given without the --algo.kl.estimator component")

@@ -19,6 +19,17 @@ def _micro_batches(n: int, size: int) -> list[range]:
     return [range(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+def _action_masks(payload: dict[str, list], rows: Any) -> list[list[int] | None] | None:
+    """The rows' action masks (multi-turn samples mark environment tokens 0), or None when every token is the model's."""
+    masks = payload.get("action_masks")
+    return None if masks is None else [masks[i] for i in rows]
+
+
+def _action_count(payload: dict[str, list], row: int) -> int:
+    masks = payload.get("action_masks")
+    return len(payload["response_ids"][row]) if masks is None or masks[row] is None else int(sum(masks[row]))
+
+
 def _padded_column(payload: dict[str, list], rows: list[int], width: int, key: str) -> Any:
     """``(len(rows), width)`` tensor of one per-token payload column."""
     from rlhf.runtime.batch import pad_list
@@ -46,7 +57,8 @@ class _ModelWorker(BaseWorker):
         self.engine.eval()
         with torch.no_grad():
             for idx in _micro_batches(len(prompts), self.config.rollout.micro_batch_size):
-                values = compute(pack([prompts[i] for i in idx], [responses[i] for i in idx], self.pad_id))
+                values = compute(pack([prompts[i] for i in idx], [responses[i] for i in idx], self.pad_id,
+                                      _action_masks(payload, idx)))
                 out += [values[j, : len(responses[i])].tolist() for j, i in enumerate(idx)]
         return out if self.rank % self.tp == 0 else []  # one answer per tensor-parallel group
 
@@ -73,7 +85,7 @@ class _ModelWorker(BaseWorker):
             order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
             for start in range(0, n, per_step):
                 group = order[start : start + per_step]
-                counts = torch.tensor(step_counts([len(payload["response_ids"][i]) for i in group]))
+                counts = torch.tensor(step_counts([_action_count(payload, i) for i in group]))
                 if self.world_size > 1:
                     torch.distributed.all_reduce(counts)
                     counts = counts / self.tp  # the ranks of a tensor-parallel group counted the same samples
@@ -198,7 +210,8 @@ class PolicyWorker(_CausalLMWorker):
         sums: dict[str, float] = {}
         count = 0
         for rows, tokens, sequences in self._training_groups(payload, step, salt=0):
-            batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id)
+            batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id,
+                         _action_masks(payload, rows))
             mask = batch.action_mask
             column = functools.partial(_padded_column, payload, rows, mask.shape[1])
             moe = {"output_router_logits": True} if cfg.actor.aux_loss_coef > 0 else {}
@@ -360,7 +373,8 @@ class CriticWorker(_ValueWorker):
         clip = self.config.critic.value_clip
         total, count = 0.0, 0
         for rows, tokens, _ in self._training_groups(payload, step, salt=7919):
-            batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id)
+            batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id,
+                         _action_masks(payload, rows))
             values = self._action_values(batch)
             width = batch.action_mask.shape[1]
             old = pad_list([payload["values"][i] for i in rows], width)

@@ -17,9 +17,13 @@ from rlhf.runtime.batch import Sample
 
 
 class RewardStage:
-    def __init__(self, config: Any, registry: Any) -> None:
+    """``agent_rewards``: the agent executor's environments reward the episodes (OpenRLHF's
+    ``--train.agent_func_path``); their results form the single term ``agent``, under ``--reward.on_error``."""
+
+    def __init__(self, config: Any, registry: Any, agent_rewards: bool = False) -> None:
         self.reward_models: list[Any] = []  # WorkerGroups, one per path in reward_model_paths
-        self.composite = self._terms(config, registry)
+        self.agent_rewards = agent_rewards
+        self.composite = self._agent_term(config) if agent_rewards else self._terms(config, registry)
         shapers = [build(reg.load(), config) for reg in registry.registrations(K.REWARD_SHAPER)]
         self.shapers = sorted((s for s in shapers if s.active), key=lambda s: s.order)
 
@@ -62,6 +66,20 @@ class RewardStage:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
+    def _agent_term(self, config: Any) -> Any:
+        from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
+        from rlhf.runtime.agent_rollout import agent_reward
+
+        self.reward_model_paths = []
+        others = [flag for flag, value in (("--reward.functions", config.reward.functions),
+                                           ("--reward.remote_url", config.reward.remote_url),
+                                           ("--reward.model_name_or_path", config.reward.model_name_or_path)) if value]
+        if others:
+            raise ConfigError(f"--train.agent_executor {config.train.agent_executor}: the agent's environment gives the "
+                              f"rewards, so {', '.join(others)} would be ignored; drop it or reward inside the agent")
+        term = functools.partial(call_reward, agent_reward, source=f"--train.agent_func_path {config.train.agent_func_path}")
+        return CompositeReward([(TermSpec("agent", 1.0, config.reward.on_error), term)], score_term="agent")
+
     def _reward_model_term(self, index: int, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> Any:
         from rlhf.reward_output import RewardOutput
 
@@ -74,10 +92,11 @@ class RewardStage:
 
         Reward functions get OpenRLHF's arguments plus ``prompt_ids``, ``response_ids`` and
         ``finish_reasons`` keyword columns."""
+        agent = {"agents": [s.agent for s in samples]} if self.agent_rewards else {}
         out = self.composite(
             [s.prompt + s.response for s in samples], [s.prompt for s in samples], [s.label for s in samples],
             prompt_ids=[s.prompt_ids for s in samples], response_ids=[s.response_ids for s in samples],
-            finish_reasons=[s.finish_reason for s in samples],
+            finish_reasons=[s.finish_reason for s in samples], **agent,
         )
         for sample, reward, score in zip(samples, out.rewards, out.scores):
             sample.reward, sample.score = float(reward), float(score)

@@ -1,0 +1,222 @@
+"""The multi-turn executor (see the package docstring)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlhf.agents import AgentExecutorBase, AgentInstanceBase, load_agent_class
+
+
+class MultiTurnOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    step_timeout_s: float = Field(60.0, gt=0, description="most seconds one reset/step (or a whole AgentExecutor "
+                                                           "episode) may take; past it the episode fails")
+
+
+class EpisodeError(Exception):
+    """The environment failed: raised, timed out or answered a malformed dict (the message says which)."""
+
+
+@dataclass
+class Trajectory:
+    """One episode's response: model tokens (mask 1, engine log-probs) and feedback tokens (mask 0, log-prob 0)."""
+
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    action_mask: list[int] = field(default_factory=list)
+
+    def add(self, ids: list[int], logprobs: list[float] | None, is_action: bool) -> None:
+        self.response_ids += ids
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+        self.action_mask += [int(is_action)] * len(ids)
+
+
+class MultiTurnExecutor:
+    """Runs every episode of a rollout batch concurrently on one event loop (``run`` runs in the
+    controller once per rollout batch); turns are batched into engine calls by :class:`EngineClient`."""
+
+    provides_rewards = True
+
+    def __init__(self, agent_path: str, agent_class: type, tokenizer_path: str, max_len: int, max_new_tokens: int | None,
+                 options: MultiTurnOptions) -> None:
+        self.agent_path, self.agent_class, self.options = agent_path, agent_class, options
+        self.tokenizer_path, self.max_len, self.max_new_tokens = tokenizer_path, max_len, max_new_tokens
+        self._tokenizer: Any = None
+
+    @classmethod
+    def from_config(cls, config: Any) -> MultiTurnExecutor:
+        from rlhf.errors import ConfigError
+
+        path = config.train.agent_func_path
+        if not path:
+            raise ConfigError(f"--train.agent_executor {config.train.agent_executor} runs an agent file: "
+                              "set --train.agent_func_path env.py (see docs/agents.md)")
+        agent_class = load_agent_class(path, ("AgentInstance", "AgentExecutor"))
+        if not issubclass(agent_class, (AgentInstanceBase, AgentExecutorBase)):
+            raise ConfigError(f"--train.agent_func_path {path}: {agent_class.__name__} must subclass "
+                              "rlhf.agents.AgentInstanceBase or AgentExecutorBase")
+        options = MultiTurnOptions.model_validate(config.plugins.get("multi_turn", {}))
+        return cls(path, agent_class, config.actor.model_name_or_path, config.data.max_len, config.rollout.max_new_tokens,
+                   options)
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from rlhf.engines.hf_models import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.tokenizer_path, "--actor.model_name_or_path")
+        return self._tokenizer
+
+    def run(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
+        return asyncio.run(self._run_all(requests, engines, sampling))
+
+    async def _run_all(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
+        from rlhf.runtime.agent_engine import EngineClient
+
+        client = EngineClient(engines, sampling, self.max_len)
+        episode = self._executor_episode if issubclass(self.agent_class, AgentExecutorBase) else self._instance_episode
+        return list(await asyncio.gather(*(episode(request, client, sampling) for request in requests)))
+
+    # ------------------------------------------------------------ AgentInstance
+
+    async def _call(self, what: str, coroutine: Any) -> Any:
+        try:
+            return await asyncio.wait_for(coroutine, self.options.step_timeout_s)
+        except asyncio.TimeoutError:
+            raise EpisodeError(f"{what} took more than {self.options.step_timeout_s:g} s (--multi_turn.step_timeout_s)") from None
+        except Exception as exc:  # noqa: BLE001 - the environment's own failure, handled by --reward.on_error
+            raise EpisodeError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+    def _failed(self, trajectory: Trajectory, prompt: dict[str, Any], reason: str) -> dict[str, Any]:
+        return {**prompt, "response_ids": trajectory.response_ids, "logprobs": trajectory.logprobs,
+                "action_mask": trajectory.action_mask, "finish_reason": "stop",
+                "agent": {"error": f"--train.agent_func_path {self.agent_path}: {reason}"}}
+
+    async def _instance_episode(self, request: dict[str, Any], client: Any, sampling: dict[str, float]) -> dict[str, Any]:
+        """OpenRLHF's MultiTurnAgentExecutor loop: generate from token ids, step, append the feedback tokens."""
+        instance = self.agent_class()
+        trajectory, prompt = Trajectory(), {}
+        try:
+            reset = await self._call("AgentInstance.reset", instance.reset({"observation": request["prompt"],
+                                                                               "label": request["label"]}))
+            observation = reset.get("observation") if isinstance(reset, dict) else None
+            if not isinstance(observation, str):
+                raise EpisodeError(f"AgentInstance.reset returned {reset!r:.120} instead of a dict with an 'observation' string")
+            if observation != request["prompt"]:  # the environment rewrote the first observation: tokenise it once
+                ids = self.tokenizer(observation, add_special_tokens=False)["input_ids"]
+                prompt = {"prompt": observation, "prompt_ids": ids[-(self.max_len - 1):]}  # room for one token at least
+            tokens = list(prompt.get("prompt_ids", request["prompt_ids"]))
+            text, params = observation, {"max_tokens": self.max_new_tokens, **sampling}
+            reward, score, logs, turn, finish = 0.0, None, {}, 0, "stop"
+            while True:
+                room = self.max_len - len(tokens)
+                if room <= 0:
+                    finish = "length"
+                    break
+                max_tokens = min(params.get("max_tokens") or room, room)
+                out = await client.generate(tokens, max_tokens, request["seed"] + 7919 * turn,
+                                            params.get("temperature"), params.get("top_p"))
+                turn += 1
+                tokens += out["response_ids"]
+                trajectory.add(out["response_ids"], out["logprobs"], is_action=True)
+                finish = out["finish_reason"]
+                action = self.tokenizer.decode(out["response_ids"], skip_special_tokens=True)
+                states = {"observation_text": text, "action_text": action, "label": request["label"], "sampling_params": params}
+                result = await self._call("AgentInstance.step", instance.step(states))
+                step_reward, step_score, feedback, done = _read_step(result)
+                reward += step_reward
+                score = step_score if step_score is not None else step_reward
+                logs.update(result.get("extra_logs") or {})
+                if result.get("sampling_params"):
+                    params = {**params, **dict(result["sampling_params"])}
+                if done:
+                    break
+                text += action + feedback
+                feedback_ids = self.tokenizer(feedback, add_special_tokens=False)["input_ids"] if feedback else []
+                room = self.max_len - len(tokens)
+                if len(feedback_ids) >= room:  # the feedback would leave no room for another turn: truncate
+                    trajectory.add(feedback_ids[:room], None, is_action=False)
+                    finish = "length"
+                    break
+                tokens += feedback_ids
+                trajectory.add(feedback_ids, None, is_action=False)
+        except EpisodeError as exc:
+            return self._failed(trajectory, prompt, str(exc))
+        return {**prompt, "response_ids": trajectory.response_ids, "logprobs": trajectory.logprobs,
+                "action_mask": trajectory.action_mask, "finish_reason": finish,
+                "agent": {"reward": reward, "score": score, "extra_logs": _scalars(logs), "turns": turn}}
+
+    # ------------------------------------------------------------ AgentExecutor
+
+    async def _executor_episode(self, request: dict[str, Any], client: Any, sampling: dict[str, float]) -> dict[str, Any]:
+        """A user-written episode; its ``observation_tokens`` and ``action_ranges`` become the sample."""
+        from rlhf.runtime.agent_engine import VLLMStyleEngine
+
+        engine = VLLMStyleEngine(client, request["max_tokens"], request["seed"])
+        params = {"max_tokens": request["max_tokens"], **sampling}
+        try:
+            out = await self._call("AgentExecutor.execute", self.agent_class().execute(
+                request["prompt"], request["label"], params, self.max_len, self.tokenizer, engine))
+            return {**_from_executor_output(out, len(request["prompt_ids"]), request["prompt_ids"]),
+                    "agent": _executor_reward(out)}
+        except EpisodeError as exc:
+            return self._failed(Trajectory(), {}, str(exc))
+
+
+def _read_step(result: Any) -> tuple[float, float | None, str, bool]:
+    """``(reward, score, feedback, done)`` of a step's dict; an :class:`EpisodeError` when it is malformed."""
+    if not isinstance(result, dict):
+        raise EpisodeError(f"AgentInstance.step returned {type(result).__name__}, not a dict")
+    missing = [key for key in ("rewards", "done") if key not in result]
+    if missing:
+        raise EpisodeError(f"AgentInstance.step returned a dict without {', '.join(map(repr, missing))} "
+                           f"(keys: {', '.join(map(str, result)) or 'none'})")
+    feedback = result.get("environment_feedback") or ""
+    if not isinstance(feedback, str):
+        raise EpisodeError(f"AgentInstance.step: environment_feedback is a {type(feedback).__name__}, not text")
+    reward = _number(result["rewards"], "rewards")
+    score = _number(result["scores"], "scores") if result.get("scores") is not None else None
+    return reward, score, feedback, bool(result["done"])
+
+
+def _number(value: Any, what: str) -> float:
+    try:
+        number = float(value.item() if hasattr(value, "item") else value)
+    except (TypeError, ValueError, RuntimeError):
+        raise EpisodeError(f"AgentInstance.step: {what} {value!r:.80} is not a number") from None
+    if not math.isfinite(number):
+        raise EpisodeError(f"AgentInstance.step: {what} is {number}")
+    return number
+
+
+def _scalars(logs: dict[str, Any]) -> dict[str, float]:
+    return {key: float(value.item() if hasattr(value, "item") else value) for key, value in logs.items()}
+
+
+def _from_executor_output(out: Any, prompt_len: int, prompt_ids: list[int]) -> dict[str, Any]:
+    """An ``AgentExecutor``'s dict as a response: the tokens after the prompt, masked by ``action_ranges``."""
+    if not isinstance(out, dict) or "observation_tokens" not in out or "action_ranges" not in out:
+        raise EpisodeError("AgentExecutor.execute must return a dict with observation_tokens and action_ranges")
+    tokens = list(out["observation_tokens"])
+    if tokens[:prompt_len] != list(prompt_ids):
+        raise EpisodeError("AgentExecutor.execute: observation_tokens must start with the prompt's token ids")
+    mask = [0] * len(tokens)
+    for start, end in out["action_ranges"]:
+        mask[start:end] = [1] * (end - start)
+    logprobs = out.get("rollout_log_probs") or [0.0] * len(tokens)
+    return {"response_ids": tokens[prompt_len:], "logprobs": [float(x) for x in logprobs[prompt_len:len(tokens)]],
+            "action_mask": mask[prompt_len:], "finish_reason": "length" if out.get("truncated") else "stop"}
+
+
+def _executor_reward(out: dict[str, Any]) -> dict[str, Any]:
+    if "reward" not in out and "rewards" not in out:
+        raise EpisodeError("AgentExecutor.execute returned a dict without 'reward'")
+    reward = _number(out.get("reward", out.get("rewards")), "reward")
+    score = _number(out["scores"], "scores") if out.get("scores") is not None else reward
+    return {"reward": reward, "score": score, "extra_logs": _scalars(out.get("extra_logs") or {})}

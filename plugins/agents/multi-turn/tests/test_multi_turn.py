@@ -1,0 +1,185 @@
+"""The multi-turn executor on a real HF engine (in-process): masks, log-probs, budgets, batching, failures."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
+
+from rlhf.agents import load_agent_class
+from rlhf.errors import ConfigError
+
+GUESS_ENV = Path(__file__).parent / "guess_number_env.py"
+FEEDBACK = {" higher ", " lower ", " a number please "}
+SAMPLING = {"temperature": 1.0, "top_p": 1.0}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_causal_lm_path):
+    from rlhf.runtime.rollout import HFEngine
+
+    return HFEngine(str(tiny_causal_lm_path), "fp32", 128, 0, {"vllm": {}})
+
+
+class CountingEngines:
+    """The in-process engine behind the RolloutEngines interface, counting calls and requests."""
+
+    def __init__(self, engine):
+        self.engine, self.batches = engine, []
+
+    def generate(self, requests, temperature, top_p):
+        self.batches.append(len(requests))
+        return self.engine.generate(requests, temperature, top_p)
+
+
+def executor_for(path: Path, model: Path, *, max_len: int = 128, max_new_tokens: int = 4, timeout: float = 60.0):
+    return MultiTurnExecutor(str(path), load_agent_class(str(path), ("AgentInstance", "AgentExecutor")), str(model),
+                             max_len, max_new_tokens, MultiTurnOptions(step_timeout_s=timeout))
+
+
+def requests_for(tokenizer, count: int, max_tokens: int = 4):
+    prompt = "guess the number"
+    ids = tokenizer(prompt)["input_ids"]
+    return [{"prompt_ids": ids, "prompt": prompt, "label": str(1 + i % 4), "max_tokens": max_tokens, "seed": i, "group": i}
+            for i in range(count)]
+
+
+def spans(mask: list[int]) -> list[tuple[int, int, int]]:
+    """``(value, start, end)`` runs of equal mask values."""
+    out, start = [], 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            out.append((mask[start], start, i))
+            start = i
+    return out
+
+
+def test_feedback_tokens_are_masked_and_model_tokens_keep_their_logprobs(engine, tiny_causal_lm_path) -> None:
+    import torch
+
+    executor = executor_for(GUESS_ENV, tiny_causal_lm_path)
+    tokenizer = executor.tokenizer
+    requests = requests_for(tokenizer, 8)
+    engines = CountingEngines(engine)
+    results = executor.run(requests, engines, SAMPLING)
+    multi_turn = [r for r in results if 0 in r["action_mask"]]
+    assert multi_turn, "no episode took more than one turn"
+    for request, result in zip(requests, results):
+        assert len(result["action_mask"]) == len(result["response_ids"]) == len(result["logprobs"])
+        for value, start, end in spans(result["action_mask"]):
+            text = tokenizer.decode(result["response_ids"][start:end], skip_special_tokens=False)
+            if value == 0:  # every masked span decodes to exactly one piece of environment feedback
+                assert text in FEEDBACK, text
+                assert result["logprobs"][start:end] == [0.0] * (end - start)
+        turns = sum(1 for value, _, _ in spans(result["action_mask"]) if value == 1)
+        assert turns == result["agent"]["extra_logs"]["turns"]
+        # per-turn rollout log-probs equal an HF forward of the whole trajectory at the model's tokens
+        tokens = request["prompt_ids"] + result["response_ids"]
+        with torch.no_grad():
+            logits = engine.model(torch.tensor([tokens])).logits[0, :-1].float()
+        forward = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+        forward = forward[len(request["prompt_ids"]) - 1:]
+        mask = torch.tensor(result["action_mask"], dtype=torch.bool)
+        assert torch.allclose(torch.tensor(result["logprobs"])[mask], forward[mask], atol=1e-4)
+    # the episodes' turns were batched: one engine call per turn index, not one per episode turn
+    total_turns = sum(r["agent"]["extra_logs"]["turns"] for r in results)
+    assert len(engines.batches) == max(r["agent"]["extra_logs"]["turns"] for r in results) < total_turns
+    assert sum(engines.batches) == total_turns
+
+
+def test_the_length_budget_holds_across_turns(engine, tiny_causal_lm_path) -> None:
+    executor = executor_for(GUESS_ENV, tiny_causal_lm_path, max_len=16, max_new_tokens=4)
+    requests = requests_for(executor.tokenizer, 6)
+    results = executor.run(requests, CountingEngines(engine), SAMPLING)
+    for request, result in zip(requests, results):
+        assert len(request["prompt_ids"]) + len(result["response_ids"]) <= 16
+    assert any(r["finish_reason"] == "length" and len(request["prompt_ids"]) + len(r["response_ids"]) == 16
+               for request, r in zip(requests, results)), "no episode reached the --data.max_len budget"
+
+
+FAILING_ENVS = {
+    "raises": "raise RuntimeError('environment exploded')",
+    "sleeps": "await asyncio.sleep(30)",
+    "no_rewards": "return {'environment_feedback': '', 'done': True}",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FAILING_ENVS))
+def test_a_failing_environment_fails_only_its_episodes(kind, engine, tiny_causal_lm_path, tmp_path) -> None:
+    env = tmp_path / f"{kind}.py"
+    env.write_text(
+        "import asyncio\nfrom rlhf.agents import AgentInstanceBase\n\n\nclass AgentInstance(AgentInstanceBase):\n"
+        "    async def reset(self, states):\n        self.label = int(states['label'])\n        return {'observation': states['observation']}\n\n"
+        "    async def step(self, states):\n        if self.label % 2 == 0:\n"
+        f"            {FAILING_ENVS[kind]}\n"
+        "        return {'rewards': 1.0, 'environment_feedback': '', 'done': True}\n")
+    executor = executor_for(env, tiny_causal_lm_path, timeout=0.5)
+    results = executor.run(requests_for(executor.tokenizer, 4), CountingEngines(engine), SAMPLING)
+    errors = [r["agent"].get("error") for r in results]
+    assert [e is None for e in errors] == [True, False, True, False]  # labels 1, 2, 3, 4: the even ones fail
+    expected = {"raises": "AgentInstance.step raised RuntimeError: environment exploded",
+                "sleeps": "AgentInstance.step took more than 0.5 s (--multi_turn.step_timeout_s)",
+                "no_rewards": "AgentInstance.step returned a dict without 'rewards'"}[kind]
+    assert all(e.startswith(f"--train.agent_func_path {env}: {expected}") for e in errors if e)
+    assert [r["agent"].get("reward") for r in results][::2] == [1.0, 1.0]
+
+
+def test_an_agent_file_without_the_class_names_the_file(tmp_path) -> None:
+    env = tmp_path / "empty_env.py"
+    env.write_text("class Environment:\n    pass\n")
+    with pytest.raises(ConfigError, match=f"--train.agent_func_path {env} defines no class AgentInstance or AgentExecutor"):
+        load_agent_class(str(env), ("AgentInstance", "AgentExecutor"))
+    broken = tmp_path / "broken_env.py"
+    broken.write_text("from openrlhf.utils.agent import AgentInstanceBase\n")
+    with pytest.raises(ConfigError, match="from rlhf.agents import"):
+        load_agent_class(str(broken), ("AgentInstance",))
+
+
+def test_an_agent_executor_class_drives_the_engine_itself(engine, tiny_causal_lm_path, tmp_path) -> None:
+    """OpenRLHF's AgentExecutor contract: the user's episode, its action ranges become the mask."""
+    env = tmp_path / "executor_env.py"
+    env.write_text(
+        "from rlhf.agents import AgentExecutorBase\n\n\nclass AgentExecutor(AgentExecutorBase):\n"
+        "    async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images=None):\n"
+        "        tokens = hf_tokenizer(prompt)['input_ids']\n        ranges, logps = [], [0.0] * len(tokens)\n"
+        "        for turn in range(2):\n"
+        "            out = await llm_engine.generate(tokens, {'max_tokens': 3})\n"
+        "            ids = list(out.outputs[0].token_ids)\n"
+        "            ranges.append((len(tokens), len(tokens) + len(ids)))\n"
+        "            logps += [d[t].logprob for d, t in zip(out.outputs[0].logprobs, ids)]\n"
+        "            feedback = hf_tokenizer(' again ', add_special_tokens=False)['input_ids']\n"
+        "            tokens = tokens + ids + feedback\n            logps += [0.0] * len(feedback)\n"
+        "        return {'observation_tokens': tokens, 'action_ranges': ranges, 'rollout_log_probs': logps,\n"
+        "                'truncated': False, 'reward': 0.5, 'scores': 1.0}\n")
+    executor = executor_for(env, tiny_causal_lm_path)
+    requests = requests_for(executor.tokenizer, 2)
+    results = executor.run(requests, CountingEngines(engine), SAMPLING)
+    for result in results:
+        assert result["agent"] == {"reward": 0.5, "score": 1.0, "extra_logs": {}}
+        runs = spans(result["action_mask"])
+        assert [value for value, _, _ in runs] == [1, 0, 1, 0]
+        assert executor.tokenizer.decode(result["response_ids"][runs[1][1]:runs[1][2]]) == " again "
+
+
+def test_episodes_run_concurrently() -> None:
+    """Environments that wait (an HTTP call, a sandbox) overlap: 20 episodes of 2 turns make 2 engine calls, not 40."""
+    from rlhf.runtime.agent_engine import EngineClient
+
+    class InstantEngines:
+        def generate(self, requests, temperature, top_p):
+            return [{"response_ids": [7], "logprobs": [-1.0], "finish_reason": "stop"} for _ in requests]
+
+    async def episodes():
+        client = EngineClient(InstantEngines(), SAMPLING, max_len=64)
+
+        async def one(seed):
+            await client.generate([1, 2], 4, seed)
+            await asyncio.sleep(0.05)
+            return await client.generate([1, 2, 7], 4, seed)
+
+        await asyncio.gather(*(one(i) for i in range(20)))
+        return client.engine_calls
+
+    assert asyncio.run(episodes()) == 2

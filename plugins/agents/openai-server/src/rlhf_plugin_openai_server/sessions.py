@@ -1,0 +1,142 @@
+"""Per-session token trajectories and the OpenAI-compatible HTTP app over the rollout engines.
+
+No ``from __future__ import annotations`` here: FastAPI reads the handlers' annotations at run time."""
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SessionError(Exception):
+    """A request that cannot extend its session's trajectory (the message says why)."""
+
+
+@dataclass
+class Session:
+    """One episode's trajectory: the first prompt's ids, then completions (mask 1) and what the
+    agent added between calls (tool results, user turns: mask 0)."""
+
+    prompt_ids: list[int] = field(default_factory=list)
+    prompt_text: str = ""
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    action_mask: list[int] = field(default_factory=list)
+    text: str = ""  # prompt + response so far as the client sees it (what the next prompt must extend)
+    #: the text of the stop token that ended the last completion (e.g. ``</s>``): the client never sees it,
+    #: and when the chat template writes it after the assistant's reply it is already in the trajectory
+    pending_stop: str = ""
+    last_finish: str = "stop"
+    calls: int = 0
+    error: str | None = None
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+    def extend_prompt(self, text: str, tokenizer: Any) -> list[int]:
+        """The token ids of a new prompt ``text``, which must extend this session's text: only the new
+        suffix is tokenised (mask 0), the trajectory so far is never re-tokenised."""
+        if self.calls == 0:
+            self.prompt_text, self.text = text, text
+            self.prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            return self.tokens
+        if not text.startswith(self.text):
+            raise SessionError("prefix stability: the new prompt does not extend the session's prompt and completions "
+                               "(send the previous messages and the assistant's replies unchanged, or start a new session)")
+        suffix = text[len(self.text):]
+        if self.pending_stop and suffix.startswith(self.pending_stop):
+            suffix = suffix[len(self.pending_stop):]
+        self.pending_stop = ""
+        ids = tokenizer(suffix, add_special_tokens=False)["input_ids"] if suffix else []
+        self.add(ids, None, is_action=False, text=suffix)
+        return self.tokens
+
+    def add(self, ids: list[int], logprobs: list[float] | None, is_action: bool, text: str) -> None:
+        self.response_ids += ids
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+        self.action_mask += [int(is_action)] * len(ids)
+        self.text += text
+
+
+def render_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
+    """The chat template's text for ``messages`` with the generation prompt."""
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - a malformed message list is the client's error
+        raise SessionError(f"cannot apply the chat template to the messages: {exc}") from exc
+
+
+def build_app(state: Any) -> Any:
+    """The FastAPI app. ``state`` has ``tokenizer``, ``client`` (EngineClient), ``sessions`` (id -> Session),
+    ``max_tokens`` (the per-call default and cap) and ``seed``."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI(title="rlhf agent server")
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "owned_by": "rlhf"}]}
+
+    async def complete(body: dict[str, Any], prompt_text: str, chat: bool) -> Any:
+        session_id = str(body.get("session_id") or "")
+        session = state.sessions.get(session_id)
+        if session is None:
+            return JSONResponse({"error": {"message": f"unknown session_id {session_id!r}: pass the session_id "
+                                                      "run_agent received in extra_body"}}, status_code=400)
+        try:
+            tokens = session.extend_prompt(prompt_text, state.tokenizer)
+        except SessionError as exc:
+            session.error = str(exc)
+            return JSONResponse({"error": {"message": str(exc)}}, status_code=400)
+        max_tokens = min(int(body.get("max_tokens") or body.get("max_completion_tokens") or state.max_tokens), state.max_tokens)
+        session.calls += 1
+        out = await state.client.generate(tokens, max_tokens, state.seed(session_id, session.calls),
+                                          body.get("temperature"), body.get("top_p"))
+        ids = out["response_ids"]
+        content = state.tokenizer.decode(ids, skip_special_tokens=True)
+        session.add(ids, out["logprobs"], is_action=True, text=content)
+        session.last_finish = out["finish_reason"]
+        if out["finish_reason"] == "stop" and ids and ids[-1] in state.tokenizer.all_special_ids:
+            session.pending_stop = state.tokenizer.decode(ids[-1:], skip_special_tokens=False)
+        logprobs = {"content": [{"token": state.tokenizer.decode([t]), "logprob": lp, "bytes": None, "top_logprobs": []}
+                                for t, lp in zip(ids, out["logprobs"])]} if body.get("logprobs") else None
+        choice: dict[str, Any] = {"index": 0, "finish_reason": out["finish_reason"], "logprobs": logprobs}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": content}
+        else:
+            choice["text"] = content
+        return {"id": f"rlhf-{uuid.uuid4().hex[:12]}", "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()), "model": state.model_name, "choices": [choice],
+                "usage": {"prompt_tokens": len(tokens), "completion_tokens": len(ids), "total_tokens": len(tokens) + len(ids)},
+                "token_ids": {"prompt_token_ids": tokens, "completion_token_ids": ids}}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        body = await request.json()
+        try:
+            text = render_chat(state.tokenizer, body.get("messages") or [])
+        except SessionError as exc:
+            return JSONResponse({"error": {"message": str(exc)}}, status_code=400)
+        return await complete(body, text, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        body = await request.json()
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return JSONResponse({"error": {"message": "prompt must be one string"}}, status_code=400)
+        return await complete(body, prompt, chat=False)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        text = render_chat(state.tokenizer, body["messages"]) if "messages" in body else str(body.get("prompt", ""))
+        return {"tokens": state.tokenizer(text, add_special_tokens=False)["input_ids"]}
+
+    return app

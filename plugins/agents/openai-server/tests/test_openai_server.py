@@ -1,0 +1,83 @@
+"""The OpenAI-server executor with the real `openai` client against the real server, on an in-process HF engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rlhf_plugin_openai_server.executor import OpenAIServerExecutor, OpenAIServerOptions
+
+from rlhf.agents import load_agent_class
+
+AGENT = Path(__file__).parent / "guess_number_agent.py"
+SAMPLING = {"temperature": 1.0, "top_p": 1.0}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_causal_lm_path):
+    from rlhf.runtime.rollout import HFEngine
+
+    return HFEngine(str(tiny_causal_lm_path), "fp32", 256, 0, {"vllm": {}})
+
+
+def executor_for(path: Path, model: Path, timeout: float = 60.0) -> OpenAIServerExecutor:
+    return OpenAIServerExecutor(str(path), load_agent_class(str(path), ("AgentExecutor",)), str(model), 256,
+                                OpenAIServerOptions(episode_timeout_s=timeout))
+
+
+def requests_for(count: int):
+    return [{"prompt_ids": [1], "prompt": "guess the number", "label": str(1 + i % 4), "max_tokens": 8, "seed": i}
+            for i in range(count)]
+
+
+def test_sessions_become_token_trajectories(engine, tiny_causal_lm_path) -> None:
+    import torch
+
+    executor = executor_for(AGENT, tiny_causal_lm_path)
+    tokenizer = executor.tokenizer
+    results = executor.run(requests_for(6), engine, SAMPLING)
+    assert all("error" not in r["agent"] for r in results), [r["agent"] for r in results]
+    first_prompt = tokenizer.apply_chat_template([{"role": "user", "content": "guess the number"}], tokenize=False,
+                                                 add_generation_prompt=True)
+    for result in results:
+        assert tokenizer.decode(result["prompt_ids"]) == first_prompt
+        mask = result["action_mask"]
+        assert len(mask) == len(result["response_ids"]) == len(result["logprobs"])
+        turns = result["agent"]["extra_logs"]["turns"]
+        model_spans = sum(1 for i, m in enumerate(mask) if m == 1 and (i == 0 or mask[i - 1] == 0))
+        assert model_spans == turns  # one completion per turn, separated by the agent's user turns
+        user_text = tokenizer.decode([t for t, m in zip(result["response_ids"], mask) if m == 0])
+        assert all(word in ("higher", "lower", "a number please") for word in
+                   [w.strip() for w in user_text.replace("<|user|>", "|").replace("<|assistant|>", "|")
+                    .replace("</s>", "|").split("|") if w.strip()])
+        tokens = result["prompt_ids"] + result["response_ids"]
+        with torch.no_grad():
+            logits = engine.model(torch.tensor([tokens])).logits[0, :-1].float()
+        forward = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+        forward = forward[len(result["prompt_ids"]) - 1:]
+        chosen = torch.tensor(mask, dtype=torch.bool)
+        assert torch.allclose(torch.tensor(result["logprobs"])[chosen], forward[chosen], atol=1e-4)
+
+
+BROKEN_AGENTS = {
+    "raises": ("raise RuntimeError('agent exploded')", "run_agent raised RuntimeError: agent exploded"),
+    "no_session": ("await client.completions.create(model='m', prompt='hi', max_tokens=2)\n        return {'reward': 1.0}",
+                   "run_agent raised BadRequestError"),
+    "rewrites_history": ("await client.completions.create(model='m', prompt='hi', max_tokens=2, extra_body=sid)\n"
+                         "        await client.completions.create(model='m', prompt='bye', max_tokens=2, extra_body=sid)\n"
+                         "        return {'reward': 1.0}", "run_agent raised BadRequestError"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_AGENTS))
+def test_a_failing_agent_fails_its_episode(kind, engine, tiny_causal_lm_path, tmp_path) -> None:
+    body, expected = BROKEN_AGENTS[kind]
+    agent = tmp_path / f"{kind}.py"
+    agent.write_text("import openai\nfrom rlhf_plugin_openai_server import OpenAIServerAgent\n\n\n"
+                     "class AgentExecutor(OpenAIServerAgent):\n    async def run_agent(self, prompt, label, session_id):\n"
+                     "        client = openai.AsyncOpenAI(base_url=self.base_url, api_key='x', max_retries=0)\n"
+                     "        sid = {'session_id': session_id}\n"
+                     f"        {body}\n")
+    results = executor_for(agent, tiny_causal_lm_path).run(requests_for(2), engine, SAMPLING)
+    for result in results:
+        assert result["agent"]["error"].startswith(f"--train.agent_func_path {agent}: {expected}"), result["agent"]
