@@ -82,6 +82,8 @@ CASES = {
     "unknown estimator": (["--algo.advantage.estimator", "grpoo"], ["--algo.advantage.estimator", "grpoo"]),
     "plugins no: without a name": (["--plugins", "no:"], ["--plugins", "no:"]),
     "plugin file missing": (["--plugins", "{bad}/my_plugin.py"], ["my_plugin.py"]),
+    "unknown sync backend": (["--vllm.sync_backend", "mpi"], ["--vllm.sync_backend", "'mpi'", "gloo"]),
+    "gloo sync with LoRA": (["--vllm.sync_backend", "gloo", "--ds.lora.rank", "4"], ["--vllm.sync_backend gloo", "--ds.lora.rank"]),
 }
 
 

@@ -197,13 +197,12 @@ class PPOController:
     # ------------------------------------------------------------------ steps
 
     def sync_weights(self) -> None:
-        """Actor rank 0's weights into every rollout engine. The engines take the reference to
-        rank 0's result, so they load as soon as it exists, with no round trip through here."""
-        from rlhf.runtime.worker_group import wait
+        """Actor rank 0's weights into every rollout engine, by --vllm.sync_backend (runtime/weight_sync.py)."""
+        from rlhf.runtime.weight_sync import WeightSync
 
-        refs = self.actor.call_async("full_state")
-        self.engines.load_weights(refs[0])
-        wait(refs)
+        if getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
+            self.weight_sync = WeightSync(self.config, self.actor, self.engines)
+        self.weight_sync.sync()
 
     def _generate(self, prompts: list[dict[str, Any]], n: int, temperature: float, seed_base: int) -> list[Sample]:
         cfg = self.config

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rlhf.runtime.weight_sync import WeightReceiver
 from rlhf.runtime.worker_group import split_evenly, track, use_cpu_share, wait
 
 
-class VLLMEngine:
+class VLLMEngine(WeightReceiver):
     """One vLLM engine, in-process inside its own Ray actor (the actor is dedicated to it)."""
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
@@ -127,7 +128,7 @@ def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
     return worst, compared
 
 
-class HFEngine:
+class HFEngine(WeightReceiver):
     """HF ``generate`` as a rollout engine (``--vllm.num_engines 0``)."""
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
