@@ -138,7 +138,6 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         check_4bit(cfg.ds)
     unimplemented = [flag for flag, on in (
         ("--train.async_enable", cfg.train.async_enable),
-        ("--train.colocate_all", cfg.train.colocate_all),
         ("--train.enable_ema", cfg.train.enable_ema),
         ("--train.dynamic_batch_enable", cfg.train.dynamic_batch_enable),
         ("--critic.freezing_steps", cfg.critic.freezing_steps > 0),

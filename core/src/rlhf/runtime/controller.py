@@ -132,24 +132,24 @@ class PPOController:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
         in their own processes while the controller goes on. Needs only the checked sources."""
         from rlhf.runtime.model_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
+        from rlhf.runtime.placement import Placement
         from rlhf.runtime.rollout import RolloutEngines
         from rlhf.runtime.worker_group import WorkerGroup
 
         cfg = self.config
         dumped = cfg.model_dump(mode="json")
-        gpus = 1.0 if _gpu() else 0.0
-        self.engines = RolloutEngines(cfg, cfg.actor.model_name_or_path)  # first: vLLM takes longest to boot
         with_ref, with_critic, reward_paths = cfg.algo.kl.init_coef > 0, self.estimator.needs_critic, self.rewards.reward_model_paths
+        self.placement = Placement.for_run(cfg, with_ref=with_ref, with_critic=with_critic, reward_models=len(reward_paths),
+                                           gpu=_gpu())
+        self.engines = RolloutEngines(cfg, cfg.actor.model_name_or_path, self.placement)  # first: vLLM boots longest
 
         def ranks(section: Any) -> int:
             return section.num_nodes * section.num_gpus_per_node
 
-        # every model rank computes side by side with the others, so they share the cores
-        together = (ranks(cfg.actor) + with_ref * ranks(cfg.ref) + with_critic * ranks(cfg.critic)
-                    + len(reward_paths) * ranks(cfg.reward))
+        together = self.placement.model_ranks  # every model rank computes beside the others: they share the cores
 
         def group(worker: type, role: str, section: Any) -> WorkerGroup:
-            return WorkerGroup(worker, role, ranks(section), dumped, num_gpus=gpus, cpu_sharers=together)
+            return WorkerGroup(worker, role, ranks(section), dumped, placement=self.placement, cpu_sharers=together)
 
         self.actor = group(PolicyWorker, "actor", cfg.actor)
         self.ref = group(ReferenceWorker, "ref", cfg.ref) if with_ref else None

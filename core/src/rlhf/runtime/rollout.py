@@ -192,7 +192,9 @@ class HFEngine(WeightReceiver):
 class RolloutEngines:
     """The controller's handle on every rollout engine: spreads requests, syncs weights."""
 
-    def __init__(self, config: Any, model_path: str) -> None:
+    def __init__(self, config: Any, model_path: str, placement: Any = None) -> None:
+        """``placement``: the run's :class:`rlhf.runtime.placement.Placement`; with ``--train.colocate_all``
+        the engines take a share of the actor's bundles, otherwise they are placed by Ray."""
         import ray
 
         count = config.vllm.num_engines or 0
@@ -202,7 +204,8 @@ class RolloutEngines:
         max_len = config.data.max_len
         dumped = config.model_dump(mode="json")
         self.engines = [
-            track(remote.options(num_cpus=0, num_gpus=_engine_gpus(config)).remote(
+            track(remote.options(**((placement and placement.engine_options(i))
+                                    or {"num_cpus": 0, "num_gpus": _engine_gpus(config)})).remote(
                 model_path, config.ds.param_dtype, max_len, config.train.seed + i, dumped
             ), "rollout engine", i)
             for i in range(max(1, count))

@@ -98,6 +98,15 @@ class BaseWorker:
         import deepspeed  # noqa: F401
         import transformers  # noqa: F401
 
+    def where(self) -> dict[str, Any]:
+        """This rank's Ray node id, placement group id and assigned resources (they name the bundle:
+        ``CPU_group_<bundle>_<placement group>``)."""
+        import ray
+
+        context = ray.get_runtime_context()
+        return {"node_id": context.get_node_id(), "placement_group": context.get_placement_group_id(),
+                "resources": context.get_assigned_resources()}
+
     def address(self) -> tuple[str, int]:
         return socket.gethostbyname(socket.gethostname()) if _multi_node() else "127.0.0.1", free_port()
 
@@ -123,15 +132,15 @@ def _multi_node() -> bool:
 class WorkerGroup:
     """``num_workers`` Ray actors of ``worker_class`` forming one distributed group."""
 
-    def __init__(self, worker_class: type, role: str, num_workers: int, config: dict[str, Any], *, num_gpus: float = 0.0,
-                 cpu_sharers: int | None = None) -> None:
+    def __init__(self, worker_class: type, role: str, num_workers: int, config: dict[str, Any], *,
+                 placement: Any, cpu_sharers: int | None = None) -> None:
+        """``placement``: the run's :class:`rlhf.runtime.placement.Placement` (bundle of each rank)."""
         import ray
 
         remote = ray.remote(worker_class)
-        options = {"num_cpus": 0, "num_gpus": num_gpus, "name": None}
         self.role = role
-        self.workers = [track(remote.options(**options).remote(rank, num_workers, config, cpu_sharers), role, rank)
-                        for rank in range(num_workers)]
+        self.workers = [track(remote.options(**placement.options(role, rank)).remote(rank, num_workers, config, cpu_sharers),
+                              role, rank) for rank in range(num_workers)]
         self._booting = [*self.call_async("preload"), self.workers[0].address.remote()]  # imports start now
 
     def setup_async(self, *args: Any, **kwargs: Any) -> list[Any]:
