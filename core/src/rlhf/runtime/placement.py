@@ -45,7 +45,6 @@ class Placement:
         sets += [[role] for role in ranks if not any(role in s for s in sets)]
         self._groups: dict[str, tuple[Any, int]] = {}  # role -> (placement group, sharers per bundle)
         self.colocate_all = bool(train.colocate_all)
-        import ray
         from ray.util.placement_group import placement_group
 
         for roles in sets:
@@ -58,7 +57,9 @@ class Placement:
             sharers = sum(copies.get(r, 1) for r in roles) + (train.colocate_all and "actor" in roles)  # engines too
             for role in roles:
                 self._groups[role] = (group, sharers)
-        ray.get([g.ready() for g, _ in {id(g): (g, s) for g, s in self._groups.values()}.values()])
+        from rlhf.runtime.worker_group import wait
+
+        wait([g.ready() for g in self._placement_groups()])  # a cluster short of bundles times out with a message
 
     def options(self, role: str, rank: int) -> dict[str, Any]:
         """Ray actor options for ``role``'s rank ``rank``: its bundle and its share of it."""
@@ -93,8 +94,11 @@ class Placement:
         """Give the bundles back now (a run's exit does it anyway; tests sharing a cluster call this)."""
         from ray.util.placement_group import remove_placement_group
 
-        for group in {id(g): g for g, _ in self._groups.values()}.values():
+        for group in self._placement_groups():
             remove_placement_group(group)
+
+    def _placement_groups(self) -> list[Any]:
+        return list({id(g): g for g, _ in self._groups.values()}.values())
 
 
 def fraction(bundle: float, sharers: int) -> float:
