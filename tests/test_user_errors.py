@@ -8,6 +8,7 @@ Ray worker or a plugin hook, and are marked slow.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,8 @@ CASES = {
     "unknown estimator": (["--algo.advantage.estimator", "grpoo"], ["--algo.advantage.estimator", "grpoo"]),
     "plugins no: without a name": (["--plugins", "no:"], ["--plugins", "no:"]),
     "plugin file missing": (["--plugins", "{bad}/my_plugin.py"], ["my_plugin.py"]),
+    "unknown sync backend": (["--vllm.sync_backend", "mpi"], ["--vllm.sync_backend", "'mpi'", "gloo"]),
+    "gloo sync with LoRA": (["--vllm.sync_backend", "gloo", "--ds.lora.rank", "4"], ["--vllm.sync_backend gloo", "--ds.lora.rank"]),
 }
 
 
@@ -165,7 +168,9 @@ def test_a_dead_ray_worker_is_named_by_group_and_rank(tiny_causal_lm_path, task_
     plugin.write_text(KILLER)
     result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin),
                    steps=3)
-    assert_user_error(result, "Ray worker 'actor' rank 0", "died", "--ckpt.load_enable")
+    assert_user_error(result, "Ray worker 'actor' rank 0", "died", "on node ", "read its log", "--ckpt.load_enable")
+    log = re.search(r"read its log (\S+?)\);", result.stderr).group(1)
+    assert "/logs/worker-" in log and log.endswith(".err")  # the dead rank's own log file in Ray's session folder
 
 
 @pytest.mark.slow

@@ -25,8 +25,8 @@ _OVERSAMPLING = _later(11, "oversampling: generating more prompts per step than 
 _PACKING = _later(12, "packing, dynamic batches, ring attention, kernels")
 _MUON = _later(12, "the Muon optimizer")
 _VLM = _later(12, "vision-language training")
-_COLOCATE = _later(14, "colocation and sleep mode")
-_WEIGHT_SYNC = _later(14, "the weight-sync backend")
+_SLEEP = _later(14, "sleep mode")
+_WEIGHT_SYNC = _later(14, "weight sync through Ray collectives; use --vllm.sync_backend gloo or nccl")
 
 #: (trainer family, dotted option) -> why it is refused. The family is "ppo", "supervised" (a config
 #: class names its own in ``trainer_family``) or "*" for both. Delete a line when the option becomes real.
@@ -54,12 +54,8 @@ REFUSED: dict[tuple[str, str], str] = {
     ("ppo", "data.image_key"): _VLM,
     ("ppo", "data.max_images_per_prompt"): _VLM,
     ("ppo", "actor.freeze_visual_encoder"): _VLM,
-    ("ppo", "train.colocate_all"): _COLOCATE,
-    ("ppo", "train.colocate_actor_ref"): _COLOCATE,
-    ("ppo", "train.colocate_critic_reward"): _COLOCATE,
-    ("ppo", "vllm.enable_sleep"): _COLOCATE,
-    ("ppo", "ds.enable_sleep"): _COLOCATE,
-    ("ppo", "vllm.sync_backend"): _WEIGHT_SYNC,
+    ("ppo", "vllm.enable_sleep"): _SLEEP,
+    ("ppo", "ds.enable_sleep"): _SLEEP,
     ("ppo", "vllm.sync_with_ray"): _WEIGHT_SYNC,
     ("supervised", "ds.enable_sleep"): "sleep mode frees devices for colocated rollout engines; supervised training has none",
     ("ppo", "local_rank"): "Ray places each rank on its device; --local_rank is for the launchers of the supervised trainers",

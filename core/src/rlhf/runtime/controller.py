@@ -104,24 +104,24 @@ class PPOController:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
         in their own processes while the controller goes on. Needs only the checked sources."""
         from rlhf.runtime.model_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
+        from rlhf.runtime.placement import Placement
         from rlhf.runtime.rollout import RolloutEngines
         from rlhf.runtime.worker_group import WorkerGroup
 
         cfg = self.config
         dumped = cfg.model_dump(mode="json")
-        gpus = 1.0 if _gpu() else 0.0
-        self.engines = RolloutEngines(cfg, cfg.actor.model_name_or_path)  # first: vLLM takes longest to boot
         with_ref, with_critic, reward_paths = cfg.algo.kl.init_coef > 0, self.estimator.needs_critic, self.rewards.reward_model_paths
+        self.placement = Placement.for_run(cfg, with_ref=with_ref, with_critic=with_critic, reward_models=len(reward_paths),
+                                           gpu=_gpu())
+        self.engines = RolloutEngines(cfg, cfg.actor.model_name_or_path, self.placement)  # first: vLLM boots longest
 
         def ranks(section: Any) -> int:
             return section.num_nodes * section.num_gpus_per_node
 
-        # every model rank computes side by side with the others, so they share the cores
-        together = (ranks(cfg.actor) + with_ref * ranks(cfg.ref) + with_critic * ranks(cfg.critic)
-                    + len(reward_paths) * ranks(cfg.reward))
+        together = self.placement.model_ranks  # every model rank computes beside the others: they share the cores
 
         def group(worker: type, role: str, section: Any, tensor_parallel: int = 1) -> WorkerGroup:
-            return WorkerGroup(worker, role, ranks(section), dumped, num_gpus=gpus, cpu_sharers=together,
+            return WorkerGroup(worker, role, ranks(section), dumped, placement=self.placement, cpu_sharers=together,
                                tensor_parallel=tensor_parallel)
 
         trained_tp = cfg.ds.tensor_parallel_size  # AutoTP splits the trained models; evaluated ones stay whole
@@ -172,15 +172,14 @@ class PPOController:
     # ------------------------------------------------------------------ steps
 
     def sync_weights(self) -> None:
-        """Actor rank 0's weights into every rollout engine. The engines take the reference to
-        rank 0's result, so they load as soon as it exists, with no round trip through here."""
-        from rlhf.runtime.worker_group import wait
+        """Actor rank 0's weights into every rollout engine, by --vllm.sync_backend (runtime/weight_sync.py)."""
+        from rlhf.runtime.weight_sync import WeightSync
 
-        refs = self.actor.call_async("full_state")
+        if getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
+            self.weight_sync = WeightSync(self.config, self.actor, self.engines)
         with self.engine_lock:
-            self.engines.load_weights(refs[0])
+            self.weight_sync.sync()
             self.policy_version += 1
-        wait(refs)
 
     def _generate(self, prompts: list[dict[str, Any]], n: int, temperature: float, seed_base: int) -> list[Sample]:
         from rlhf.runtime.agent_rollout import generate_samples

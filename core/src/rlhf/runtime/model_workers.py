@@ -257,6 +257,25 @@ class PolicyWorker(_CausalLMWorker):
             state = engine_state_dict(self.engine, copy=False)
         return state if self.rank == 0 else None
 
+    def weight_layout(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """What a broadcast weight sync sends (see :mod:`rlhf.runtime.weight_sync`); asked of rank 0 once."""
+        from rlhf.runtime.weight_sync import module_layout
+
+        return module_layout(self.engine.module)
+
+    def join_weight_group(self, address: str, port: int, world_size: int, backend: str) -> None:
+        """Rank 0 joins the broadcast group with the engines as its rank 0; the other ranks only gather."""
+        from rlhf.runtime.weight_sync import BroadcastGroup, module_layout
+
+        self._weight_group = BroadcastGroup(address, port, 0, world_size, backend) if self.rank == 0 else None
+        self._weight_layout = module_layout(self.engine.module)
+
+    def broadcast_weights(self) -> None:
+        """All ranks call this each sync (ZeRO-3 gathers one bucket at a time); rank 0 broadcasts."""
+        from rlhf.runtime.weight_sync import send_weights
+
+        send_weights(self.engine.module, self._weight_group, self._weight_layout)
+
     def save_checkpoint(self, directory: str) -> None:
         self.engine.save_checkpoint(directory, tag="actor")
         if self.ema is not None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rlhf.runtime.weight_sync import WeightReceiver
 from rlhf.runtime.worker_group import split_evenly, track, use_cpu_share, wait
 
 
-class VLLMEngine:
+class VLLMEngine(WeightReceiver):
     """One vLLM engine, in-process inside its own Ray actor (the actor is dedicated to it)."""
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
@@ -127,7 +128,7 @@ def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
     return worst, compared
 
 
-class HFEngine:
+class HFEngine(WeightReceiver):
     """HF ``generate`` as a rollout engine (``--vllm.num_engines 0``)."""
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
@@ -191,7 +192,9 @@ class HFEngine:
 class RolloutEngines:
     """The controller's handle on every rollout engine: spreads requests, syncs weights."""
 
-    def __init__(self, config: Any, model_path: str) -> None:
+    def __init__(self, config: Any, model_path: str, placement: Any = None) -> None:
+        """``placement``: the run's :class:`rlhf.runtime.placement.Placement`; with ``--train.colocate_all``
+        the engines take a share of the actor's bundles, otherwise they are placed by Ray."""
         import ray
 
         count = config.vllm.num_engines or 0
@@ -201,7 +204,8 @@ class RolloutEngines:
         max_len = config.data.max_len
         dumped = config.model_dump(mode="json")
         self.engines = [
-            track(remote.options(num_cpus=0, num_gpus=_engine_gpus(config)).remote(
+            track(remote.options(**((placement and placement.engine_options(i))
+                                    or {"num_cpus": 0, "num_gpus": _engine_gpus(config)})).remote(
                 model_path, config.ds.param_dtype, max_len, config.train.seed + i, dumped
             ), "rollout engine", i)
             for i in range(max(1, count))

@@ -18,12 +18,30 @@ TIMEOUT_S = float(os.environ.get("RLHF_RAY_TIMEOUT", "1800"))
 
 #: Ray actor id (hex) -> (group, rank) of every worker this process created, to name a dead one.
 _MEMBERS: dict[str, tuple[str, int]] = {}
+#: Ray actor id (hex) -> the reference to its :func:`whereabouts`, asked as it starts.
+_WHEREABOUTS: dict[str, Any] = {}
 
 
 def track(handle: Any, group: str, rank: int) -> Any:
-    """Remember which group and rank the Ray actor ``handle`` is, for :func:`wait`'s errors."""
+    """Remember which group and rank the Ray actor ``handle`` is, and ask where it runs (node and
+    log file), for :func:`wait`'s errors."""
     _MEMBERS[handle._actor_id.hex()] = (group, rank)
+    _WHEREABOUTS[handle._actor_id.hex()] = handle.__ray_call__.remote(lambda _: whereabouts())
     return handle
+
+
+def whereabouts() -> dict[str, Any]:
+    """Inside a Ray actor: its node id and IP, placement group id, assigned resources, and the log
+    file its stderr goes to (Ray redirects it to ``<session>/logs/worker-*.err``)."""
+    import ray
+
+    context = ray.get_runtime_context()
+    try:
+        log = os.readlink("/proc/self/fd/2")
+    except OSError:  # not Linux: Ray's log folder then
+        log = "the worker-*.err files under /tmp/ray/session_latest/logs"
+    return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
+            "placement_group": context.get_placement_group_id(), "resources": context.get_assigned_resources(), "log": log}
 
 
 def wait(refs: Any) -> Any:
@@ -52,8 +70,24 @@ def _death(exc: Any) -> Exception:
             return WorkerError(f"{who} failed to start: {reason.split(': ', 1)[-1]}")
         return RuntimeError(f"{who} failed to start: {reason}")
     pid = re.search(r"pid: (\d+)", str(exc))
-    return WorkerError(f"{who}{f' (pid {pid.group(1)})' if pid else ''} died: its process exited (killed, out of memory, "
-                       "or crashed; its log is above); resume from the last checkpoint with --ckpt.load_enable")
+    place = _known_whereabouts(str(getattr(exc, "actor_id", "")))
+    where = f" on node {place['node_ip']} ({place['node_id'][:12]})" if place else ""
+    log = f"read its log {place['log']}" if place else "its log is above"
+    return WorkerError(f"{who}{f' (pid {pid.group(1)})' if pid else ''}{where} died: its process exited (killed, out of "
+                       f"memory, or crashed; {log}); resume from the last checkpoint with --ckpt.load_enable")
+
+
+def _known_whereabouts(actor_id: str) -> dict[str, Any] | None:
+    """What a worker said about where it runs, if it answered before dying."""
+    import ray
+
+    ref = _WHEREABOUTS.get(actor_id)
+    if ref is None:
+        return None
+    try:
+        return ray.get(ref, timeout=5)
+    except Exception:  # died before answering: the message goes without node and log
+        return None
 
 
 def use_cpu_share(processes: int) -> int:
@@ -98,6 +132,10 @@ class BaseWorker:
         import deepspeed  # noqa: F401
         import transformers  # noqa: F401
 
+    def where(self) -> dict[str, Any]:
+        """This rank's :func:`whereabouts` (node, placement group, log file)."""
+        return whereabouts()
+
     def address(self) -> tuple[str, int]:
         return socket.gethostbyname(socket.gethostname()) if _multi_node() else "127.0.0.1", free_port()
 
@@ -124,16 +162,16 @@ def _multi_node() -> bool:
 class WorkerGroup:
     """``num_workers`` Ray actors of ``worker_class`` forming one distributed group."""
 
-    def __init__(self, worker_class: type, role: str, num_workers: int, config: dict[str, Any], *, num_gpus: float = 0.0,
-                 cpu_sharers: int | None = None, tensor_parallel: int = 1) -> None:
-        """``tensor_parallel``: ranks per AutoTP group; :meth:`call_split_async` gives them the same share."""
+    def __init__(self, worker_class: type, role: str, num_workers: int, config: dict[str, Any], *,
+                 placement: Any, cpu_sharers: int | None = None, tensor_parallel: int = 1) -> None:
+        """``placement``: the run's :class:`rlhf.runtime.placement.Placement` (bundle of each rank);
+        ``tensor_parallel``: ranks per AutoTP group; :meth:`call_split_async` gives them the same share."""
         import ray
 
         remote = ray.remote(worker_class)
-        options = {"num_cpus": 0, "num_gpus": num_gpus, "name": None}
         self.role, self.tensor_parallel = role, tensor_parallel
-        self.workers = [track(remote.options(**options).remote(rank, num_workers, config, cpu_sharers), role, rank)
-                        for rank in range(num_workers)]
+        self.workers = [track(remote.options(**placement.options(role, rank)).remote(rank, num_workers, config, cpu_sharers),
+                              role, rank) for rank in range(num_workers)]
         self._booting = [*self.call_async("preload"), self.workers[0].address.remote()]  # imports start now
 
     def setup_async(self, *args: Any, **kwargs: Any) -> list[Any]:

@@ -1,0 +1,63 @@
+"""Placement groups and the colocation flags: which placement group and bundle each rank got."""
+
+from __future__ import annotations
+
+import pytest
+from rlhf_test_support import base_flags
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("flags,together", [
+    ([], [{"actor"}, {"ref"}, {"critic"}]),
+    (["--train.colocate_actor_ref"], [{"actor", "ref"}, {"critic"}]),
+    (["--train.colocate_all"], [{"actor", "ref", "critic"}]),
+], ids=["separate", "actor-ref", "all"])
+def test_each_rank_gets_its_bundle_and_colocated_groups_share_them(flags, together, ray_cluster, task_files,
+                                                                   tiny_causal_lm_path, tmp_path) -> None:
+    import ray
+
+    from rlhf.config.loading import ConfigParser
+    from rlhf.config.ppo import PPOConfig
+    from rlhf.plugins import PluginHost
+    from rlhf.runtime.controller import PPOController
+    from rlhf.runtime.placement import CPU_BUNDLE, fraction
+    from rlhf.runtime.ppo_trainer import PPOTrainer
+
+    host = PluginHost.load()
+    config, _ = ConfigParser(PPOConfig, host, prog="t").parse(
+        base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=1)
+        + ["--reward.remote_url", str(task_files["reward"]), "--algo.kl.init_coef", "0.01", "--actor.num_gpus_per_node", "2",
+           "--ref.num_gpus_per_node", "2", "--critic.num_gpus_per_node", "2", "--train.batch_size", "8",
+           "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "2", "--rollout.n_samples_per_prompt", "2",
+           "--critic.model_name_or_path", str(tiny_causal_lm_path), *flags])
+    config = PPOTrainer.prepare_config(config, host)
+    config.plugin_set = host.resolved()
+    controller = PPOController(config, host, tmp_path / "out")
+    controller._check_inputs()
+    controller._launch()
+    groups = {"actor": controller.actor, "ref": controller.ref, "critic": controller.critic}
+    try:
+        groups_of = {role: {w["placement_group"] for w in group.call("where")} for role, group in groups.items()}
+        assert all(len(ids) == 1 for ids in groups_of.values())  # one placement group per group
+        pg_of = {role: next(iter(ids)) for role, ids in groups_of.items()}
+        for roles in together:  # the same placement group exactly within each colocated set
+            assert len({pg_of[r] for r in roles}) == 1
+        assert len({pg_of[next(iter(roles))] for roles in together}) == len(together)
+        # what each bundle has left says who sits on it: every rank of a set on its own bundle
+        # (rank i on bundle i), and with --train.colocate_all the one engine on bundle 0 too
+        free = ray.available_resources()
+        for roles in together:
+            sharers = len(roles) + ("--train.colocate_all" in flags)
+            share = fraction(CPU_BUNDLE, sharers)
+            pg = pg_of[next(iter(roles))]
+            for bundle in (0, 1):
+                users = len(roles) + ("--train.colocate_all" in flags and bundle == 0)
+                assert free.get(f"CPU_group_{bundle}_{pg}", 0.0) == pytest.approx(CPU_BUNDLE - users * share, abs=1e-6)
+    finally:
+        for group in groups.values():
+            for worker in group.workers:
+                ray.kill(worker)
+        for engine in controller.engines.engines:
+            ray.kill(engine)
+        controller.placement.remove()
