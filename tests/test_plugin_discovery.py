@@ -132,7 +132,7 @@ def test_strict_mode_turns_any_failure_into_an_error(rlhf_cli: RlhfCli) -> None:
 
 def test_kind_filter(rlhf_cli: RlhfCli) -> None:
     records = rlhf_cli.plugins("--kind", "optimizers")
-    assert set(records) == {"adamw"}
+    assert set(records) == {"adamw", "muon"}
 
 
 def test_resolved_set_reloads_exactly_and_detects_a_changed_file(third_party_site: Path, tmp_path: Path,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 
 from rlhf import is_correction
+from rlhf.components import build
 from rlhf.config.base import ConfigError
-from rlhf.config.checks import check_global_batch, require_positive
+from rlhf.config.checks import check_global_batch, check_optimizer, require_positive
 from rlhf.config.ppo import PPOConfig
 from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentKind
@@ -104,6 +105,11 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
             f"--rollout.vllm_generate_batch_size {cfg.rollout.vllm_generate_batch_size} > --rollout.batch_size "
             f"{cfg.rollout.batch_size} requires --train.async_enable"
         )
+
+    for group in ("actor", "critic") if needs_critic else ("actor",):
+        section = getattr(cfg, group)
+        optimizer = build(host.registry.get(ComponentKind.OPTIMIZER, section.optim, flag=f"--{group}.optim"), cfg)
+        check_optimizer(optimizer, section, lambda field, group=group: f"--{group}.{field}")
 
     actor_dp = data_parallel_size(cfg, "actor")
     check_global_batch(cfg.train.batch_size, cfg.train.micro_batch_size, actor_dp, _DP_SOURCE.format(group="actor"))

@@ -83,14 +83,14 @@ class _ModelWorker(BaseWorker):
         import deepspeed
 
         from rlhf.components import build
-        from rlhf.engines.deepspeed_strategy import train_config, zero3_context
+        from rlhf.engines.deepspeed_strategy import optimizer_train_config, zero3_context
         from rlhf.registry import ComponentKind as K
 
         section = getattr(self.config, role)
         registry = self.plugins.registry
         optimizer = build(registry.get(K.OPTIMIZER, section.optim, flag=f"--{role}.optim"), self.config)
         scheduler = build(registry.get(K.SCHEDULER, section.lr_scheduler, flag=f"--{role}.lr_scheduler"), self.config)
-        ds_config = train_config(self.config, optimizer.deepspeed_config(section), self.world_size, section.max_norm)
+        ds_config = optimizer_train_config(self.config, optimizer, section, self.world_size)
         self._zero3 = zero3_context(ds_config)  # must outlive from_pretrained
         model = load_model()
         self.pad_id = model.config.pad_token_id or 0
