@@ -74,11 +74,9 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
             )
         if cfg.ds.packing_samples:
             raise ConfigError("--ds.packing_samples is not supported with --data.max_images_per_prompt > 0")
-    if (cfg.ds.ring_attn_size > 1 or cfg.train.dynamic_batch_enable) and not cfg.ds.packing_samples:
-        log.warning("--ds.ring_attn_size > 1 / --train.dynamic_batch_enable need packing: enabling --ds.packing_samples")
+    if cfg.ds.ring_attn_size > 1 and not cfg.ds.packing_samples:
+        log.warning("--ds.ring_attn_size > 1 splits packed rows across ranks: enabling --ds.packing_samples")
         cfg.ds.packing_samples = True
-    if cfg.ds.packing_samples and not cfg.vllm.num_engines:
-        raise ConfigError("--ds.packing_samples requires vLLM rollout engines: set --vllm.num_engines >= 1")
 
     if cfg.vllm.enable_sleep and not cfg.train.colocate_all:
         raise ConfigError("--vllm.enable_sleep only makes sense with --train.colocate_all (engines share devices with training)")
@@ -139,9 +137,7 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         ("--train.async_enable", cfg.train.async_enable),
         ("--train.colocate_all", cfg.train.colocate_all),
         ("--train.enable_ema", cfg.train.enable_ema),
-        ("--train.dynamic_batch_enable", cfg.train.dynamic_batch_enable),
         ("--critic.freezing_steps", cfg.critic.freezing_steps > 0),
-        ("--ds.packing_samples", cfg.ds.packing_samples),
         ("--ds.ring_attn_size", cfg.ds.ring_attn_size > 1),
         ("--ds.enable_sleep", cfg.ds.enable_sleep),
     ) if on]
