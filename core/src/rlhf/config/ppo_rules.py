@@ -138,7 +138,6 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         ("--train.colocate_all", cfg.train.colocate_all),
         ("--train.enable_ema", cfg.train.enable_ema),
         ("--critic.freezing_steps", cfg.critic.freezing_steps > 0),
-        ("--ds.ring_attn_size", cfg.ds.ring_attn_size > 1),
         ("--ds.enable_sleep", cfg.ds.enable_sleep),
     ) if on]
     if unimplemented:

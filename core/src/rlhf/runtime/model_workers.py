@@ -32,6 +32,12 @@ class _ModelWorker(BaseWorker):
     engine: Any
     pad_id: int
 
+    def _load(self, role: str, path: str, default: Any) -> Any:
+        """The model of ``role`` through the model plugins this run switched on (Liger, ring attention, VLM)."""
+        from rlhf.engines.model_extensions import active, load_model
+
+        return load_model(active(self.config, self.plugins.registry), role, self.config, path, default)
+
     def _batch(self, payload: dict[str, list], rows: list[int]) -> Any:
         """The :class:`~rlhf.runtime.batch.TokenBatch` of these samples, packed with ``--ds.packing_samples``
         where that is the faster path (:func:`~rlhf.runtime.micro_batches.packed_forward`)."""
@@ -161,7 +167,8 @@ class ReferenceWorker(_CausalLMWorker):
         self._init_common(master_addr, master_port)
         ds_config = eval_config(self.config, self.config.ref.offload)
         self._zero3 = zero3_context(ds_config)
-        model = load_causal_lm(self.config.actor.model_name_or_path, dtype_of(self.config), self.config.ds.attn_implementation)
+        path = self.config.actor.model_name_or_path
+        model = self._load("ref", path, lambda: load_causal_lm(path, dtype_of(self.config), self.config.ds.attn_implementation))
         self.pad_id = model.config.pad_token_id or 0
         self.engine, *_ = deepspeed.initialize(model=model, config=ds_config)
 
@@ -194,7 +201,7 @@ class PolicyWorker(_CausalLMWorker):
                 model.gradient_checkpointing_enable({"use_reentrant": cfg.actor.gradient_checkpointing_reentrant})
             return apply_lora(model, cfg.ds, gradient_checkpointing=checkpointing)
 
-        self._training_engine("actor", load, num_training_steps)
+        self._training_engine("actor", lambda: self._load("actor", cfg.actor.model_name_or_path, load), num_training_steps)
 
     def train(self, payload: dict[str, list], step: int, kl_coef: float) -> dict[str, float]:
         """``max_epochs`` passes of the actor objective over this rank's share of the rollout batch.
@@ -308,7 +315,8 @@ class RewardModelWorker(_ValueWorker):
         self.head = self.config.ds.value_head_prefix
         ds_config = eval_config(self.config, self.config.reward.offload)
         self._zero3 = zero3_context(ds_config)
-        model = load_value_model(path, dtype_of(self.config), self.config.ds.attn_implementation, self.head, require_head=True)
+        model = self._load("reward", path, lambda: load_value_model(path, dtype_of(self.config), self.config.ds.attn_implementation,
+                                                                    self.head, require_head=True))
         self.pad_id = model.config.pad_token_id or 0
         # --reward.normalize_enable: (r − μ)/σ with the statistics reward-model training stored in its config
         self.normalize = (1.0, 0.0)
@@ -351,7 +359,7 @@ class CriticWorker(_ValueWorker):
                                      **quantization_kwargs(cfg.ds))
             return apply_lora(model, cfg.ds, value_head=self.head)  # OpenRLHF adapts the critic too
 
-        self._training_engine("critic", load, num_training_steps)
+        self._training_engine("critic", lambda: self._load("critic", cfg.critic.model_name_or_path, load), num_training_steps)
 
     def values(self, payload: dict[str, list]) -> list[list[float]]:
         return self._per_token_rows(payload, self._action_values)

@@ -65,6 +65,7 @@ def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *
     from rlhf.components import build
     from rlhf.config.checks import check_optimizer
     from rlhf.engines.deepspeed_strategy import optimizer_train_config, zero3_context
+    from rlhf.engines.model_extensions import active, load_model
     from rlhf.registry import ComponentKind as K
 
     section = optimizer_section(config)
@@ -73,7 +74,8 @@ def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *
     scheduler = build(plugins.registry.get(K.SCHEDULER, section.lr_scheduler, flag="--train.lr_scheduler"), config)
     ds_config = optimizer_train_config(config, optimizer, section, world_size)
     context = zero3_context(ds_config)  # must outlive from_pretrained
-    model = load_trained(config, value_head=value_head)
+    model = load_model(active(config, plugins.registry), "actor", config, config.model.model_name_or_path,
+                       lambda: load_trained(config, value_head=value_head))
     engine, *_ = deepspeed.initialize(
         model=model,
         model_parameters=[p for p in model.parameters() if p.requires_grad],
