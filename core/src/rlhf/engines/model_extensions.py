@@ -44,11 +44,11 @@ def active(config: Any, registry: Any) -> list[Any]:
     from rlhf.components import build
     from rlhf.registry import ComponentKind
 
-    names: list[str] = []
+    flags: dict[str, str] = {}  # plugin -> the first of its flags that is set
     for dotted, plugin, changed in flagged_fields(config):
-        if changed and plugin not in names:
-            names.append(plugin)
-    return [build(registry.get(ComponentKind.MODEL_LOADER, name, flag=f"--{dotted}"), config) for name in names]
+        if changed:
+            flags.setdefault(plugin, f"--{dotted}")
+    return [build(registry.get(ComponentKind.MODEL_LOADER, name, flag=flag), config) for name, flag in flags.items()]
 
 
 def load_model(extensions: list[Any], role: str, config: Any, path: str, default: Callable[[], Any]) -> Any:
