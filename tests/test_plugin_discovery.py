@@ -134,10 +134,11 @@ def test_kind_filter(rlhf_cli: RlhfCli) -> None:
     records = rlhf_cli.plugins("--kind", "optimizers")
     assert set(records) == {"adamw", "muon"}
     models = rlhf_cli.plugins("--kind", "models")
-    assert {"liger", "ring-attn"} <= set(models) and all(r["kind"] == "models" for r in models.values())
+    assert {"liger", "ring-attn", "vlm"} <= set(models) and all(r["kind"] == "models" for r in models.values())
 
 
-@pytest.mark.parametrize(("flag", "plugin"), [(["--ds.use_liger_kernel"], "liger"), (["--ds.ring_attn_size", "2"], "ring-attn")])
+@pytest.mark.parametrize(("flag", "plugin"), [(["--ds.use_liger_kernel"], "liger"), (["--ds.ring_attn_size", "2"], "ring-attn"),
+                                              (["--data.image_key", "images"], "vlm")])
 def test_a_flag_of_a_blocked_model_plugin_says_what_to_install(rlhf_cli: RlhfCli, flag: list[str], plugin: str) -> None:
     result = rlhf_cli("train", "ppo", "--plugins", f"no:{plugin}", "--actor.model_name_or_path", "m", *flag, check=False)
     assert result.returncode == 2

@@ -74,6 +74,9 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
             )
         if cfg.ds.packing_samples:
             raise ConfigError("--ds.packing_samples is not supported with --data.max_images_per_prompt > 0")
+        if cfg.reward.model_name_or_path:
+            raise ConfigError("--reward.model_name_or_path with --data.max_images_per_prompt > 0: reward models do not "
+                              "see the images; score with --reward.remote_url (a reward_func file or a remote reward)")
     if cfg.ds.ring_attn_size > 1 and not cfg.ds.packing_samples:
         log.warning("--ds.ring_attn_size > 1 splits packed rows across ranks: enabling --ds.packing_samples")
         cfg.ds.packing_samples = True

@@ -24,8 +24,11 @@ def load_prompt_rows(data_cfg: Any, seed: int) -> list[dict[str, Any]]:
                       "--data.prompt_dataset", "--data.prompt_probs")
 
 
-def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, source: str) -> list[dict[str, Any]]:
-    """Apply the chat template / input template and tokenize each row.
+def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, source: str,
+                  processor: Any = None) -> list[dict[str, Any]]:
+    """Apply the chat template / input template and tokenize each row; with a ``processor`` (a
+    :class:`rlhf.components.Processor`, e.g. a VLM's), the processor turns each row into the prompt
+    text, ids and ``media`` instead (its :class:`DataError` is reported with the file and row).
 
     Prompts that are empty, or whose tokens leave no room for a response within
     ``--data.max_len``, are dropped with one warning that counts them and names their rows
@@ -40,12 +43,20 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
         if not _has_text(value):
             invalid.setdefault("empty", []).append(index)
             continue
-        text, ids = format_prompt(value, data_cfg, tokenizer)
+        extra: dict[str, Any] = {}
+        if processor is None:
+            text, ids = format_prompt(value, data_cfg, tokenizer)
+        else:
+            try:
+                processed = processor.process(row)
+            except DataError as exc:
+                raise DataError(f"{source} row {index}: {exc}") from None
+            text, ids, extra = processed["prompt"], processed["prompt_ids"], {"media": processed.get("media")}
         if len(ids) >= data_cfg.max_len:
             invalid.setdefault(f"with at least --data.max_len {data_cfg.max_len} tokens", []).append(index)
             continue
         label = row.get(data_cfg.label_key) if data_cfg.label_key else None
-        prompts.append({"prompt": text, "prompt_ids": ids, "label": label})
+        prompts.append({"prompt": text, "prompt_ids": ids, "label": label, **extra})
     if invalid:
         found = "; ".join(f"{len(rows_)} {why} ({_row_list(rows_)})" for why, rows_ in invalid.items())
         if data_cfg.on_invalid_prompt == "error":
@@ -124,3 +135,16 @@ class PromptSchedule:
             self.position += len(chosen)
             out += [self.prompts[i] for i in chosen]
         return out
+
+
+def prompt_processor(config: Any, registry: Any) -> Any:
+    """The :class:`rlhf.components.Processor` of the model plugins this run switched on (a VLM's), or None:
+    a plugin that registered both a model loader and a processor under one name provides it."""
+    from rlhf.components import build
+    from rlhf.engines.model_extensions import flagged_fields
+    from rlhf.registry import ComponentKind
+
+    for _dotted, plugin, changed in flagged_fields(config):
+        if changed and plugin in registry.names(ComponentKind.PROCESSOR):
+            return build(registry.get(ComponentKind.PROCESSOR, plugin), config)
+    return None

@@ -29,6 +29,29 @@ class Sample:
     finish_reason: str = "stop"
     reward: float = 0.0
     score: float = 0.0
+    media: dict[str, Any] | None = None  # the prompt's processed images (see collate_media), VLM prompts only
+
+
+def worker_payload(samples: list[Sample]) -> dict[str, list | None]:
+    """The columns every model worker reads: token ids, and the prompts' media when there are any."""
+    payload: dict[str, list | None] = {"prompt_ids": [s.prompt_ids for s in samples],
+                                       "response_ids": [s.response_ids for s in samples]}
+    if any(s.media for s in samples):
+        payload["media"] = [s.media for s in samples]
+    return payload
+
+
+def collate_media(media: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """Model inputs of the samples' media: every array concatenated along its first axis, in sample order
+    (the Qwen-VL layout: ``pixel_values`` (patches, features), ``image_grid_thw`` (images, 3)); samples
+    without media add nothing. A processor plugin returns media in this layout."""
+    import numpy as np
+    import torch
+
+    present = [m for m in media if m]
+    if not present:
+        return {}
+    return {key: torch.from_numpy(np.concatenate([np.asarray(m[key]) for m in present])) for key in present[0]}
 
 
 @dataclass
@@ -46,12 +69,13 @@ class TokenBatch:
     action_index: torch.Tensor  # (B, T) positions (in the sample's row) whose next token is the action token
     action_mask: torch.Tensor  # (B, T) 1 for real response tokens
     actions: torch.Tensor  # (B, T) response token ids (0 where masked)
+    media: dict[str, Any] | None = None  # extra forward inputs of the samples' images (collate_media)
 
     def model_inputs(self) -> dict[str, Any]:
         """Keyword arguments of the HF forward; no KV cache (a cache would switch off packed-sequence masking)."""
         if self.position_ids is not None:
             return {"input_ids": self.input_ids, "position_ids": self.position_ids, "use_cache": False}
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "use_cache": False}
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "use_cache": False, **(self.media or {})}
 
     def at_actions(self, per_position: torch.Tensor) -> torch.Tensor:
         """``(R, L, ...) -> (B, T, ...)``: the values at the positions that predict each action token."""
@@ -62,9 +86,11 @@ class TokenBatch:
         return per_position[self.rows, self.last_index]
 
 
-def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int, packed: bool = False) -> TokenBatch:
+def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int, packed: bool = False,
+         media: list[dict[str, Any] | None] | None = None) -> TokenBatch:
     """``prompt + response`` rows, right-padded (or packed into one row), built with one tensor copy of
-    all the tokens (a per-row loop of small tensor writes cost more than the model on tiny batches)."""
+    all the tokens (a per-row loop of small tensor writes cost more than the model on tiny batches);
+    ``media``: each sample's images (VLM prompts; padded rows only)."""
     import torch
 
     prompt_len = torch.tensor([len(p) for p in prompt_ids])
@@ -91,7 +117,7 @@ def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int
     width = input_ids.shape[1]
     actions = input_ids[rows[:, None], (action_index + 1).clamp(max=width - 1)] * action_mask
     return TokenBatch(input_ids, attention, position_ids, rows, offset + seq_len - 1, action_index, action_mask.float(),
-                      actions)
+                      actions, collate_media(media) if media else None)
 
 
 def action_logits(logits: torch.Tensor, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:

@@ -17,7 +17,7 @@ from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime import checkpoint
-from rlhf.runtime.batch import Sample
+from rlhf.runtime.batch import Sample, worker_payload
 from rlhf.runtime.kl_control import KLController, observed_kl
 from rlhf.runtime.rewarding import RewardStage
 
@@ -113,20 +113,20 @@ class PPOController:
 
     def _check_data(self) -> None:
         """The tokenizer and every prompt row (the CLI process; the rows' errors name file and row)."""
-        from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows
+        from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
         from rlhf.engines.hf_models import load_tokenizer
 
         cfg = self.config
         self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path")
-        rows = load_prompt_rows(cfg.data, cfg.train.seed)
-        prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset)
+        rows, processor = load_prompt_rows(cfg.data, cfg.train.seed), prompt_processor(cfg, self.plugins.registry)
+        prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset, processor)
         self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
         self.eval_prompts: list[dict[str, Any]] = []
         if cfg.eval.dataset:
             eval_data = cfg.data.model_copy(update={"prompt_dataset": cfg.eval.dataset, "prompt_split": cfg.eval.split,
                                                      "prompt_probs": None})
             self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
-                                              cfg.eval.dataset)
+                                              cfg.eval.dataset, processor)
 
     def _launch(self) -> None:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
@@ -214,14 +214,14 @@ class PPOController:
             for j in range(n):
                 seed = (seed_base * 1_000_003 + group * 1009 + j) % (2**31 - 1)
                 requests.append({"prompt_ids": prompt["prompt_ids"], "label": prompt["label"], "max_tokens": max_tokens,
-                                 "seed": seed, "group": group, "prompt": prompt["prompt"]})
+                                 "seed": seed, "group": group, "prompt": prompt["prompt"], "media": prompt.get("media")})
         results = self.executor.run(requests, self.engines, {"temperature": temperature, "top_p": cfg.rollout.top_p})
         # OpenRLHF's contract: the response keeps its special tokens (e.g. the EOS), so a
         # reward function sees query[len(prompt):] exactly as the model wrote it
         texts = self.tokenizer.batch_decode([r["response_ids"] for r in results], skip_special_tokens=False)
         return [Sample(prompt_ids=request["prompt_ids"], response_ids=result["response_ids"], rollout_logprobs=result["logprobs"],
                        prompt=request["prompt"], response=text, label=request["label"] if request["label"] is not None else "",
-                       group=request["group"], finish_reason=result["finish_reason"])
+                       group=request["group"], finish_reason=result["finish_reason"], media=request["media"])
                 for request, result, text in zip(requests, results, texts)]
 
     def _rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float]) -> tuple[list[Sample], dict[str, float]]:
@@ -274,7 +274,7 @@ class PPOController:
             return metrics
         with timed(metrics, "timing/make_experience"):
             self.rewards.shape(samples)
-            payload = {"prompt_ids": [s.prompt_ids for s in samples], "response_ids": [s.response_ids for s in samples]}
+            payload = worker_payload(samples)
             kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
             correcting = cfg.algo.advantage.is_correction_level != "off"
             needs_old = cfg.train.max_epochs > 1 or len(samples) > cfg.train.batch_size or kl_in_reward or correcting

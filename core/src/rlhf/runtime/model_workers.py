@@ -12,6 +12,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from rlhf.engines.hf_models import token_id
 from rlhf.runtime.worker_group import BaseWorker
 
 
@@ -46,8 +47,9 @@ class _ModelWorker(BaseWorker):
 
         if not hasattr(self, "_packed"):
             self._packed = packed_forward(self.config)
+        media = [payload["media"][i] for i in rows] if payload.get("media") else None
         return pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id,
-                    packed=self._packed)
+                    packed=self._packed, media=media)
 
     def _per_token_rows(self, payload: dict[str, list], compute: Any) -> list[list[float]]:
         """Run ``compute(TokenBatch) -> (B, T)`` without gradients over ``--rollout.micro_batch_size``
@@ -127,7 +129,7 @@ class _ModelWorker(BaseWorker):
         ds_config = optimizer_train_config(self.config, optimizer, section, self.world_size)
         self._zero3 = zero3_context(ds_config)  # must outlive from_pretrained
         model = load_model()
-        self.pad_id = model.config.pad_token_id or 0
+        self.pad_id = token_id(model, "pad_token_id") or 0
         self.engine, *_ = deepspeed.initialize(
             model=model,
             model_parameters=[p for p in model.parameters() if p.requires_grad],
@@ -169,7 +171,7 @@ class ReferenceWorker(_CausalLMWorker):
         self._zero3 = zero3_context(ds_config)
         path = self.config.actor.model_name_or_path
         model = self._load("ref", path, lambda: load_causal_lm(path, dtype_of(self.config), self.config.ds.attn_implementation))
-        self.pad_id = model.config.pad_token_id or 0
+        self.pad_id = token_id(model, "pad_token_id") or 0
         self.engine, *_ = deepspeed.initialize(model=model, config=ds_config)
 
 
@@ -179,7 +181,6 @@ class PolicyWorker(_CausalLMWorker):
     role = "actor"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
-
         from rlhf.components import build
         from rlhf.engines.deepspeed_strategy import dtype_of
         from rlhf.engines.hf_models import load_causal_lm
@@ -259,11 +260,15 @@ class PolicyWorker(_CausalLMWorker):
         from rlhf.engines.deepspeed_strategy import full_state_dict, gathered
         from rlhf.engines.lora import is_peft, merged_state_dict
 
-        if is_peft(self.engine.module):
-            with gathered(self.engine.module):
-                state = merged_state_dict(self.engine.module)
+        module = self.engine.module
+        if is_peft(module):
+            with gathered(module):
+                state = merged_state_dict(module)
         else:
-            state = full_state_dict(self.engine.module, copy=False)
+            state = full_state_dict(module, copy=False)
+            frozen = {name for name, p in module.named_parameters() if not p.requires_grad}
+            if frozen:  # a frozen part (a VLM's vision tower) never changes: the engines keep theirs
+                state = {name: value for name, value in state.items() if name not in frozen}
         return state if self.rank == 0 else None
 
     def save_checkpoint(self, directory: str) -> None:
@@ -317,7 +322,7 @@ class RewardModelWorker(_ValueWorker):
         self._zero3 = zero3_context(ds_config)
         model = self._load("reward", path, lambda: load_value_model(path, dtype_of(self.config), self.config.ds.attn_implementation,
                                                                     self.head, require_head=True))
-        self.pad_id = model.config.pad_token_id or 0
+        self.pad_id = token_id(model, "pad_token_id") or 0
         # --reward.normalize_enable: (r − μ)/σ with the statistics reward-model training stored in its config
         self.normalize = (1.0, 0.0)
         if self.config.reward.normalize_enable:
@@ -345,7 +350,6 @@ class CriticWorker(_ValueWorker):
     role = "critic"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
-
         from rlhf.engines.deepspeed_strategy import dtype_of
         from rlhf.engines.hf_models import load_value_model
 

@@ -131,16 +131,18 @@ class HFEngine:
     """HF ``generate`` as a rollout engine (``--vllm.num_engines 0``)."""
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
-        from transformers import AutoModelForCausalLM
-
         use_cpu_share(config["vllm"].get("num_engines") or 1)
 
         from rlhf.engines.deepspeed_strategy import torch_dtype
+        from rlhf.engines.hf_models import load_generative, token_id
 
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(param_dtype)).eval()
-        self.pad_id = self.model.config.pad_token_id or 0
-        eos = self.model.generation_config.eos_token_id or self.model.config.eos_token_id
+        self.model = load_generative(model_path, torch_dtype(param_dtype)).eval()
+        self.pad_id = token_id(self.model, "pad_token_id") or 0
+        eos = self.model.generation_config.eos_token_id or token_id(self.model, "eos_token_id")
         self.eos_ids = set(eos) if isinstance(eos, (list, tuple)) else {eos}  # Llama-3 style lists too
+        # a VLM's image/video placeholders are the processor's to place: a sampled one would break the training forward
+        placeholders = [getattr(self.model.config, key, None) for key in ("image_token_id", "video_token_id")]
+        self.suppressed = [t for t in placeholders if t is not None] or None
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         import torch
@@ -153,13 +155,17 @@ class HFEngine:
         for i, r in enumerate(requests):  # left padding
             input_ids[i, width - len(r["prompt_ids"]) :] = torch.tensor(r["prompt_ids"])
             attention[i, width - len(r["prompt_ids"]) :] = 1
+        from rlhf.runtime.batch import collate_media
+
+        media = collate_media([r.get("media") for r in requests])  # a VLM's images, in request order
         torch.manual_seed(requests[0]["seed"])
         sample = temperature > 0
         with torch.no_grad():
             out = self.model.generate(
-                input_ids=input_ids, attention_mask=attention, max_new_tokens=max(r["max_tokens"] for r in requests),
+                input_ids=input_ids, attention_mask=attention, max_new_tokens=max(r["max_tokens"] for r in requests), **media,
                 do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None, top_k=0 if sample else None,
                 pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), output_logits=True, return_dict_in_generate=True,
+                suppress_tokens=self.suppressed,
             )
         tokens = out.sequences[:, width:]
         logits = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)
