@@ -37,3 +37,11 @@ def test_colour_task_reward_rises_through_the_hf_engine(ray_cluster, tiny_vlm_pa
     vision = [name for name in initial if name.startswith("visual.")]  # saved under the checkpoint's names
     assert vision and all(torch.equal(trained[name], initial[name]) for name in vision)  # frozen by default
     assert not torch.equal(trained["model.layers.0.mlp.up_proj.weight"], initial["model.layers.0.mlp.up_proj.weight"])
+
+
+def test_colour_task_reward_rises_through_vllm_with_an_idefics3_model(ray_cluster, tiny_idefics3_path, tmp_path) -> None:
+    task = colour_squares_task(tmp_path / "task")
+    assert main(["train", "ppo", *vlm_flags(tiny_idefics3_path, task, tmp_path, episodes=8), "--vllm.num_engines", "1"]) == 0
+    rewards = [m["reward"] for m in read_metrics(tmp_path / "out")]
+    first, last = sum(rewards[:8]) / 8, sum(rewards[-8:]) / 8
+    assert last > first + 0.1, rewards

@@ -67,3 +67,19 @@ def test_split_bounds_cover_every_item_once_in_order(count, parts):
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
     sizes = [b - a for a, b in bounds]
     assert max(sizes) - min(sizes) <= 1
+
+
+def test_collate_media_concatenates_samples_and_zero_pads_the_other_axes():
+    import numpy as np
+
+    from rlhf.runtime.batch import collate_media
+
+    qwen = [{"pixel_values": np.ones((16, 6)), "image_grid_thw": np.array([[1, 4, 4]]), "images": [b"png"]},
+            None, {"pixel_values": np.full((32, 6), 2.0), "image_grid_thw": np.array([[1, 4, 4], [1, 4, 4]])}]
+    out = collate_media(qwen)
+    assert set(out) == {"pixel_values", "image_grid_thw"}  # encoded images are not a model input
+    assert out["pixel_values"].shape == (48, 6) and out["image_grid_thw"].tolist() == [[1, 4, 4]] * 3
+    idefics = [{"pixel_values": np.ones((1, 1, 3, 4, 4))}, {"pixel_values": np.ones((1, 2, 3, 4, 4))}]
+    padded = collate_media(idefics)["pixel_values"]
+    assert padded.shape == (2, 2, 3, 4, 4) and not padded[0, 1].any() and padded[1].all()
+    assert collate_media([None, None]) == {}

@@ -42,16 +42,26 @@ def worker_payload(samples: list[Sample]) -> dict[str, list | None]:
 
 
 def collate_media(media: list[dict[str, Any] | None]) -> dict[str, Any]:
-    """Model inputs of the samples' media: every array concatenated along its first axis, in sample order
-    (the Qwen-VL layout: ``pixel_values`` (patches, features), ``image_grid_thw`` (images, 3)); samples
-    without media add nothing. A processor plugin returns media in this layout."""
+    """Model inputs of the samples' media: every array concatenated along its first axis, in sample order,
+    other axes zero-padded to the largest (Qwen-VL: ``pixel_values`` (patches, features), ``image_grid_thw``
+    (images, 3); Idefics3: ``pixel_values`` (1, images, 3, H, W), whose all-zero padding images the model
+    skips). ``images`` (the encoded images, for engines that run their own processor) is not a model
+    input. Samples without media add nothing. A processor plugin returns media in this layout."""
     import numpy as np
     import torch
 
     present = [m for m in media if m]
     if not present:
         return {}
-    return {key: torch.from_numpy(np.concatenate([np.asarray(m[key]) for m in present])) for key in present[0]}
+    out = {}
+    for key in present[0]:
+        if key == "images":
+            continue
+        arrays = [np.asarray(m[key]) for m in present]
+        widest = np.max([a.shape for a in arrays], axis=0)
+        arrays = [np.pad(a, [(0, 0)] + [(0, int(w) - n) for w, n in zip(widest[1:], a.shape[1:])]) for a in arrays]
+        out[key] = torch.from_numpy(np.concatenate(arrays))
+    return out
 
 
 @dataclass

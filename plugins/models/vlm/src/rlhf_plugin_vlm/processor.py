@@ -9,9 +9,10 @@ from rlhf.errors import ConfigError, DataError
 
 log = logging.getLogger("rlhf.vlm")
 
-#: Model families whose image placeholder the processor expands itself (grid_t·grid_h·grid_w / merge²
-#: tokens per image) when the model's AutoProcessor cannot load (transformers builds Qwen-VL's processor
-#: with a video processor, which needs torchvision; the image processor alone has a PIL version).
+#: Model families whose image placeholder this processor expands itself (grid_t·grid_h·grid_w / merge²
+#: tokens per image): transformers builds Qwen-VL's AutoProcessor with a video processor, which needs
+#: torchvision; the image processor alone has a PIL version. Other families (Idefics3/SmolVLM…) go
+#: through the model's AutoProcessor.
 QWEN_VL = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 
 
@@ -30,13 +31,21 @@ class ImagePromptProcessor:
                               "vision-language model or drop the image flags")
         self.model_type = model_config.model_type
         self.input_key, self.image_key, self.max_images = input_key, image_key, max_images
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        if self.model_type not in QWEN_VL:
-            raise ConfigError(f"{flag}: {model_path} is a {self.model_type} model; the vlm plugin lays out image inputs "
-                              f"for {', '.join(sorted(QWEN_VL))}")
-        self.image_processor = AutoImageProcessor.from_pretrained(model_path)
         self.image_token_id = model_config.image_token_id
-        self.merge = getattr(self.image_processor, "merge_size", 2)
+        if self.model_type in QWEN_VL:
+            self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+            self.image_processor = AutoImageProcessor.from_pretrained(model_path)
+            self.merge = getattr(self.image_processor, "merge_size", 2)
+            self.processor = None
+        else:
+            from transformers import AutoProcessor
+
+            try:
+                self.processor = AutoProcessor.from_pretrained(model_path)
+            except Exception as exc:  # noqa: BLE001 - a missing or broken processor config surfaces many ways
+                raise ConfigError(f"{flag}: cannot load the processor of {model_path} ({type(exc).__name__}: "
+                                  f"{' '.join(str(exc).split())[:200]})") from exc
+            self.tokenizer = self.processor.tokenizer
 
     @classmethod
     def from_config(cls, config: Any) -> ImagePromptProcessor:
@@ -59,17 +68,26 @@ class ImagePromptProcessor:
         return messages
 
     def process(self, row: dict[str, Any]) -> dict[str, Any]:
-        """``{"prompt", "prompt_ids", "media"}``; ``media`` holds ``pixel_values`` (patches, features) and
-        ``image_grid_thw`` (images, 3) as numpy arrays, None for a row without images."""
+        """``{"prompt", "prompt_ids", "media"}``; ``media`` holds the model's image inputs as numpy arrays (Qwen-VL:
+        ``pixel_values`` (patches, features), ``image_grid_thw`` (images, 3); Idefics3: ``pixel_values``
+        (1, images, 3, H, W), ``pixel_attention_mask``) and ``images``, the PNG-encoded images; None without images."""
         from rlhf_plugin_vlm.images import row_images
 
         images = row_images(row, self.image_key, self.max_images)
         value = row.get(self.input_key)
         text = self.tokenizer.apply_chat_template(self.messages(value, len(images)), add_generation_prompt=True,
                                                   tokenize=False)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if not images:
-            return {"prompt": text, "prompt_ids": ids, "media": None}
+            return {"prompt": text, "prompt_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"], "media": None}
+        encoded = [encode_png(image) for image in images]  # for engines that run their own processor (vLLM)
+        if self.processor is not None:
+            try:
+                out = self.processor(text=[text], images=[images], add_special_tokens=False, return_tensors="np")
+            except ValueError as exc:
+                raise DataError(f"the model's processor refused the row: {exc}") from None
+            media = {key: value for key, value in out.items() if key not in ("input_ids", "attention_mask")}
+            return {"prompt": text, "prompt_ids": out["input_ids"][0].tolist(), "media": {**media, "images": encoded}}
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         pixels = self.image_processor(images=images, return_tensors="np")
         grid = pixels["image_grid_thw"]
         counts = [int(g.prod()) // self.merge**2 for g in grid]
@@ -83,4 +101,12 @@ class ImagePromptProcessor:
             start = position + 1
         expanded += ids[start:]
         return {"prompt": text, "prompt_ids": expanded,
-                "media": {"pixel_values": pixels["pixel_values"].astype("float32"), "image_grid_thw": grid}}
+                "media": {"pixel_values": pixels["pixel_values"].astype("float32"), "image_grid_thw": grid, "images": encoded}}
+
+
+def encode_png(image: Any) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
