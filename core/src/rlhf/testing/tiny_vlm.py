@@ -97,7 +97,8 @@ def build_idefics3(path: str | Path, tokenizer_path: str | Path, *, extra_words:
 
 
 #: The colour task's rule reward (an OpenRLHF ``reward_func`` file): 1 for naming the square's colour
-#: alone, 0.2 for naming another colour, 0 for no colour word.
+#: alone, 0.2 for naming another colour, 0 for no colour word. Colour words are found anywhere in the
+#: response text: the tiny tokenizer decodes whole-word tokens without spaces around them.
 COLOUR_REWARD_FILE = '''
 COLOURS = ("red", "green", "blue")
 
@@ -105,7 +106,7 @@ COLOURS = ("red", "green", "blue")
 def reward_func(queries, prompts, labels, **kwargs):
     out = []
     for query, prompt, label in zip(queries, prompts, labels):
-        named = {word for word in query[len(prompt):].replace("</s>", " ").split() if word in COLOURS}
+        named = {colour for colour in COLOURS if colour in query[len(prompt):]}
         out.append(1.0 if named == {label} else 0.2 if named else 0.0)
     return {"rewards": out, "scores": out}
 '''
