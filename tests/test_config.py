@@ -168,8 +168,7 @@ def test_unknown_yaml_key_names_the_file_and_suggests(host: PluginHost, tmp_path
         (["--algo.dynamic_filtering_enable", "--rollout.n_samples_per_prompt", "4"], "filters on rule/remote scores"),
         (["--rollout.vllm_generate_batch_size", "2048"], "requires --train.async_enable"),
         (["--rollout.batch_size", "2", "--actor.num_gpus_per_node", "8"], "smaller than the actor's data-parallel size 8"),
-        (["--ds.packing_samples"], "--ds.packing_samples requires vLLM rollout engines"),
-        (["--data.max_images_per_prompt", "1"], "vision-language training"),
+        (["--data.max_images_per_prompt", "1"], "pip install rlhf-plugin-vlm"),
     ],
 )
 def test_cross_flag_rules(host: PluginHost, argv: list[str], message: str) -> None:

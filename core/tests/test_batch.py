@@ -105,3 +105,18 @@ def test_the_reward_sits_on_the_last_model_token_when_a_trajectory_ends_with_fee
         last = max(i for i, m in enumerate(mask) if m)
         # γ = 1 returns-to-go of one reward on the last model token: r on every model token up to it, 0 elsewhere
         assert row == pytest.approx([reward * m if i <= last else 0.0 for i, m in enumerate(mask)], abs=1e-6)
+
+def test_collate_media_concatenates_samples_and_zero_pads_the_other_axes():
+    import numpy as np
+
+    from rlhf.runtime.batch import collate_media
+
+    qwen = [{"pixel_values": np.ones((16, 6)), "image_grid_thw": np.array([[1, 4, 4]]), "images": [b"png"]},
+            None, {"pixel_values": np.full((32, 6), 2.0), "image_grid_thw": np.array([[1, 4, 4], [1, 4, 4]])}]
+    out = collate_media(qwen)
+    assert set(out) == {"pixel_values", "image_grid_thw"}  # encoded images are not a model input
+    assert out["pixel_values"].shape == (48, 6) and out["image_grid_thw"].tolist() == [[1, 4, 4]] * 3
+    idefics = [{"pixel_values": np.ones((1, 1, 3, 4, 4))}, {"pixel_values": np.ones((1, 2, 3, 4, 4))}]
+    padded = collate_media(idefics)["pixel_values"]
+    assert padded.shape == (2, 2, 3, 4, 4) and not padded[0, 1].any() and padded[1].all()
+    assert collate_media([None, None]) == {}

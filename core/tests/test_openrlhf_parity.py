@@ -124,8 +124,10 @@ def test_seq_mean_counts_only_sequences_with_action_tokens(seed: int) -> None:
     assert step_counts([int(n) for n in mask.sum(dim=1)]) == (mask.sum().item(), float(nonempty.sum()))
 
 
-def test_training_groups_count_only_nonempty_responses_per_optimizer_step() -> None:
-    """The worker's per-step normalisers (``_training_groups``) with a stand-in engine, one rank."""
+@pytest.mark.parametrize("dynamic", [False, True], ids=["fixed", "dynamic"])
+def test_training_groups_count_only_nonempty_responses_per_optimizer_step(dynamic: bool) -> None:
+    """The worker's per-step normalisers (``_training_groups``) with a stand-in engine, one rank; with
+    dynamic batching the micro-batches vary but the normalisers still cover the whole step."""
     from rlhf.runtime.model_workers import _ModelWorker
 
     gen = torch.Generator().manual_seed(0)
@@ -133,16 +135,25 @@ def test_training_groups_count_only_nonempty_responses_per_optimizer_step() -> N
     lengths[3] = lengths[11] = 0
     payload = {"prompt_ids": [[1]] * 16, "response_ids": [[7] * n for n in lengths]}
     micro, accumulation = 2, 2
+    boundaries: list[bool] = []
     worker = SimpleNamespace(
-        config=SimpleNamespace(train=SimpleNamespace(micro_batch_size=micro, max_epochs=2, seed=5)),
-        engine=SimpleNamespace(gradient_accumulation_steps=lambda: accumulation, train=lambda: None), world_size=1)
+        config=SimpleNamespace(train=SimpleNamespace(micro_batch_size=micro, max_epochs=2, seed=5,
+                                                     dynamic_batch_enable=dynamic, max_tokens_per_gpu=5)),
+        engine=SimpleNamespace(gradient_accumulation_steps=lambda: accumulation, train=lambda: None,
+                               set_gradient_accumulation_boundary=boundaries.append), world_size=1)
     yielded = list(_ModelWorker._training_groups(worker, payload, 1, 0))
-    assert len(yielded) == 2 * 16 // micro
-    for k in range(0, len(yielded), accumulation):  # consecutive micro-batches of one optimizer step
-        step = yielded[k:k + accumulation]
-        step_lengths = [lengths[i] for rows, _, _ in step for i in rows]
-        for _, tokens, sequences in step:
-            assert float(tokens) == max(sum(step_lengths), 1)
+    if dynamic:  # a step ends where the engine was told it is a boundary
+        assert len(boundaries) == len(yielded) and any(len(rows) != micro for rows, *_ in yielded)
+        ends = [k + 1 for k, last in enumerate(boundaries) if last]
+    else:
+        ends = list(range(accumulation, len(yielded) + 1, accumulation))
+    assert sum(len(rows) for rows, *_ in yielded) == 2 * 16 and ends[-1] == len(yielded)
+    for start, end in zip([0, *ends[:-1]], ends):  # consecutive micro-batches of one optimizer step
+        step = yielded[start:end]
+        assert sum(len(rows) for rows, *_ in step) == micro * accumulation
+        step_lengths = [lengths[i] for rows, *_ in step for i in rows]
+        for _, tokens, sequences, weight in step:
+            assert float(tokens) == max(sum(step_lengths), 1) and weight == 1.0
             assert float(sequences) == max(sum(1 for n in step_lengths if n > 0), 1)
 
 

@@ -231,6 +231,15 @@ class OptimizerFactory(Protocol):
 
     ``deepspeed_config`` returns the ``optimizer`` block of the DeepSpeed config
     (or None when :meth:`build` constructs the optimizer itself).
+
+    Optional methods the core calls when a factory defines them:
+
+    * ``zero_config(stage: int) -> dict``: ``zero_optimization`` entries this optimizer requires at
+      ZeRO ``stage`` (Muon needs ``reduce_scatter: false`` under ZeRO-3); called in the worker, once.
+    * ``check_config(section, flag) -> None``: validates the section before anything starts (in the
+      CLI process for ``rlhf train ppo``; in each trainer rank for supervised runs); raises
+      :class:`rlhf.errors.ConfigError` or logs a warning. ``flag("max_norm")`` names a field as
+      the user spells it (``--actor.max_norm``, ``--train.max_norm``).
     """
 
     def deepspeed_config(self, section: Any) -> dict[str, Any] | None: ...

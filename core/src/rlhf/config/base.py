@@ -58,6 +58,15 @@ def flag(
     return Field(default=default, description=help, json_schema_extra=extra)
 
 
+def plugin_flag(plugin: str, default: Any = None, help: str = "", **shape: Any) -> Any:
+    """A :func:`flag` the core keeps (OpenRLHF's name) but the model plugin registered as ``plugin``
+    implements (:mod:`rlhf.engines.model_extensions`); setting it without that plugin loaded is an
+    error that says what to install. ``shape``: :func:`flag`'s keyword arguments."""
+    field = flag(default, help, **shape)
+    field.json_schema_extra["plugin"] = plugin
+    return field
+
+
 def plugin_options_field() -> Any:
     """The ``plugins`` field of every trainer's config tree: plugin options by namespace (YAML only)."""
     return flag(default_factory=dict, help="Options of plugins, by plugin namespace (flags: --<namespace>.<field>)",

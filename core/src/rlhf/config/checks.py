@@ -8,6 +8,7 @@ assertion minutes later.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from rlhf.config.base import ConfigError
@@ -49,3 +50,11 @@ def parse_probabilities(spec: str | None, count: int, flag: str, datasets_flag: 
     if abs(total - 1.0) > 1e-6:
         raise ConfigError(f"{flag} {spec!r} sums to {total:g}; probabilities must sum to 1")
     return probabilities
+
+
+def check_optimizer(optimizer: Any, section: Any, flag: Callable[[str], str]) -> None:
+    """Run the optimizer factory's optional ``check_config(section, flag)`` (it raises :class:`ConfigError`
+    or warns); ``flag("max_norm")`` names a section field as the user spells it (``--actor.max_norm``)."""
+    check = getattr(optimizer, "check_config", None)
+    if check is not None:
+        check(section, flag)

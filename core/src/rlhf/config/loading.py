@@ -134,6 +134,7 @@ def validate(
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, config_class, cli_keys, source)) from None
     check_components(config, host)
+    check_plugin_flags(config, host, cli_keys)
     return config
 
 
@@ -175,6 +176,17 @@ def check_components(config: BaseModel, host: PluginHost, prefix: str = "") -> N
                 host.registry.registration(ComponentKind(kind), value, flag=f"--{prefix}{name}")
             except ComponentError as exc:
                 raise ConfigError(str(exc)) from None
+
+
+def check_plugin_flags(config: BaseModel, host: PluginHost, cli_keys: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    """A flag a model plugin implements (``flag(plugin=...)``), set on the command line or away from its
+    default, needs that plugin loaded: else a :class:`ConfigError` saying what to install."""
+    from rlhf.engines.model_extensions import flagged_fields
+
+    for dotted, plugin, changed in flagged_fields(config):
+        if (changed or dotted in cli_keys) and plugin not in host.registry.names(ComponentKind.MODEL_LOADER):
+            raise ConfigError(f"--{dotted} is implemented by the {plugin!r} model plugin, which is not loaded: "
+                              f"pip install rlhf-plugin-{plugin} (and do not block it with --plugins no:{plugin})")
 
 
 def _where(dotted: str, cli_keys: set[str], source: str | None) -> str:

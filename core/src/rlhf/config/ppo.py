@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from rlhf.config.base import Section, flag, plugin_options_field, plugin_set_field
+from rlhf.config.base import Section, flag, plugin_flag, plugin_options_field, plugin_set_field
 from rlhf.registry import ComponentKind as K
 
 
@@ -209,7 +209,7 @@ class DeepSpeedSection(Section):
     experts_implementation: Literal["eager", "batched_mm", "grouped_mm", "deepgemm"] | None = flag(
         None, "MoE expert computation strategy"
     )
-    use_liger_kernel: bool = flag(False, "Enable Liger kernels (GPU only)", switch=True)
+    use_liger_kernel: bool = plugin_flag("liger", False, "Enable Liger kernels (GPU only)", switch=True)
     grad_accum_dtype: str | None = flag(None, "Adam grad accumulation data type")
     overlap_comm: bool = flag(False, "Overlap communication", switch=True)
     enable_sleep: bool = flag(False, "DeepSpeed sleep mode with --train.colocate_all", switch=True)
@@ -217,8 +217,8 @@ class DeepSpeedSection(Section):
     packing_samples: bool = flag(False, "Pack samples without padding", switch=True)
     load_in_4bit: bool = flag(False, "Load the model in 4 bit", switch=True)
     lora: LoraSection = Field(default_factory=LoraSection)
-    ring_attn_size: int = flag(1, "Ring attention group size")
-    ring_attn_head_stride: int = flag(1, "Heads per ring-attention step (a divisor of the head count)")
+    ring_attn_size: int = plugin_flag("ring-attn", 1, "Ring attention group size")
+    ring_attn_head_stride: int = plugin_flag("ring-attn", 1, "Heads per ring-attention step (a divisor of the head count)")
     value_head_prefix: str = flag("score", "Name of the value head of reward/critic models")
 
 
@@ -236,8 +236,8 @@ class DataSection(Section):
         "filter", "Empty prompts and prompts with no room for a response within max_len: filter (counted) or error")
     input_template: str | None = flag(None, "Prompt template with one {}")
     apply_chat_template: bool = flag(False, "Use the tokenizer's chat template", switch=True)
-    image_key: str = flag("images", "Dataset key for image paths/URLs")
-    max_images_per_prompt: int = flag(0, "Max images per prompt (0 = text-only)")
+    image_key: str = plugin_flag("vlm", "images", "Dataset key for image paths/URLs")
+    max_images_per_prompt: int = plugin_flag("vlm", 0, "Max images per prompt (0 = text-only)")
 
 
 class RolloutSection(Section):

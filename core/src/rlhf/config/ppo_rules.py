@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 
 from rlhf import is_correction
+from rlhf.components import build
 from rlhf.config.base import ConfigError
-from rlhf.config.checks import check_global_batch, require_positive
+from rlhf.config.checks import check_global_batch, check_optimizer, require_positive
 from rlhf.config.ppo import PPOConfig
 from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentKind
@@ -75,11 +76,12 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
             )
         if cfg.ds.packing_samples:
             raise ConfigError("--ds.packing_samples is not supported with --data.max_images_per_prompt > 0")
-    if (cfg.ds.ring_attn_size > 1 or cfg.train.dynamic_batch_enable) and not cfg.ds.packing_samples:
-        log.warning("--ds.ring_attn_size > 1 / --train.dynamic_batch_enable need packing: enabling --ds.packing_samples")
+        if cfg.reward.model_name_or_path:
+            raise ConfigError("--reward.model_name_or_path with --data.max_images_per_prompt > 0: reward models do not "
+                              "see the images; score with --reward.remote_url (a reward_func file or a remote reward)")
+    if cfg.ds.ring_attn_size > 1 and not cfg.ds.packing_samples:
+        log.warning("--ds.ring_attn_size > 1 splits packed rows across ranks: enabling --ds.packing_samples")
         cfg.ds.packing_samples = True
-    if cfg.ds.packing_samples and not cfg.vllm.num_engines:
-        raise ConfigError("--ds.packing_samples requires vLLM rollout engines: set --vllm.num_engines >= 1")
 
     if cfg.vllm.enable_sleep and not cfg.train.colocate_all:
         raise ConfigError("--vllm.enable_sleep only makes sense with --train.colocate_all (engines share devices with training)")
@@ -108,6 +110,11 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
             f"--rollout.vllm_generate_batch_size {cfg.rollout.vllm_generate_batch_size} > --rollout.batch_size "
             f"{cfg.rollout.batch_size} requires --train.async_enable"
         )
+
+    for group in ("actor", "critic") if needs_critic else ("actor",):
+        section = getattr(cfg, group)
+        optimizer = build(host.registry.get(ComponentKind.OPTIMIZER, section.optim, flag=f"--{group}.optim"), cfg)
+        check_optimizer(optimizer, section, lambda field, group=group: f"--{group}.{field}")
 
     actor_dp = data_parallel_size(cfg, "actor")
     check_global_batch(cfg.train.batch_size, cfg.train.micro_batch_size, actor_dp, _DP_SOURCE.format(group="actor"))

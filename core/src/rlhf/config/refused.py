@@ -22,9 +22,6 @@ def _later(issue: int, what: str = "") -> str:
 
 
 _OVERSAMPLING = _later(11, "oversampling: generating more prompts per step than --rollout.batch_size")
-_PACKING = _later(12, "packing, dynamic batches, ring attention, kernels")
-_MUON = _later(12, "the Muon optimizer")
-_VLM = _later(12, "vision-language training")
 _SLEEP = _later(14, "sleep mode")
 _WEIGHT_SYNC = _later(14, "weight sync through Ray collectives; use --vllm.sync_backend gloo or nccl")
 
@@ -32,28 +29,6 @@ _WEIGHT_SYNC = _later(14, "weight sync through Ray collectives; use --vllm.sync_
 #: class names its own in ``trainer_family``) or "*" for both. Delete a line when the option becomes real.
 REFUSED: dict[tuple[str, str], str] = {
     ("ppo", "rollout.vllm_generate_batch_size"): _OVERSAMPLING,
-    ("ppo", "train.dynamic_batch_enable"): _PACKING,
-    ("ppo", "train.max_tokens_per_gpu"): _PACKING,
-    ("ppo", "rollout.max_tokens_per_gpu"): _PACKING,
-    ("ppo", "ds.packing_samples"): _PACKING,
-    ("*", "ds.ring_attn_size"): _PACKING,
-    ("*", "ds.ring_attn_head_stride"): _PACKING,
-    ("*", "ds.use_liger_kernel"): _PACKING,
-    ("ppo", "actor.muon.lr"): _MUON,
-    ("ppo", "actor.muon.momentum"): _MUON,
-    ("ppo", "actor.muon.ns_steps"): _MUON,
-    ("ppo", "actor.muon.nesterov"): _MUON,
-    ("ppo", "critic.muon.lr"): _MUON,
-    ("ppo", "critic.muon.momentum"): _MUON,
-    ("ppo", "critic.muon.ns_steps"): _MUON,
-    ("ppo", "critic.muon.nesterov"): _MUON,
-    ("supervised", "muon.lr"): _MUON,
-    ("supervised", "muon.momentum"): _MUON,
-    ("supervised", "muon.ns_steps"): _MUON,
-    ("supervised", "muon.nesterov"): _MUON,
-    ("ppo", "data.image_key"): _VLM,
-    ("ppo", "data.max_images_per_prompt"): _VLM,
-    ("ppo", "actor.freeze_visual_encoder"): _VLM,
     ("ppo", "vllm.enable_sleep"): _SLEEP,
     ("ppo", "ds.enable_sleep"): _SLEEP,
     ("ppo", "vllm.sync_with_ray"): _WEIGHT_SYNC,

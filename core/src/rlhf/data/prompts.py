@@ -25,9 +25,12 @@ def load_prompt_rows(data_cfg: Any, seed: int) -> list[dict[str, Any]]:
 
 
 def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, source: str,
-                  workers: int = 0) -> list[dict[str, Any]]:
+                  workers: int = 0, processor: Any = None) -> list[dict[str, Any]]:
     """Apply the chat template / input template and tokenize each row (in ``workers`` worker
-    processes, ``--data.dataloader_num_workers``; the result is the same for any number).
+    processes, ``--data.dataloader_num_workers``; the result is the same for any number). With a
+    ``processor`` (a :class:`rlhf.components.Processor`, e.g. a VLM's), the processor turns each row
+    into the prompt text, ids and ``media`` instead (its :class:`DataError` is reported with the
+    file and row).
 
     Prompts that are empty, or whose tokens leave no room for a response within
     ``--data.max_len``, are dropped with one warning that counts them and names their rows
@@ -36,7 +39,7 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
     from rlhf.data.workers import chunks, computed_in_order
 
     def prepare(part: list[tuple[int, dict[str, Any]]]) -> list[tuple[str | None, dict[str, Any] | None]]:
-        return [_prepare(index, row, data_cfg, tokenizer, source) for index, row in part]
+        return [_prepare(index, row, data_cfg, tokenizer, source, processor) for index, row in part]
 
     prompts = []
     invalid: dict[str, list[int]] = {}
@@ -61,18 +64,27 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
 _ROWS_PER_TASK = 256
 
 
-def _prepare(index: int, row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: str) -> tuple[str | None, Any]:
+def _prepare(index: int, row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: str,
+             processor: Any) -> tuple[str | None, Any]:
     """``(None, prompt)`` for a usable row, ``(why, None)`` for an invalid one; a missing key raises."""
     value = text_value(row, data_cfg.input_key, "--data.input_key", source, index)
     if data_cfg.label_key:
         row_value(row, data_cfg.label_key, "--data.label_key", source, index)
     if not _has_text(value):
         return "empty", None
-    text, ids = format_prompt(value, data_cfg, tokenizer)
+    extra: dict[str, Any] = {}
+    if processor is None:
+        text, ids = format_prompt(value, data_cfg, tokenizer)
+    else:
+        try:
+            processed = processor.process(row)
+        except DataError as exc:
+            raise DataError(f"{source} row {index}: {exc}") from None
+        text, ids, extra = processed["prompt"], processed["prompt_ids"], {"media": processed.get("media")}
     if len(ids) >= data_cfg.max_len:
         return f"with at least --data.max_len {data_cfg.max_len} tokens", None
     label = row.get(data_cfg.label_key) if data_cfg.label_key else None
-    return None, {"prompt": text, "prompt_ids": ids, "label": label}
+    return None, {"prompt": text, "prompt_ids": ids, "label": label, **extra}
 
 
 def _has_text(value: Any) -> bool:
@@ -142,3 +154,16 @@ class PromptSchedule:
             self.position += len(chosen)
             out += [self.prompts[i] for i in chosen]
         return out
+
+
+def prompt_processor(config: Any, registry: Any) -> Any:
+    """The :class:`rlhf.components.Processor` of the model plugins this run switched on (a VLM's), or None:
+    a plugin that registered both a model loader and a processor under one name provides it."""
+    from rlhf.components import build
+    from rlhf.engines.model_extensions import flagged_fields
+    from rlhf.registry import ComponentKind
+
+    for _dotted, plugin, changed in flagged_fields(config):
+        if changed and plugin in registry.names(ComponentKind.PROCESSOR):
+            return build(registry.get(ComponentKind.PROCESSOR, plugin), config)
+    return None

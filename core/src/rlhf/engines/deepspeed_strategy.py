@@ -84,9 +84,13 @@ def dtype_of(config: Any) -> Any:
     return torch_dtype(config.ds.param_dtype)
 
 
-def train_config(config: Any, optimizer_block: dict[str, Any] | None, world_size: int, max_norm: float) -> dict[str, Any]:
+def train_config(config: Any, optimizer_block: dict[str, Any] | None, world_size: int, max_norm: float,
+                 zero_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """ZeRO config of a trained model; reads ``config.ds`` and ``config.train.micro_batch_size/batch_size``.
-    ``world_size``: the data-parallel ranks (all ranks over ``--ds.tensor_parallel_size``)."""
+
+    ``world_size``: the data-parallel ranks (all ranks over ``--ds.tensor_parallel_size``).
+    ``zero_overrides`` are ``zero_optimization`` entries the optimizer requires (they win over the defaults).
+    """
     ds = config.ds
     micro = config.train.micro_batch_size
     accumulation = max(1, config.train.batch_size // (micro * world_size))
@@ -97,6 +101,7 @@ def train_config(config: Any, optimizer_block: dict[str, Any] | None, world_size
         zero["zero_hpz_partition_size"] = ds.zpg
     if ds.adam_offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": on_gpu()}
+    zero.update(zero_overrides or {})
     block: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": accumulation,
@@ -124,6 +129,14 @@ def train_config(config: Any, optimizer_block: dict[str, Any] | None, world_size
             optimizer_block["params"].update(torch_adam=True, foreach=True)
         block["optimizer"] = optimizer_block
     return block
+
+
+def optimizer_train_config(config: Any, optimizer: Any, section: Any, world_size: int) -> dict[str, Any]:
+    """:func:`train_config` for a registered optimizer factory: its ``deepspeed_config(section)`` block and,
+    when it defines the optional ``zero_config(stage)``, the ZeRO settings it requires at this stage."""
+    zero_config = getattr(optimizer, "zero_config", None)
+    overrides = zero_config(config.ds.zero_stage) if zero_config is not None else None
+    return train_config(config, optimizer.deepspeed_config(section), world_size, section.max_norm, overrides)
 
 
 def eval_config(config: Any, offload: bool, micro_batch_size: int | None = None) -> dict[str, Any]:

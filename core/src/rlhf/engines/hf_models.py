@@ -89,6 +89,27 @@ def load_causal_lm(path: str, dtype: Any, attn: str, *, experts: str | None = No
                                                 **_experts(experts), **kwargs)
 
 
+def token_id(model: Any, name: str) -> Any:
+    """``config.<name>`` (``pad_token_id``, ``eos_token_id``) of a model, read from its text config when
+    the top-level config has none (vision-language models keep them there)."""
+    config = model.config
+    value = getattr(config, name, None)
+    if value is None and hasattr(config, "get_text_config"):
+        value = getattr(config.get_text_config(), name, None)
+    return value
+
+
+def load_generative(path: str, dtype: Any, **kwargs: Any) -> Any:
+    """The text generator in ``path`` for a rollout engine: a causal LM, or an image-text-to-text model
+    (a VLM, whose ``generate`` also takes the prompts' ``pixel_values``)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model_type = AutoConfig.from_pretrained(path).model_type
+    auto = AutoModelForCausalLM if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else AutoModelForImageTextToText
+    return auto.from_pretrained(path, dtype=dtype, **kwargs)
+
+
 def load_value_model(path: str, dtype: Any, attn: str, head: str = "score", *, require_head: bool = False,
                      experts: str | None = None, **kwargs: Any) -> Any:
     """A sequence-regression model whose ``head`` maps every hidden state to one value.

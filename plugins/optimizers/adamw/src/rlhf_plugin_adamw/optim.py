@@ -32,5 +32,6 @@ class CosineWithMinLR:
             optimizer,
             num_warmup_steps=math.ceil(num_training_steps * section.lr_warmup_ratio),
             num_training_steps=num_training_steps,
-            scheduler_specific_kwargs={"min_lr": section.adam.lr * section.min_lr_ratio},
+            # a ratio, not adam.lr x ratio: every param group (Muon's and AdamW's lrs) decays to its own floor
+            scheduler_specific_kwargs={"min_lr_rate": section.min_lr_ratio},
         )

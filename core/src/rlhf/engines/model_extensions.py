@@ -1,0 +1,72 @@
+"""Model plugins behind core flags: Liger kernels, ring attention, vision-language models.
+
+The core keeps OpenRLHF's flags (``--ds.use_liger_kernel``, ``--ds.ring_attn_size``,
+``--data.image_key``…) and marks each with the registered name of the model plugin that
+implements it (``flag(plugin="liger")``). A run that sets such a flag builds that plugin's
+component (kind ``model_loader``) in every model worker and calls its optional methods around
+model loading:
+
+* ``prepare(role, config)``: before the model loads, after the process group exists (check the
+  machine, patch modeling code, create process groups). Raise :class:`rlhf.errors.ConfigError`
+  naming the flag when this machine cannot run it.
+* ``load(path, role, config)``: load the model instead of the core (a vision-language model);
+  return None to leave a role to the core.
+* ``wrap(model, role, config)``: after loading and LoRA, before DeepSpeed; return the model to use.
+
+``role`` is ``actor``, ``ref``, ``critic`` or ``reward`` (``sft``-style trainers pass ``actor``).
+Runs in the model workers (and the supervised trainer's ranks), once per model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+def flagged_fields(config: Any, prefix: str = "") -> Iterator[tuple[str, str, bool]]:
+    """``(dotted flag, plugin name, set away from its default)`` for every plugin-implemented field."""
+    from pydantic import BaseModel
+
+    from rlhf.config.base import cli_extra
+
+    for name, field in type(config).model_fields.items():
+        value = getattr(config, name)
+        if isinstance(value, BaseModel):
+            yield from flagged_fields(value, f"{prefix}{name}.")
+            continue
+        plugin = cli_extra(field).get("plugin")
+        if plugin:
+            yield f"{prefix}{name}", plugin, value != field.get_default(call_default_factory=True)
+
+
+def active(config: Any, registry: Any) -> list[Any]:
+    """The model-plugin components this run switched on, built once each, in flag order."""
+    from rlhf.components import build
+    from rlhf.registry import ComponentKind
+
+    flags: dict[str, str] = {}  # plugin -> the first of its flags that is set
+    for dotted, plugin, changed in flagged_fields(config):
+        if changed:
+            flags.setdefault(plugin, f"--{dotted}")
+    return [build(registry.get(ComponentKind.MODEL_LOADER, name, flag=flag), config) for name, flag in flags.items()]
+
+
+def load_model(extensions: list[Any], role: str, config: Any, path: str, default: Callable[[], Any]) -> Any:
+    """``prepare`` every extension, load (the first extension's ``load`` that returns a model, else
+    ``default()``), then ``wrap``; ``default`` is the core's own loader (LoRA included)."""
+    for extension in extensions:
+        prepare = getattr(extension, "prepare", None)
+        if prepare is not None:
+            prepare(role, config)
+    model = None
+    for extension in extensions:
+        load = getattr(extension, "load", None)
+        if load is not None and (model := load(path, role, config)) is not None:
+            break
+    if model is None:
+        model = default()
+    for extension in extensions:
+        wrap = getattr(extension, "wrap", None)
+        if wrap is not None:
+            model = wrap(model, role, config)
+    return model

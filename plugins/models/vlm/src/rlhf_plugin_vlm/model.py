@@ -1,0 +1,63 @@
+"""The VLM model loader (contract: :mod:`rlhf.engines.model_extensions`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlhf.errors import ConfigError
+
+log = logging.getLogger("rlhf.vlm")
+
+#: Where image-text-to-text models keep their vision encoder (Qwen-VL: ``model.visual``).
+VISION_MODULES = ("visual", "vision_tower", "vision_model")
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    train_vision_tower: bool = Field(False, description="also train the vision encoder (frozen by default)")
+
+
+class VisionLanguageModel:
+    def __init__(self, options: Options | None = None) -> None:
+        self.options = options or Options()
+
+    @classmethod
+    def from_config(cls, config: Any) -> VisionLanguageModel:
+        return cls(Options.model_validate(config.plugins.get("vlm", {})))
+
+    def prepare(self, role: str, config: Any) -> None:
+        if config.ds.lora.rank > 0:
+            raise ConfigError("--ds.lora.rank with --data.image_key: LoRA on vision-language models is not supported yet")
+
+    def load(self, path: str, role: str, config: Any) -> Any:
+        """The actor and the reference as image-text-to-text models; other roles stay with the core."""
+        if role not in ("actor", "ref"):
+            return None
+        from transformers import AutoModelForImageTextToText
+
+        from rlhf.engines.deepspeed_strategy import dtype_of
+        from rlhf.engines.hf_models import attn_implementation
+
+        model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype_of(config),
+                                                            attn_implementation=attn_implementation(config.ds.attn_implementation))
+        if role == "actor":
+            if not self.options.train_vision_tower or config.actor.freeze_visual_encoder:
+                tower = vision_tower(model)
+                tower.requires_grad_(False)
+                log.info("vision tower frozen: %d parameters (--vlm.train_vision_tower trains it)",
+                         sum(p.numel() for p in tower.parameters()))
+            if config.actor.gradient_checkpointing_enable:
+                model.gradient_checkpointing_enable({"use_reentrant": config.actor.gradient_checkpointing_reentrant})
+        return model
+
+
+def vision_tower(model: Any) -> Any:
+    for owner in (model, getattr(model, "model", None)):
+        for name in VISION_MODULES:
+            if owner is not None and hasattr(owner, name):
+                return getattr(owner, name)
+    raise ConfigError(f"{type(model).__name__} has no vision encoder under {', '.join(VISION_MODULES)}")
