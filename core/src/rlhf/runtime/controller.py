@@ -99,7 +99,7 @@ class PPOController:
             eval_data = cfg.data.model_copy(update={"prompt_dataset": cfg.eval.dataset, "prompt_split": cfg.eval.split,
                                                      "prompt_probs": None})
             self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
-                                              cfg.eval.dataset, processor)
+                                              cfg.eval.dataset, processor=processor)
 
     def _launch(self) -> None:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
