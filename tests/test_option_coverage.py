@@ -22,7 +22,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 import rlhf
-from rlhf.config.base import ConfigError, Section, flag
+from rlhf.config.base import ConfigError, Section, cli_extra, flag
 from rlhf.config.loading import ConfigParser
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.refused import REFUSED, refusals, refuse
@@ -155,11 +155,22 @@ def read_suffixes(files: tuple[Path, ...]) -> frozenset[tuple[str, str]]:
     return frozenset(pairs)
 
 
+def switched_plugin(model: type[BaseModel], option: tuple[str, ...]) -> str | None:
+    """The model plugin a :func:`rlhf.config.base.plugin_flag` option switches on, or None for other options."""
+    for name in option[:-1]:
+        model = model.model_fields[name].annotation
+    return cli_extra(model.model_fields[option[-1]]).get("plugin")
+
+
 def unread_options(config_class: type[BaseModel], family: str) -> list[str]:
     pairs = read_suffixes(reader_files(family))
+    installed_extensions = set(host().registry.names(ComponentKind.MODEL_LOADER))
     unread = []
     for option in options(config_class):
         section = option[-2] if len(option) > 1 else None
+        # a plugin_flag option is read by rlhf.engines.model_extensions.active, which builds its plugin's component
+        if switched_plugin(config_class, option) in installed_extensions:
+            continue
         if ".".join(option) in READ_AT_PARSE or any(
                 field == option[-1] and _stands_for(owner, section) for owner, field in pairs):
             continue
