@@ -75,7 +75,7 @@ def test_pack_zeroes_environment_tokens_of_multi_turn_responses(seed):
     prompts = [[rng.randrange(1, 99) for _ in range(rng.randrange(1, 6))] for _ in range(6)]
     responses = [[rng.randrange(1, 99) for _ in range(rng.randrange(1, 9))] for _ in range(6)]
     masks = [[rng.randrange(2) for _ in r] if i % 3 else None for i, r in enumerate(responses)]
-    batch = pack(prompts, responses, 0, masks)
+    batch = pack(prompts, responses, 0, action_masks=masks)
     plain = pack(prompts, responses, 0)
     expected = plain.action_mask.clone()
     for i, mask in enumerate(masks):
@@ -83,6 +83,7 @@ def test_pack_zeroes_environment_tokens_of_multi_turn_responses(seed):
             expected[i, : len(mask)] = torch.tensor(mask, dtype=torch.float32)
     assert torch.equal(batch.action_mask, expected)
     assert torch.equal(batch.actions, plain.actions) and torch.equal(batch.input_ids, plain.input_ids)
+    assert torch.equal(pack(prompts, responses, 0, packed=True, action_masks=masks).action_mask, expected)
 
 
 def test_the_reward_sits_on_the_last_model_token_when_a_trajectory_ends_with_feedback():

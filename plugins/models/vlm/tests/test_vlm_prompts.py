@@ -69,7 +69,7 @@ def test_bad_image_input_names_file_row_and_image(processor, tmp_path, images, m
     rows = [{"input": "ok", "images": [str(square(tmp_path / "ok.png"))], "label": "red"},
             {"input": "bad", "images": images, "label": "red"}]
     with pytest.raises(DataError) as err:
-        build_prompts(rows, data(), processor.tokenizer, "prompts.jsonl", processor)
+        build_prompts(rows, data(), processor.tokenizer, "prompts.jsonl", processor=processor)
     assert str(err.value).startswith("prompts.jsonl row 1: ") and message in str(err.value)
 
 
@@ -85,7 +85,7 @@ def test_image_tokens_count_toward_max_len_and_dropped_rows_are_counted(processo
     with_image, without = (len(processor.process(row)["prompt_ids"]) for row in rows)
     assert with_image == without + 6  # start, 4 image tokens, end
     with caplog.at_level(logging.WARNING):
-        kept = build_prompts(rows, data(max_len=without + 3, label_key=None), processor.tokenizer, "p.jsonl", processor)
+        kept = build_prompts(rows, data(max_len=without + 3, label_key=None), processor.tokenizer, "p.jsonl", processor=processor)
     assert [p["media"] for p in kept] == [None]
     assert "p.jsonl: dropped 1 of 2 prompts" in caplog.text and "(row 0)" in caplog.text
 
