@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rlhf.testing.cli import child_env
+
 FIXTURES = Path(__file__).parent / "fixture_plugins"
 PRIVATE = FIXTURES / "private"
 PACKAGES = ("rlhf-plugin-echo", "rlhf-plugin-echo-shadow", "rlhf-plugin-broken", "rlhf-plugin-badsig",
@@ -31,7 +33,7 @@ class RlhfCli:
 
     def __call__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
                  check: bool = True) -> subprocess.CompletedProcess[str]:
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLHF_")}
+        full_env = {k: v for k, v in child_env().items() if not k.startswith("RLHF_")}
         full_env["PYTHONPATH"] = os.pathsep.join([*self.site_dirs, str(PRIVATE)])
         full_env.update(env or {})
         result = subprocess.run([sys.executable, "-m", "rlhf", *args], capture_output=True, text=True,

@@ -9,7 +9,6 @@ small tmpfs mounted in a user+mount namespace (``unshare -rm``) under ``--ckpt.p
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 from rlhf_test_support import base_flags, crash_plugin
 
 from rlhf.runtime.tracking import read_metrics
-from rlhf.testing.cli import assert_ok, assert_user_error, run_rlhf
+from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_rlhf
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +117,7 @@ def run_on_small_disk(mountpoint: Path, size: str, listing: Path, *args: str) ->
         pytest.skip("user+mount namespaces (unshare -rm) are not available here")
     script = ('mount -t tmpfs -o size="$1" tmpfs "$2" || exit 97; disk=$2; listing=$3; shift 3; "$@"; code=$?; '
               'find "$disk" -mindepth 1 -printf "%P %s\\n" > "$listing"; exit $code')
-    env = {**os.environ, "RLHF_NO_PROGRESS": "1", "HF_HUB_OFFLINE": "1"}
+    env = child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1")
     return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", size, str(mountpoint), str(listing),
                            sys.executable, "-m", "rlhf", *args], capture_output=True, text=True, env=env, timeout=300)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlhf.demo import task
+from rlhf.testing.cli import child_env
 
 
 def test_demo_task_tokenizer_and_split(tmp_path: Path) -> None:
@@ -30,7 +30,7 @@ def test_demo_task_tokenizer_and_split(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
-    env = {**os.environ, "RLHF_NO_PROGRESS": "1"}
+    env = child_env(RLHF_NO_PROGRESS="1")
     result = subprocess.run(
         [sys.executable, "-m", "rlhf", "demo", "--rl-steps", "15", "--run-dir", str(tmp_path), "--sft-target", "0.1",
          "--engine", "hf", "--rewards", "math+format"],

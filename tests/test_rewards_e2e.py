@@ -14,6 +14,7 @@ from rlhf_test_support import PRIVATE, base_flags
 
 from rlhf.cli.main import main
 from rlhf.runtime.tracking import read_metrics
+from rlhf.testing.cli import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -25,8 +26,8 @@ def test_third_party_pack_trains_composed_with_first_party_rewards(third_party_s
              "--algo.kl.init_coef", "0",
              "--reward.functions", "echo_length:0.01,math_answer:1.0,format:0.1:zero", "--reward.score_term", "math_answer",
              "--echo.scale", "0.5", "--reward.overlong_buffer_len", "2", "--reward.stop_properly_penalty_coef", "0.5"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(third_party_site), str(PRIVATE)]), "RLHF_NO_PROGRESS": "1",
-           "RAY_ADDRESS": ""}
+    env = child_env(PYTHONPATH=os.pathsep.join([str(third_party_site), str(PRIVATE)]), RLHF_NO_PROGRESS="1",
+                    RAY_ADDRESS="")
     result = subprocess.run([sys.executable, "-m", "rlhf", "train", "ppo", *flags], capture_output=True, text=True,
                             timeout=900, env=env)
     assert result.returncode == 0, result.stderr[-4000:]

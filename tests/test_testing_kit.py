@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,10 @@ CHECKS = Path(__file__).parent / "engine_checks"
 
 
 def run_check(script: str, *args: str, timeout: int = 300) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    from rlhf.runtime.worker_group import free_port
+    from rlhf.testing.cli import child_env
+
+    env = child_env(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MASTER_PORT=str(free_port()))
     result = subprocess.run([sys.executable, str(CHECKS / script), *args], capture_output=True, text=True,
                             timeout=timeout, env=env)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -16,11 +16,18 @@ from pathlib import Path
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment without launcher variables, plus ``extra``: for any child that may
+    join a process group. An in-process trainer test leaves its (still listening) MASTER_PORT behind."""
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS}
+    env.update(extra)
+    return env
+
+
 def run_rlhf(*args: str, launcher: Sequence[str] = (), cwd: Path | None = None, timeout: float = 600,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m rlhf ARGS`` (or ``python -m <launcher…> -m rlhf ARGS``), offline, without progress bars."""
-    full_env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS}
-    full_env.update(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1", **(env or {}))
+    full_env = child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1", **(env or {}))
     command = [sys.executable, "-m", *launcher, *(["-m"] if launcher else []), "rlhf", *args]
     return subprocess.run(command, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout)
 
