@@ -65,8 +65,10 @@ class PPOController:
         """Model directories and the resumed ``state.json``, in the CLI process before Ray starts, so a
         wrong path costs one line and a second. Caps ``--data.max_len`` at the actor's positions."""
         from rlhf.engines.hf_models import check_model_source
+        from rlhf.runtime.weight_sync import backend_for
 
         cfg = self.config
+        backend_for(cfg)  # an explicit --vllm.sync_backend that cannot run here fails before Ray starts
         actor_path = cfg.actor.model_name_or_path
         if not actor_path:
             raise ConfigError("--actor.model_name_or_path is required")
@@ -104,9 +106,10 @@ class PPOController:
     def _launch(self) -> None:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
         in their own processes while the controller goes on. Needs only the checked sources."""
-        from rlhf.runtime.model_workers import CriticWorker, PolicyWorker, ReferenceWorker, RewardModelWorker
+        from rlhf.runtime.model_workers import PolicyWorker, ReferenceWorker
         from rlhf.runtime.placement import Placement
         from rlhf.runtime.rollout import RolloutEngines
+        from rlhf.runtime.value_workers import CriticWorker, RewardModelWorker
         from rlhf.runtime.worker_group import WorkerGroup
 
         cfg = self.config
