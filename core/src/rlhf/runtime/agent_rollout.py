@@ -35,7 +35,7 @@ def generate_samples(config: Any, executor: Any, engines: Any, tokenizer: Any, p
                    rollout_logprobs=result["logprobs"], prompt=result.get("prompt", request["prompt"]), response=text,
                    label=request["label"] if request["label"] is not None else "", group=request["group"],
                    finish_reason=result["finish_reason"], action_mask=result.get("action_mask"), agent=result.get("agent"),
-                   media=request["media"])
+                   media=request["media"], data_state=prompts[request["group"]].get("data_state"))
             for request, result, text in zip(requests, results, texts)]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlhf.agents import AgentExecutorBase, AgentInstanceBase, load_agent_class
+from rlhf.runtime.agent_engine import AsyncAgentExecutor, UnsupportedSampling, turn_sampling
 
 
 class MultiTurnOptions(BaseModel):
@@ -37,17 +38,15 @@ class Trajectory:
         self.action_mask += [int(is_action)] * len(ids)
 
 
-class MultiTurnExecutor:
+class MultiTurnExecutor(AsyncAgentExecutor):
     """Runs every episode of a rollout batch concurrently on one event loop (``run`` runs in the
     controller once per rollout batch); turns are batched into engine calls by :class:`EngineClient`."""
 
-    provides_rewards = True
-
     def __init__(self, agent_path: str, agent_class: type, tokenizer_path: str, max_len: int, max_new_tokens: int | None,
                  options: MultiTurnOptions) -> None:
+        super().__init__(tokenizer_path)
         self.agent_path, self.agent_class, self.options = agent_path, agent_class, options
-        self.tokenizer_path, self.max_len, self.max_new_tokens = tokenizer_path, max_len, max_new_tokens
-        self._tokenizer: Any = None
+        self.max_len, self.max_new_tokens = max_len, max_new_tokens
 
     @classmethod
     def from_config(cls, config: Any) -> MultiTurnExecutor:
@@ -65,18 +64,7 @@ class MultiTurnExecutor:
         return cls(path, agent_class, config.actor.model_name_or_path, config.data.max_len, config.rollout.max_new_tokens,
                    options)
 
-    @property
-    def tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            from rlhf.engines.hf_models import load_tokenizer
-
-            self._tokenizer = load_tokenizer(self.tokenizer_path, "--actor.model_name_or_path")
-        return self._tokenizer
-
-    def run(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
-        return asyncio.run(self._run_all(requests, engines, sampling))
-
-    async def _run_all(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
+    async def run_async(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
         from rlhf.runtime.agent_engine import EngineClient
 
         client = EngineClient(engines, sampling, self.max_len)
@@ -133,8 +121,11 @@ class MultiTurnExecutor:
                 reward += step_reward
                 score = step_score if step_score is not None else step_reward
                 logs.update(result.get("extra_logs") or {})
-                if result.get("sampling_params"):
-                    params = {**params, **dict(result["sampling_params"])}
+                if result.get("sampling_params") is not None:
+                    try:
+                        params = {**params, **turn_sampling(result["sampling_params"], "AgentInstance.step")}
+                    except UnsupportedSampling as exc:
+                        raise EpisodeError(str(exc)) from None
                 if done:
                     break
                 text += action + feedback
