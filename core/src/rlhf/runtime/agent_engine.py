@@ -99,15 +99,16 @@ class EngineClient:
         self.engine_calls = 0
 
     async def generate(self, prompt_ids: list[int], max_tokens: int, seed: int, temperature: float | None = None,
-                       top_p: float | None = None) -> dict[str, Any]:
+                       top_p: float | None = None, media: dict[str, Any] | None = None) -> dict[str, Any]:
         """One model turn: ``{"response_ids", "logprobs", "finish_reason"}`` for ``prompt_ids``; at most
-        ``max_tokens`` tokens and never past ``max_len`` (the engines' context) in all."""
+        ``max_tokens`` tokens and never past ``max_len`` (the engines' context) in all. ``media``: the images
+        of every image token in ``prompt_ids``, in the processor's layout (a VLM policy; see collate_media)."""
         max_tokens = min(int(max_tokens), self.max_len - len(prompt_ids))
         if max_tokens <= 0:
             return {"response_ids": [], "logprobs": [], "finish_reason": "length"}
         request = {"prompt_ids": list(prompt_ids), "max_tokens": max_tokens, "seed": int(seed),
                    "temperature": self.sampling["temperature"] if temperature is None else float(temperature),
-                   "top_p": self.sampling["top_p"] if top_p is None else float(top_p)}
+                   "top_p": self.sampling["top_p"] if top_p is None else float(top_p), "media": media}
         future = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
         if self._dispatcher is None or self._dispatcher.done():

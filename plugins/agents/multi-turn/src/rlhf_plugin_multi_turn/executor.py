@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,10 +44,13 @@ class MultiTurnExecutor(AsyncAgentExecutor):
     controller once per rollout batch); turns are batched into engine calls by :class:`EngineClient`."""
 
     def __init__(self, agent_path: str, agent_class: type, tokenizer_path: str, max_len: int, max_new_tokens: int | None,
-                 options: MultiTurnOptions) -> None:
+                 options: MultiTurnOptions, media_processor: Callable[[], Any] | None = None) -> None:
+        """``media_processor``: returns the run's prompt processor (a VLM's, or None), called once, the first
+        time an environment returns ``environment_images``."""
         super().__init__(tokenizer_path)
         self.agent_path, self.agent_class, self.options = agent_path, agent_class, options
         self.max_len, self.max_new_tokens = max_len, max_new_tokens
+        self._media_processor, self._processor = media_processor, None
 
     @classmethod
     def from_config(cls, config: Any) -> MultiTurnExecutor:
@@ -61,8 +65,23 @@ class MultiTurnExecutor(AsyncAgentExecutor):
             raise ConfigError(f"--train.agent_func_path {path}: {agent_class.__name__} must subclass "
                               "rlhf.agents.AgentInstanceBase or AgentExecutorBase")
         options = MultiTurnOptions.model_validate(config.plugins.get("multi_turn", {}))
+        from rlhf.data.prompts import run_processor
+
         return cls(path, agent_class, config.actor.model_name_or_path, config.data.max_len, config.rollout.max_new_tokens,
-                   options)
+                   options, lambda: run_processor(config))
+
+    def _feedback_with_images(self, media: dict[str, Any] | None, feedback: str, images: Any) -> tuple[list[int], Any]:
+        """The feedback's ids and the trajectory's media with ``images`` added, by the VLM plugin's processor."""
+        if self._processor is None and self._media_processor is not None:
+            self._processor = self._media_processor()
+        if not callable(getattr(self._processor, "extend", None)):
+            raise EpisodeError("AgentInstance.step returned environment_images, but the policy has no image processor "
+                               "(a VLM policy with --data.image_key and the VLM plugin reads them)")
+        try:
+            out = self._processor.extend(media, feedback, list(images))
+        except Exception as exc:  # noqa: BLE001 - an unreadable image is the environment's failure
+            raise EpisodeError(f"AgentInstance.step: environment_images: {exc}") from exc
+        return out["ids"], out["media"]
 
     async def run_async(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
         from rlhf.runtime.agent_engine import EngineClient
@@ -100,6 +119,7 @@ class MultiTurnExecutor(AsyncAgentExecutor):
                 ids = self.tokenizer(observation, add_special_tokens=False)["input_ids"]
                 prompt = {"prompt": observation, "prompt_ids": ids[-(self.max_len - 1):]}  # room for one token at least
             tokens = list(prompt.get("prompt_ids", request["prompt_ids"]))
+            media = request.get("media")
             text, params = observation, {"max_tokens": self.max_new_tokens, **sampling}
             reward, score, logs, turn, finish = 0.0, None, {}, 0, "stop"
             while True:
@@ -109,7 +129,7 @@ class MultiTurnExecutor(AsyncAgentExecutor):
                     break
                 max_tokens = min(params.get("max_tokens") or room, room)
                 out = await client.generate(tokens, max_tokens, request["seed"] + 7919 * turn,
-                                            params.get("temperature"), params.get("top_p"))
+                                            params.get("temperature"), params.get("top_p"), media)
                 turn += 1
                 tokens += out["response_ids"]
                 trajectory.add(out["response_ids"], out["logprobs"], is_action=True)
@@ -129,8 +149,15 @@ class MultiTurnExecutor(AsyncAgentExecutor):
                 if done:
                     break
                 text += action + feedback
-                feedback_ids = self.tokenizer(feedback, add_special_tokens=False)["input_ids"] if feedback else []
                 room = self.max_len - len(tokens)
+                if result.get("environment_images"):
+                    feedback_ids, grown = self._feedback_with_images(media, feedback, result["environment_images"])
+                    if len(feedback_ids) >= room:  # images are not cut: the episode ends before them
+                        finish = "length"
+                        break
+                    media = prompt["media"] = grown
+                else:
+                    feedback_ids = self.tokenizer(feedback, add_special_tokens=False)["input_ids"] if feedback else []
                 if len(feedback_ids) >= room:  # the feedback would leave no room for another turn: truncate
                     trajectory.add(feedback_ids[:room], None, is_action=False)
                     finish = "length"

@@ -1,0 +1,91 @@
+"""A multi-turn episode of a VLM policy whose environment answers with an image (``environment_images``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+pytest.importorskip("rlhf_plugin_vlm")
+pytest.importorskip("rlhf_plugin_multi_turn")
+
+ENV = '''
+from PIL import Image
+from rlhf.agents import AgentInstanceBase
+
+
+class AgentInstance(AgentInstanceBase):
+    async def reset(self, states):
+        self.turn = 0
+        return {"observation": states["observation"]}
+
+    async def step(self, states):
+        self.turn += 1
+        if self.turn == 1:  # answer with a picture: the model sees it on its next turn
+            return {"rewards": 0.0, "environment_feedback": " and this? ", "done": False,
+                    "environment_images": [Image.new("RGB", (56, 56), (0, 0, 200))]}
+        return {"rewards": 1.0, "environment_feedback": "", "done": True}
+'''
+
+
+def test_an_image_in_the_feedback_is_appended_through_the_vlm_processor(tiny_vlm_path: Path, tmp_path: Path) -> None:
+    from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
+    from rlhf_plugin_vlm.processor import ImagePromptProcessor
+
+    from rlhf.agents import load_agent_class
+    from rlhf.runtime.batch import collate_media
+    from rlhf.runtime.rollout import HFEngine
+
+    env = tmp_path / "picture_env.py"
+    env.write_text(ENV)
+    Image.new("RGB", (56, 56), (200, 20, 20)).save(tmp_path / "red.png")
+    processor = ImagePromptProcessor(str(tiny_vlm_path), "input", "images", max_images=2)
+    prompt = processor.process({"input": "colour?", "images": [str(tmp_path / "red.png")]})
+    engine = HFEngine(str(tiny_vlm_path), "fp32", 256, 0, {"vllm": {}})
+    executor = MultiTurnExecutor(str(env), load_agent_class(str(env), ("AgentInstance",)), str(tiny_vlm_path), 256, 3,
+                                 MultiTurnOptions(), media_processor=lambda: processor)
+    request = {"prompt_ids": prompt["prompt_ids"], "prompt": prompt["prompt"], "label": "red", "max_tokens": 3, "seed": 1,
+               "group": 0, "media": prompt["media"]}
+    [result] = executor.run([request], engine, {"temperature": 1.0, "top_p": 1.0})
+
+    assert result["agent"]["reward"] == 1.0 and "error" not in result["agent"]
+    mask, ids = result["action_mask"], result["response_ids"]
+    image_token = processor.image_token_id
+    feedback = [t for t, m in zip(ids, mask) if m == 0]
+    assert sum(t == image_token for t in feedback) == 4  # the 56x56 picture: 2x2 merged patches, never trained on
+    assert not any(t == image_token for t, m in zip(ids, mask) if m == 1)
+    assert processor.tokenizer.decode(feedback).endswith(" and this? ")
+    media = result["media"]  # the trajectory's images: the prompt's, then the feedback's
+    assert media["image_grid_thw"].tolist() == [[1, 4, 4], [1, 4, 4]] and len(media["images"]) == 2
+    # the second turn was sampled with both images: its log-probs equal a forward of the whole trajectory
+    tokens = request["prompt_ids"] + ids
+    with torch.no_grad():
+        logits = engine.model(input_ids=torch.tensor([tokens]), **collate_media([media])).logits[0, :-1].float()
+    forward = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0][len(request["prompt_ids"]) - 1:]
+    actions = torch.tensor(mask, dtype=torch.bool)
+    assert torch.allclose(torch.tensor(result["logprobs"])[actions], forward[actions], atol=1e-4)
+    # and the picture is seen: with another colour in its place the last turn's log-probs change
+    other = processor.extend(prompt["media"], " and this? ", [Image.new("RGB", (56, 56), (0, 200, 0))])["media"]
+    with torch.no_grad():
+        changed = engine.model(input_ids=torch.tensor([tokens]), **collate_media([other])).logits[0, :-1].float()
+    assert (changed[-1] - logits[-1]).abs().max() > 1e-4
+
+
+def test_environment_images_without_a_vlm_processor_fail_the_episode(tiny_causal_lm_path: Path, tmp_path: Path) -> None:
+    from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
+
+    from rlhf.agents import load_agent_class
+    from rlhf.runtime.rollout import HFEngine
+
+    env = tmp_path / "picture_env.py"
+    env.write_text(ENV)
+    engine = HFEngine(str(tiny_causal_lm_path), "fp32", 128, 0, {"vllm": {}})
+    executor = MultiTurnExecutor(str(env), load_agent_class(str(env), ("AgentInstance",)), str(tiny_causal_lm_path), 128, 3,
+                                 MultiTurnOptions(), media_processor=lambda: None)
+    ids = executor.tokenizer("colour?")["input_ids"]
+    [result] = executor.run([{"prompt_ids": ids, "prompt": "colour?", "label": "red", "max_tokens": 3, "seed": 1, "group": 0}],
+                            engine, {"temperature": 1.0, "top_p": 1.0})
+    assert result["agent"]["error"].startswith(f"--train.agent_func_path {env}: AgentInstance.step returned "
+                                               "environment_images, but the policy has no image processor")
