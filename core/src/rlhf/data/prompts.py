@@ -175,12 +175,3 @@ def prompt_processor(config: Any, registry: Any) -> Any:
             return build(registry.get(ComponentKind.PROCESSOR, plugin), config)
     return None
 
-
-def run_processor(config: Any) -> Any:
-    """:func:`prompt_processor` for code that has the run's config but not its plugin registry (an agent
-    executor adding environment images to a VLM trajectory): loads the run's plugin set once more.
-    Runs in the controller, once per run, when first needed."""
-    from rlhf.plugin_selection import PluginSelection
-    from rlhf.plugins import PluginHost
-
-    return prompt_processor(config, PluginHost.load(PluginSelection.from_resolved(config.plugin_set)).registry)

@@ -85,6 +85,17 @@ class AsyncAgentExecutor:
         raise NotImplementedError(f"{type(self).__name__} must define async run_async(requests, engines, sampling)")
 
 
+def run_processor(config: Any) -> Any:
+    """The run's prompt processor (a VLM plugin's, whose optional ``extend`` adds environment images to a
+    trajectory; see :class:`rlhf.components.Processor`), or None for a text-only run. Loads the run's plugin
+    set once more, as the workers do. Runs in the controller, once per run, when an executor first needs it."""
+    from rlhf.data.prompts import prompt_processor
+    from rlhf.plugin_selection import PluginSelection
+    from rlhf.plugins import PluginHost
+
+    return prompt_processor(config, PluginHost.load(PluginSelection.from_resolved(config.plugin_set)).registry)
+
+
 class EngineClient:
     """Async, batching front of :class:`rlhf.runtime.rollout.RolloutEngines`.
 
@@ -99,10 +110,15 @@ class EngineClient:
         self.engine_calls = 0
 
     async def generate(self, prompt_ids: list[int], max_tokens: int, seed: int, temperature: float | None = None,
-                       top_p: float | None = None, media: dict[str, Any] | None = None) -> dict[str, Any]:
+                       top_p: float | None = None) -> dict[str, Any]:
         """One model turn: ``{"response_ids", "logprobs", "finish_reason"}`` for ``prompt_ids``; at most
-        ``max_tokens`` tokens and never past ``max_len`` (the engines' context) in all. ``media``: the images
-        of every image token in ``prompt_ids``, in the processor's layout (a VLM policy; see collate_media)."""
+        ``max_tokens`` tokens and never past ``max_len`` (the engines' context) in all."""
+        return await self.generate_multimodal(prompt_ids, None, max_tokens, seed, temperature, top_p)
+
+    async def generate_multimodal(self, prompt_ids: list[int], media: dict[str, Any] | None, max_tokens: int, seed: int,
+                                  temperature: float | None = None, top_p: float | None = None) -> dict[str, Any]:
+        """:meth:`generate` for a VLM policy: ``media`` holds the images of every image token in ``prompt_ids``,
+        in the processor's layout (see :func:`rlhf.runtime.batch.collate_media`), or None."""
         max_tokens = min(int(max_tokens), self.max_len - len(prompt_ids))
         if max_tokens <= 0:
             return {"response_ids": [], "logprobs": [], "finish_reason": "length"}

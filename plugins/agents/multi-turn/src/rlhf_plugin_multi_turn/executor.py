@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlhf.agents import AgentExecutorBase, AgentInstanceBase, load_agent_class
-from rlhf.runtime.agent_engine import AsyncAgentExecutor, UnsupportedSampling, turn_sampling
+from rlhf.runtime.agent_engine import AsyncAgentExecutor, UnsupportedSampling, run_processor, turn_sampling
 
 
 class MultiTurnOptions(BaseModel):
@@ -65,8 +65,6 @@ class MultiTurnExecutor(AsyncAgentExecutor):
             raise ConfigError(f"--train.agent_func_path {path}: {agent_class.__name__} must subclass "
                               "rlhf.agents.AgentInstanceBase or AgentExecutorBase")
         options = MultiTurnOptions.model_validate(config.plugins.get("multi_turn", {}))
-        from rlhf.data.prompts import run_processor
-
         return cls(path, agent_class, config.actor.model_name_or_path, config.data.max_len, config.rollout.max_new_tokens,
                    options, lambda: run_processor(config))
 
@@ -128,8 +126,8 @@ class MultiTurnExecutor(AsyncAgentExecutor):
                     finish = "length"
                     break
                 max_tokens = min(params.get("max_tokens") or room, room)
-                out = await client.generate(tokens, max_tokens, request["seed"] + 7919 * turn,
-                                            params.get("temperature"), params.get("top_p"), media)
+                out = await client.generate_multimodal(tokens, media, max_tokens, request["seed"] + 7919 * turn,
+                                                       params.get("temperature"), params.get("top_p"))
                 turn += 1
                 tokens += out["response_ids"]
                 trajectory.add(out["response_ids"], out["logprobs"], is_action=True)
