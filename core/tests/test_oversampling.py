@@ -110,3 +110,11 @@ def test_without_oversampling_each_step_is_one_round_of_the_batch_size() -> None
     steps = train(controller)
     assert controller.rounds == [4, 4, 4]
     assert [p for prompts, _ in steps for p in prompts] == schedule_order(controller)
+
+
+def test_a_round_whose_groups_are_all_filtered_trains_an_empty_step() -> None:
+    order = schedule_order(Controller(prompts=16, batch_size=4, per_round=4))
+    controller = Controller(prompts=16, batch_size=4, per_round=4, rejected=frozenset(order[8:12]))
+    steps = train(controller)
+    assert [prompts for prompts, _ in steps] == [order[:4], order[4:8], [], order[12:]]
+    assert steps[2][1]["async/staleness"] <= 1.0  # measured from when it was made, as any batch (queue size 1)

@@ -12,7 +12,6 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-
 #: The sampling fields an agent may set per turn; every engine honours them.
 SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p")
 #: Fields that may carry any value because the runtime sets them itself (seed per turn, log-probs always returned).

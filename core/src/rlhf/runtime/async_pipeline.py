@@ -149,7 +149,7 @@ class Producer:
                 if not drawn and not len(buffer):
                     break
                 step += 1
-                rollout = buffer.take(batch_size, extra, metrics)
+                rollout = buffer.take(batch_size, extra, metrics, controller.policy_version)
                 rollout.data_state = rollout.data_state or controller.schedule.state()
                 if step == total and len(buffer):  # generated ahead, but no step is left to train them
                     metrics["oversampling/unused_groups"] = float(len(buffer))
@@ -178,11 +178,12 @@ class GroupBuffer:
     def add(self, samples: list[Any], version_start: int, version_end: int) -> None:
         self.groups += [(samples[i:i + self.n], version_start, version_end) for i in range(0, len(samples), self.n)]
 
-    def take(self, count: int, extra: dict[str, float], metrics: dict[str, float]) -> Rollout:
-        """The oldest ``count`` groups (fewer when the prompts ran out) as one step's batch, groups renumbered."""
+    def take(self, count: int, extra: dict[str, float], metrics: dict[str, float], version: int) -> Rollout:
+        """The oldest ``count`` groups (fewer when the prompts ran out) as one step's batch, groups renumbered;
+        ``version``: the weight syncs so far (an empty batch's)."""
         taken, self.groups = self.groups[:count], self.groups[count:]
         if not taken:  # every group of the round was filtered out or skipped: the step trains nothing
-            return Rollout([], [], extra, metrics)
+            return Rollout([], [], extra, metrics, version_start=version, version_end=version)
         samples = []
         for group, (members, _, _) in enumerate(taken):
             for sample in members:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
