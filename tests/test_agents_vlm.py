@@ -91,6 +91,50 @@ def test_environment_images_without_a_vlm_processor_fail_the_episode(tiny_causal
                                                "environment_images, but the policy has no image processor")
 
 
+
+EXECUTOR_FILE = '''
+from rlhf.agents import AgentExecutorBase
+
+
+class AgentExecutor(AgentExecutorBase):
+    async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images=None):
+        tokens = list(PROMPT_IDS)
+        extra = images * (2 if label == "twice" else 1)
+        out = await llm_engine.generate(tokens, {"max_tokens": 3}, multi_modal_data={"image": extra})
+        ids = list(out.outputs[0].token_ids)
+        logps = [0.0] * len(tokens) + [d[t].logprob for d, t in zip(out.outputs[0].logprobs, ids)]
+        return {"observation_tokens": tokens + ids, "action_ranges": [(len(tokens), len(tokens) + len(ids))],
+                "rollout_log_probs": logps, "truncated": False, "reward": float(len(images)), "scores": 0.0}
+'''
+
+
+def test_an_agent_executor_gets_the_prompts_images_and_its_calls_send_them(tiny_vlm_path: Path, tmp_path: Path) -> None:
+    from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
+    from rlhf_plugin_vlm.processor import ImagePromptProcessor
+
+    from rlhf.agents import load_agent_class
+    from rlhf.runtime.batch import collate_media
+    from rlhf.runtime.rollout import HFEngine
+
+    Image.new("RGB", (56, 56), (200, 20, 20)).save(tmp_path / "red.png")
+    processor = ImagePromptProcessor(str(tiny_vlm_path), "input", "images", max_images=2)
+    prompt = processor.process({"input": "colour?", "images": [str(tmp_path / "red.png")]})
+    agent = tmp_path / "vlm_executor.py"
+    agent.write_text(f"PROMPT_IDS = {prompt['prompt_ids']}\n" + EXECUTOR_FILE)
+    engine = HFEngine(str(tiny_vlm_path), "fp32", 256, 0, {"vllm": {}})
+    executor = MultiTurnExecutor(str(agent), load_agent_class(str(agent), ("AgentExecutor",)), str(tiny_vlm_path), 256, 3,
+                                 MultiTurnOptions())
+    requests = [{"prompt_ids": prompt["prompt_ids"], "prompt": prompt["prompt"], "label": label, "max_tokens": 3,
+                 "seed": 1, "group": 0, "media": prompt["media"]} for label in ("once", "twice")]
+    once, twice = executor.run(requests, engine, {"temperature": 1.0, "top_p": 1.0})
+    assert once["agent"]["reward"] == 1.0  # execute got the prompt's one image
+    tokens = prompt["prompt_ids"] + once["response_ids"]
+    with torch.no_grad():  # and the engine saw it: the sampled log-probs are the image-conditioned ones
+        logits = engine.model(input_ids=torch.tensor([tokens]), **collate_media([prompt["media"]])).logits[0, :-1].float()
+    forward = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0][len(prompt["prompt_ids"]) - 1:]
+    assert torch.allclose(torch.tensor(once["logprobs"]), forward, atol=1e-4)
+    assert "passes 2 image(s), but only the prompt's own 1 can be sent" in twice["agent"]["error"]
+
 PICTURE_ENV = '''
 from PIL import Image
 from rlhf.agents import AgentInstanceBase

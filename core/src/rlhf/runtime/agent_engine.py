@@ -156,14 +156,23 @@ class VLLMStyleEngine:
     returns an object shaped like vLLM's ``RequestOutput`` (``outputs[0].token_ids``, ``.logprobs``,
     ``.finish_reason``)."""
 
+    #: the prompt's images (a VLM prompt's media, see :func:`rlhf.runtime.batch.collate_media`), sent with every
+    #: call: the episode's token ids start with the prompt's, image tokens included. Set by the executor.
+    media: dict[str, Any] | None = None
+
     def __init__(self, client: EngineClient, max_tokens: int, seed: int) -> None:
         self.client, self.max_tokens, self.seed, self.calls = client, max_tokens, seed, 0
 
     async def generate(self, prompt_token_ids: list[int], sampling_params: Any = None, multi_modal_data: Any = None) -> Any:
         params = turn_sampling(sampling_params, "AgentExecutor's llm_engine.generate(sampling_params=...)")
+        given = len((multi_modal_data or {}).get("image") or [])
+        if given != len((self.media or {}).get("images") or []) and multi_modal_data is not None:
+            raise ValueError(f"llm_engine.generate(multi_modal_data=...) passes {given} image(s), but only the prompt's own "
+                             f"{len((self.media or {}).get('images') or [])} can be sent; images an environment adds go "
+                             "through AgentInstance.step's environment_images")
         self.calls += 1
-        out = await self.client.generate(prompt_token_ids, params.get("max_tokens") or self.max_tokens,
-                                         self.seed + 7919 * self.calls, params.get("temperature"), params.get("top_p"))
+        out = await self.client.generate_multimodal(prompt_token_ids, self.media, params.get("max_tokens") or self.max_tokens,
+                                                    self.seed + 7919 * self.calls, params.get("temperature"), params.get("top_p"))
         logprobs = [{token: SimpleNamespace(logprob=lp)} for token, lp in zip(out["response_ids"], out["logprobs"])]
         completion = SimpleNamespace(token_ids=out["response_ids"], logprobs=logprobs, finish_reason=out["finish_reason"],
                                      text=None)

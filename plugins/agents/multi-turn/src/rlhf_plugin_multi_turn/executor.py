@@ -175,14 +175,27 @@ class MultiTurnExecutor(AsyncAgentExecutor):
         from rlhf.runtime.agent_engine import VLLMStyleEngine
 
         engine = VLLMStyleEngine(client, request["max_tokens"], request["seed"])
+        engine.media = request.get("media")
         params = {"max_tokens": request["max_tokens"], **sampling}
         try:
             out = await self._call("AgentExecutor.execute", self.agent_class().execute(
-                request["prompt"], request["label"], params, self.max_len, self.tokenizer, engine))
+                request["prompt"], request["label"], params, self.max_len, self.tokenizer, engine,
+                images=_prompt_images(engine.media)))
             return {**_from_executor_output(out, len(request["prompt_ids"]), request["prompt_ids"]),
                     "agent": _executor_reward(out)}
         except EpisodeError as exc:
             return self._failed(Trajectory(), {}, str(exc))
+
+
+def _prompt_images(media: dict[str, Any] | None) -> list[Any] | None:
+    """The prompt's images as PIL images (OpenRLHF's ``images`` argument of ``execute``), or None."""
+    if not media or not media.get("images"):
+        return None
+    import io
+
+    from PIL import Image
+
+    return [Image.open(io.BytesIO(data)).convert("RGB") for data in media["images"]]
 
 
 def _read_step(result: Any) -> tuple[float, float | None, str, bool]:
