@@ -68,3 +68,26 @@ def test_an_async_run_resumes_from_the_last_trained_batch(ray_cluster, task_file
     assert metrics[2]["async/staleness"] == 0.0  # batch 3 was made again, by the checkpoint's weights
     state = json.loads((tmp_path / "ckpt" / "global_step4" / "state.json").read_text())
     assert state["data"] == {"episode": 0, "position": 4 * 4}  # every prompt trained once, none skipped
+
+
+def test_oversampling_buffers_groups_and_a_resume_regenerates_them(ray_cluster, task_files, tiny_causal_lm_path, tmp_path,
+                                                                   capsys) -> None:
+    """Rounds of 6 prompts for steps of 4: the extra groups wait in the buffer. The crash after step 2
+    loses the buffered and queued groups; the checkpoint's position is just after the last trained
+    prompt, so the resumed run generates them again and every prompt is trained once."""
+    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", 4) + [
+        "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
+        "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0",
+        "--train.async_enable", "--rollout.vllm_generate_batch_size", "6", "--ckpt.save_steps", "2"]
+    assert main(["train", "ppo", "--plugins", str(crash_plugin(tmp_path, 2)), *flags]) == 2
+    assert "simulated crash" in capsys.readouterr().err
+    before = read_metrics(tmp_path / "out")
+    assert [m["oversampling/buffered_groups"] for m in before][0] == 2.0  # 6 generated, 4 trained
+    state = json.loads((tmp_path / "ckpt" / "global_step2" / "state.json").read_text())
+    assert state["data"] == {"episode": 0, "position": 2 * 4}
+    assert main(["train", "ppo", *flags, "--ckpt.load_enable"]) == 0
+    metrics = read_metrics(tmp_path / "out")
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    assert all("oversampling/unused_groups" not in m for m in metrics)
+    state = json.loads((tmp_path / "ckpt" / "global_step4" / "state.json").read_text())
+    assert state["data"] == {"episode": 0, "position": 4 * 4}

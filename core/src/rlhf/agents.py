@@ -36,7 +36,9 @@ class AgentInstanceBase(ABC):
     sum over steps), ``environment_feedback`` (text appended to the trajectory, never trained on),
     ``done`` (bool), and optionally ``scores`` (for dynamic filtering and pass@k; the last step's
     count, default the rewards), ``extra_logs`` (name -> number, logged as means) and
-    ``sampling_params`` (``max_tokens``, ``temperature``, ``top_p`` for the next turn).
+    ``sampling_params`` (``max_tokens``, ``temperature``, ``top_p`` for the next turn; another key the
+    engines cannot apply, e.g. ``stop``, fails the episode naming it), ``environment_images`` (images
+    the feedback refers to, for a VLM policy: see docs/agents.md).
     """
 
     @abstractmethod

@@ -220,6 +220,11 @@ class Processor(Protocol):
 
     Returns a dict with ``prompt_ids`` (a non-empty list of ints) and, for multimodal models,
     media entries (e.g. ``pixel_values``) the model loader's model accepts.
+
+    Optional method the multi-turn executor calls when an environment step returns
+    ``environment_images`` (in the controller, once per such feedback):
+    ``extend(media, text, images) -> {"ids": list[int], "media": dict}``, the feedback's token ids
+    (image tokens expanded) and the trajectory's media with the new images appended after its own.
     """
 
     def process(self, row: dict[str, Any]) -> dict[str, Any]: ...

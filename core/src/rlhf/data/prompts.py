@@ -140,7 +140,7 @@ class PromptSchedule:
             return None
         chosen = self._order()[self.position : self.position + self.batch_size]
         self.position += self.batch_size
-        return [self.prompts[i] for i in chosen]
+        return self._handed_out(chosen, self.position - len(chosen))
 
     def take(self, count: int) -> list[dict[str, Any]]:
         """Up to ``count`` more prompts; fewer (or none) once the last episode is used up."""
@@ -151,9 +151,16 @@ class PromptSchedule:
                 continue
             order = self._order()
             chosen = order[self.position : self.position + count - len(out)]
+            out += self._handed_out(chosen, self.position)
             self.position += len(chosen)
-            out += [self.prompts[i] for i in chosen]
         return out
+
+    def _handed_out(self, chosen: list[int], first_position: int) -> list[dict[str, Any]]:
+        """The prompts at ``chosen`` (this episode's order from ``first_position`` on), each with its
+        ``data_state``: the schedule's position just after it, where a resume must start so that this
+        prompt and every one before it are not handed out again (async mode checkpoints it)."""
+        return [{**self.prompts[i], "data_state": {"episode": self.episode, "position": first_position + k + 1}}
+                for k, i in enumerate(chosen)]
 
 
 def prompt_processor(config: Any, registry: Any) -> Any:
@@ -167,3 +174,4 @@ def prompt_processor(config: Any, registry: Any) -> Any:
         if changed and plugin in registry.names(ComponentKind.PROCESSOR):
             return build(registry.get(ComponentKind.PROCESSOR, plugin), config)
     return None
+

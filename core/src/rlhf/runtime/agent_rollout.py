@@ -5,7 +5,8 @@ Runs in the controller, once per generated batch. An executor's result per reque
 per response token: 0 for environment feedback), ``prompt_ids``/``prompt`` (when the
 environment's reset changed the first observation) and ``agent`` (the environment's
 ``reward``, ``score``, ``extra_logs``, or an ``error`` in words) for executors that reward
-their own episodes.
+their own episodes, and ``media`` (the images of the whole trajectory when an environment added
+some, see :func:`rlhf.runtime.agent_engine.run_processor`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def generate_samples(config: Any, executor: Any, engines: Any, tokenizer: Any, p
                    rollout_logprobs=result["logprobs"], prompt=result.get("prompt", request["prompt"]), response=text,
                    label=request["label"] if request["label"] is not None else "", group=request["group"],
                    finish_reason=result["finish_reason"], action_mask=result.get("action_mask"), agent=result.get("agent"),
-                   media=request["media"])
+                   media=result.get("media", request["media"]), data_state=prompts[request["group"]].get("data_state"))
             for request, result, text in zip(requests, results, texts)]
 
 

@@ -13,21 +13,32 @@ syncs go in between the engines' calls, so a multi-turn episode (or a refill) ma
 newer weights than it started with (``async/partial_ratio``: the share of samples whose
 generation spanned a sync).
 
-Resume in async mode: a checkpoint records the prompt position of the last *trained* batch, so
-batches that were generated but not yet trained are generated again after a resume (their
-prompts are not lost; their samples, made by pre-checkpoint weights, are).
+Oversampling (``--rollout.vllm_generate_batch_size`` above ``--rollout.batch_size``, async mode
+only, as in OpenRLHF): each generation round takes that many prompts; a step trains the oldest
+``--rollout.batch_size`` groups and the rest wait in a :class:`GroupBuffer` for the next steps
+(``oversampling/buffered_groups``). Rounds stop drawing prompts once the buffer holds what the
+remaining steps need; groups a refill of dynamic filtering adds beyond that at the run's end are
+counted (``oversampling/unused_groups``).
+
+Resume in async mode: a checkpoint records the prompt position just after the last *trained*
+group's prompt (groups are trained in the order their prompts were handed out), so groups that
+were generated but not yet trained, queued or buffered, are generated again after a resume:
+no prompt is lost or trained twice; their samples, made by pre-checkpoint weights, are not kept.
 Runs in the controller process, once per run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger("rlhf.runtime")
 
 
 @dataclass
@@ -111,25 +122,79 @@ class Producer:
         return False
 
     def _produce(self) -> None:
-        controller = self.controller
-        step = controller.step
+        controller, cfg = self.controller, self.controller.config
+        batch_size, n = cfg.rollout.batch_size, cfg.rollout.n_samples_per_prompt
+        per_round = cfg.rollout.vllm_generate_batch_size or batch_size
+        step, total = controller.step, controller.schedule.total_batches
+        buffer = GroupBuffer(n)
         try:
-            while self._take_slot():
-                prompts = controller.schedule.next_batch()
-                if prompts is None:
+            while step < total and self._take_slot():
+                metrics: dict[str, float] = {}
+                extra: dict[str, float] = {}
+                drawn = False
+                while len(buffer) < batch_size:  # one round: generate and reward per_round prompts
+                    if per_round == batch_size:
+                        prompts = controller.schedule.next_batch()
+                    else:  # never more prompts than the remaining steps train
+                        prompts = controller.schedule.take(min(per_round, (total - step) * batch_size - len(buffer)))
+                    if not prompts:
+                        break
+                    drawn = True
+                    version = controller.policy_version
+                    with controller.engine_lock:
+                        samples, extra = controller._rollout(prompts, metrics, step=step + 1)
+                    buffer.add(samples, version, controller.policy_version)
+                    if per_round == batch_size:  # one round per step, as in sync mode (filtered or skipped groups
+                        break                    # make the batch smaller, they are not made up from the next prompts)
+                if not drawn and not len(buffer):
                     break
                 step += 1
-                metrics: dict[str, float] = {}
-                version_start = controller.policy_version
-                with controller.engine_lock:
-                    samples, extra = controller._rollout(prompts, metrics, step=step)
-                rollout = Rollout(prompts, samples, extra, metrics, controller.schedule.state(), version_start,
-                                  controller.policy_version)
-                # the share of this batch whose generation spanned a weight sync (partial rollout only)
-                metrics["async/partial_ratio"] = float(rollout.version_end != rollout.version_start)
+                rollout = buffer.take(batch_size, extra, metrics, controller.policy_version)
+                rollout.data_state = rollout.data_state or controller.schedule.state()
+                if step == total and len(buffer):  # generated ahead, but no step is left to train them
+                    metrics["oversampling/unused_groups"] = float(len(buffer))
+                    log.warning("%d oversampled prompt groups were generated but the run ends before training them",
+                                len(buffer))
                 if not self._put(rollout):
                     return
         except BaseException as exc:  # noqa: BLE001 - re-raised in the training loop
             self._put(exc)
             return
         self._put(None)  # no prompt left: the training loop ends
+
+
+class GroupBuffer:
+    """Generated, rewarded prompt groups (``n`` adjacent samples each) not yet handed to training, oldest
+    first. With ``--rollout.vllm_generate_batch_size`` above ``--rollout.batch_size`` a round makes more
+    groups than a step trains; the rest wait here for the next steps (OpenRLHF's oversampling buffer)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.groups: list[tuple[list[Any], int, int]] = []  # (samples, weight syncs at round start, at round end)
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def add(self, samples: list[Any], version_start: int, version_end: int) -> None:
+        self.groups += [(samples[i:i + self.n], version_start, version_end) for i in range(0, len(samples), self.n)]
+
+    def take(self, count: int, extra: dict[str, float], metrics: dict[str, float], version: int) -> Rollout:
+        """The oldest ``count`` groups (fewer when the prompts ran out) as one step's batch, groups renumbered;
+        ``version``: the weight syncs so far (an empty batch's)."""
+        taken, self.groups = self.groups[:count], self.groups[count:]
+        if not taken:  # every group of the round was filtered out or skipped: the step trains nothing
+            return Rollout([], [], extra, metrics, version_start=version, version_end=version)
+        samples = []
+        for group, (members, _, _) in enumerate(taken):
+            for sample in members:
+                sample.group = group
+            samples += members
+        version_start = min(start for _, start, _ in taken)
+        # the share of this batch whose generation spanned a weight sync (partial rollout only)
+        metrics["async/partial_ratio"] = sum(start != end for _, start, end in taken) / len(taken)
+        metrics["oversampling/buffered_groups"] = float(len(self.groups))
+        prompts = [{"prompt": m[0].prompt, "prompt_ids": m[0].prompt_ids, "label": m[0].label} for m, _, _ in taken]
+        # groups leave in the order their prompts were handed out, so the newest one's position is where a
+        # resume starts: every trained prompt lies before it, every buffered or queued one after it
+        return Rollout(prompts, samples, extra, metrics, taken[-1][0][-1].data_state, version_start,
+                       max(end for _, _, end in taken))

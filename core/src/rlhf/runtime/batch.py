@@ -38,6 +38,8 @@ class Sample:
     #: executor rewards its own episodes; None otherwise
     agent: dict[str, Any] | None = None
     media: dict[str, Any] | None = None  # the prompt's processed images (see collate_media), VLM prompts only
+    #: the prompt schedule's position just after this sample's prompt (PromptSchedule hands it out); None for eval
+    data_state: dict[str, int] | None = None
 
     def mask(self) -> list[int]:
         return self.action_mask if self.action_mask is not None else [1] * len(self.response_ids)

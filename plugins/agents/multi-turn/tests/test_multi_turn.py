@@ -183,3 +183,54 @@ def test_episodes_run_concurrently() -> None:
         return client.engine_calls
 
     assert asyncio.run(episodes()) == 2
+
+
+def _sampling_env(tmp_path, returned: str):
+    env = tmp_path / "sampling_env.py"
+    env.write_text(
+        "from rlhf.agents import AgentInstanceBase\n\n\nclass AgentInstance(AgentInstanceBase):\n"
+        "    async def reset(self, states):\n        self.turn = 0\n        return {'observation': states['observation']}\n\n"
+        "    async def step(self, states):\n        self.turn += 1\n"
+        f"        return {{'rewards': 0.0, 'environment_feedback': ' again ', 'done': self.turn == 2, 'sampling_params': {returned}}}\n")
+    return env
+
+
+def test_a_steps_sampling_params_apply_to_the_next_turn(engine, tiny_causal_lm_path, tmp_path) -> None:
+    """max_tokens 1 and temperature 0 (greedy) asked by step 1 shape turn 2: one token, the argmax."""
+    import torch
+
+    env = _sampling_env(tmp_path, "{'max_tokens': 1, 'temperature': 0.0, 'top_p': 1.0, 'seed': 5}")
+    executor = executor_for(env, tiny_causal_lm_path, max_new_tokens=6)
+    requests = requests_for(executor.tokenizer, 4)
+    results = executor.run(requests, CountingEngines(engine), SAMPLING)
+    for request, result in zip(requests, results):
+        assert "error" not in result["agent"], result["agent"]
+        runs = spans(result["action_mask"])
+        assert [value for value, _, _ in runs] == [1, 0, 1]
+        _, start, end = runs[2]
+        assert end - start == 1  # the second turn has the one token asked for
+        tokens = request["prompt_ids"] + result["response_ids"][:start]
+        with torch.no_grad():
+            greedy = int(engine.model(torch.tensor([tokens])).logits[0, -1].argmax())
+        assert result["response_ids"][start] == greedy
+
+
+def test_an_unsupported_sampling_param_fails_the_episode_naming_it(engine, tiny_causal_lm_path, tmp_path) -> None:
+    env = _sampling_env(tmp_path, "{'max_tokens': 2, 'stop': ['\\n'], 'top_k': 5}")
+    executor = executor_for(env, tiny_causal_lm_path)
+    results = executor.run(requests_for(executor.tokenizer, 2), CountingEngines(engine), SAMPLING)
+    for result in results:
+        assert result["agent"]["error"] == (
+            f"--train.agent_func_path {env}: AgentInstance.step sets sampling parameter(s) stop, top_k, which the "
+            "rollout engines do not apply per turn (supported: max_tokens, temperature, top_p); remove them")
+
+
+def test_sampling_params_objects_count_only_fields_changed_from_their_defaults() -> None:
+    from vllm import SamplingParams
+
+    from rlhf.runtime.agent_engine import UnsupportedSampling, turn_sampling
+
+    assert turn_sampling(SamplingParams(max_tokens=3, temperature=0.5, seed=1), "x") == \
+        {"max_tokens": 3, "temperature": 0.5, "top_p": 1.0}
+    with pytest.raises(UnsupportedSampling, match="sets sampling parameter\\(s\\) presence_penalty, "):
+        turn_sampling(SamplingParams(max_tokens=3, presence_penalty=0.5), "x")

@@ -66,6 +66,10 @@ BROKEN_AGENTS = {
     "rewrites_history": ("await client.completions.create(model='m', prompt='hi', max_tokens=2, extra_body=sid)\n"
                          "        await client.completions.create(model='m', prompt='bye', max_tokens=2, extra_body=sid)\n"
                          "        return {'reward': 1.0}", "run_agent raised BadRequestError"),
+    "stop_words": ("await client.completions.create(model='m', prompt='hi', max_tokens=2, stop=['x'],\n"
+                   "            presence_penalty=0.5, extra_body=sid)\n        return {'reward': 1.0}",
+                   "run_agent raised BadRequestError: Error code: 400 - the request sets presence_penalty, stop, "
+                   "which the rlhf agent server does not apply"),
 }
 
 
@@ -80,4 +84,4 @@ def test_a_failing_agent_fails_its_episode(kind, engine, tiny_causal_lm_path, tm
                      f"        {body}\n")
     results = executor_for(agent, tiny_causal_lm_path).run(requests_for(2), engine, SAMPLING)
     for result in results:
-        assert result["agent"]["error"].startswith(f"--train.agent_func_path {agent}: {expected}"), result["agent"]
+        assert result["agent"]["error"].startswith(f"--train.agent_func_path {agent}: {expected}"), result["agent"]["error"]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlhf.agents import AgentExecutorBase, AgentInstanceBase, load_agent_class
+from rlhf.runtime.agent_engine import AsyncAgentExecutor, UnsupportedSampling, run_processor, turn_sampling
 
 
 class MultiTurnOptions(BaseModel):
@@ -37,17 +39,18 @@ class Trajectory:
         self.action_mask += [int(is_action)] * len(ids)
 
 
-class MultiTurnExecutor:
+class MultiTurnExecutor(AsyncAgentExecutor):
     """Runs every episode of a rollout batch concurrently on one event loop (``run`` runs in the
     controller once per rollout batch); turns are batched into engine calls by :class:`EngineClient`."""
 
-    provides_rewards = True
-
     def __init__(self, agent_path: str, agent_class: type, tokenizer_path: str, max_len: int, max_new_tokens: int | None,
-                 options: MultiTurnOptions) -> None:
+                 options: MultiTurnOptions, media_processor: Callable[[], Any] | None = None) -> None:
+        """``media_processor``: returns the run's prompt processor (a VLM's, or None), called once, the first
+        time an environment returns ``environment_images``."""
+        super().__init__(tokenizer_path)
         self.agent_path, self.agent_class, self.options = agent_path, agent_class, options
-        self.tokenizer_path, self.max_len, self.max_new_tokens = tokenizer_path, max_len, max_new_tokens
-        self._tokenizer: Any = None
+        self.max_len, self.max_new_tokens = max_len, max_new_tokens
+        self._media_processor, self._processor = media_processor, None
 
     @classmethod
     def from_config(cls, config: Any) -> MultiTurnExecutor:
@@ -63,20 +66,22 @@ class MultiTurnExecutor:
                               "rlhf.agents.AgentInstanceBase or AgentExecutorBase")
         options = MultiTurnOptions.model_validate(config.plugins.get("multi_turn", {}))
         return cls(path, agent_class, config.actor.model_name_or_path, config.data.max_len, config.rollout.max_new_tokens,
-                   options)
+                   options, lambda: run_processor(config))
 
-    @property
-    def tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            from rlhf.engines.hf_models import load_tokenizer
+    def _feedback_with_images(self, media: dict[str, Any] | None, feedback: str, images: Any) -> tuple[list[int], Any]:
+        """The feedback's ids and the trajectory's media with ``images`` added, by the VLM plugin's processor."""
+        if self._processor is None and self._media_processor is not None:
+            self._processor = self._media_processor()
+        if not callable(getattr(self._processor, "extend", None)):
+            raise EpisodeError("AgentInstance.step returned environment_images, but the policy has no image processor "
+                               "(a VLM policy with --data.image_key and the VLM plugin reads them)")
+        try:
+            out = self._processor.extend(media, feedback, list(images))
+        except Exception as exc:  # noqa: BLE001 - an unreadable image is the environment's failure
+            raise EpisodeError(f"AgentInstance.step: environment_images: {exc}") from exc
+        return out["ids"], out["media"]
 
-            self._tokenizer = load_tokenizer(self.tokenizer_path, "--actor.model_name_or_path")
-        return self._tokenizer
-
-    def run(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
-        return asyncio.run(self._run_all(requests, engines, sampling))
-
-    async def _run_all(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
+    async def run_async(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
         from rlhf.runtime.agent_engine import EngineClient
 
         client = EngineClient(engines, sampling, self.max_len)
@@ -112,6 +117,7 @@ class MultiTurnExecutor:
                 ids = self.tokenizer(observation, add_special_tokens=False)["input_ids"]
                 prompt = {"prompt": observation, "prompt_ids": ids[-(self.max_len - 1):]}  # room for one token at least
             tokens = list(prompt.get("prompt_ids", request["prompt_ids"]))
+            media = request.get("media")
             text, params = observation, {"max_tokens": self.max_new_tokens, **sampling}
             reward, score, logs, turn, finish = 0.0, None, {}, 0, "stop"
             while True:
@@ -120,8 +126,8 @@ class MultiTurnExecutor:
                     finish = "length"
                     break
                 max_tokens = min(params.get("max_tokens") or room, room)
-                out = await client.generate(tokens, max_tokens, request["seed"] + 7919 * turn,
-                                            params.get("temperature"), params.get("top_p"))
+                out = await client.generate_multimodal(tokens, media, max_tokens, request["seed"] + 7919 * turn,
+                                                       params.get("temperature"), params.get("top_p"))
                 turn += 1
                 tokens += out["response_ids"]
                 trajectory.add(out["response_ids"], out["logprobs"], is_action=True)
@@ -133,13 +139,23 @@ class MultiTurnExecutor:
                 reward += step_reward
                 score = step_score if step_score is not None else step_reward
                 logs.update(result.get("extra_logs") or {})
-                if result.get("sampling_params"):
-                    params = {**params, **dict(result["sampling_params"])}
+                if result.get("sampling_params") is not None:
+                    try:
+                        params = {**params, **turn_sampling(result["sampling_params"], "AgentInstance.step")}
+                    except UnsupportedSampling as exc:
+                        raise EpisodeError(str(exc)) from None
                 if done:
                     break
                 text += action + feedback
-                feedback_ids = self.tokenizer(feedback, add_special_tokens=False)["input_ids"] if feedback else []
                 room = self.max_len - len(tokens)
+                if result.get("environment_images"):
+                    feedback_ids, grown = self._feedback_with_images(media, feedback, result["environment_images"])
+                    if len(feedback_ids) >= room:  # images are not cut: the episode ends before them
+                        finish = "length"
+                        break
+                    media = prompt["media"] = grown
+                else:
+                    feedback_ids = self.tokenizer(feedback, add_special_tokens=False)["input_ids"] if feedback else []
                 if len(feedback_ids) >= room:  # the feedback would leave no room for another turn: truncate
                     trajectory.add(feedback_ids[:room], None, is_action=False)
                     finish = "length"
@@ -159,14 +175,27 @@ class MultiTurnExecutor:
         from rlhf.runtime.agent_engine import VLLMStyleEngine
 
         engine = VLLMStyleEngine(client, request["max_tokens"], request["seed"])
+        engine.media = request.get("media")
         params = {"max_tokens": request["max_tokens"], **sampling}
         try:
             out = await self._call("AgentExecutor.execute", self.agent_class().execute(
-                request["prompt"], request["label"], params, self.max_len, self.tokenizer, engine))
+                request["prompt"], request["label"], params, self.max_len, self.tokenizer, engine,
+                images=_prompt_images(engine.media)))
             return {**_from_executor_output(out, len(request["prompt_ids"]), request["prompt_ids"]),
                     "agent": _executor_reward(out)}
         except EpisodeError as exc:
             return self._failed(Trajectory(), {}, str(exc))
+
+
+def _prompt_images(media: dict[str, Any] | None) -> list[Any] | None:
+    """The prompt's images as PIL images (OpenRLHF's ``images`` argument of ``execute``), or None."""
+    if not media or not media.get("images"):
+        return None
+    import io
+
+    from PIL import Image
+
+    return [Image.open(io.BytesIO(data)).convert("RGB") for data in media["images"]]
 
 
 def _read_step(result: Any) -> tuple[float, float | None, str, bool]:

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlhf.agents import load_agent_class
+from rlhf.runtime.agent_engine import AsyncAgentExecutor
 from rlhf_plugin_openai_server.sessions import Session, build_app
 
 
@@ -21,18 +22,16 @@ class OpenAIServerOptions(BaseModel):
     model_name: str = Field("rlhf-policy", description="the model id the server reports and accepts")
 
 
-class OpenAIServerExecutor:
+class OpenAIServerExecutor(AsyncAgentExecutor):
     """Each rollout batch: start the server on 127.0.0.1 (a free port), run every episode's
     ``run_agent`` concurrently on the same event loop, stop the server. ``run`` runs in the
     controller once per rollout batch."""
 
-    provides_rewards = True
-
     def __init__(self, agent_path: str, agent_class: type, tokenizer_path: str, max_len: int,
                  options: OpenAIServerOptions) -> None:
-        self.agent_path, self.agent_class, self.tokenizer_path = agent_path, agent_class, tokenizer_path
+        super().__init__(tokenizer_path)
+        self.agent_path, self.agent_class = agent_path, agent_class
         self.max_len, self.options = max_len, options
-        self._tokenizer: Any = None
 
     @classmethod
     def from_config(cls, config: Any) -> OpenAIServerExecutor:
@@ -48,18 +47,7 @@ class OpenAIServerExecutor:
         options = OpenAIServerOptions.model_validate(config.plugins.get("openai_server", {}))
         return cls(path, agent_class, config.actor.model_name_or_path, config.data.max_len, options)
 
-    @property
-    def tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            from rlhf.engines.hf_models import load_tokenizer
-
-            self._tokenizer = load_tokenizer(self.tokenizer_path, "--actor.model_name_or_path")
-        return self._tokenizer
-
-    def run(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
-        return asyncio.run(self._run_all(requests, engines, sampling))
-
-    async def _run_all(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
+    async def run_async(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
         import uvicorn
 
         from rlhf.runtime.agent_engine import EngineClient

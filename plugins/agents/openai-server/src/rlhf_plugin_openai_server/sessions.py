@@ -59,6 +59,20 @@ class Session:
         self.text += text
 
 
+#: Request fields the server applies (``model`` is accepted whatever it names; ``seed`` is the runtime's).
+APPLIED_FIELDS = frozenset({"model", "messages", "prompt", "session_id", "max_tokens", "max_completion_tokens",
+                            "temperature", "top_p", "logprobs", "user", "seed"})
+
+
+def unsupported_fields(body: dict[str, Any]) -> list[str]:
+    """Fields of a completion request the server would otherwise ignore (``stop``, ``tools``, ``top_k``,
+    penalties, ``n`` above 1, streaming…): the request is refused, so an agent never gets a completion
+    sampled other than it asked without knowing."""
+    neutral = {"n": 1, "stream": False, "top_logprobs": 0}
+    return sorted(key for key, value in body.items()
+                  if key not in APPLIED_FIELDS and value is not None and neutral.get(key, object()) != value)
+
+
 def render_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
     """The chat template's text for ``messages`` with the generation prompt."""
     try:
@@ -89,6 +103,11 @@ def build_app(state: Any) -> Any:
         if session is None:
             return JSONResponse({"error": {"message": f"unknown session_id {session_id!r}: pass the session_id "
                                                       "run_agent received in extra_body"}}, status_code=400)
+        unsupported = unsupported_fields(body)
+        if unsupported:
+            session.error = (f"the request sets {', '.join(unsupported)}, which the rlhf agent server does not apply "
+                             f"(it applies {', '.join(sorted(APPLIED_FIELDS))}); remove them")
+            return JSONResponse({"error": {"message": session.error}}, status_code=400)
         try:
             tokens = session.extend_prompt(prompt_text, state.tokenizer)
         except SessionError as exc:

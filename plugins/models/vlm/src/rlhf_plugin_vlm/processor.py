@@ -87,21 +87,56 @@ class ImagePromptProcessor:
                 raise DataError(f"the model's processor refused the row: {exc}") from None
             media = {key: value for key, value in out.items() if key not in ("input_ids", "attention_mask")}
             return {"prompt": text, "prompt_ids": out["input_ids"][0].tolist(), "media": {**media, "images": encoded}}
+        expanded, media = self._qwen_inputs(text, images, "the chat template")
+        return {"prompt": text, "prompt_ids": expanded, "media": {**media, "images": encoded}}
+
+    def _qwen_inputs(self, text: str, images: list[Any], placer: str) -> tuple[list[int], dict[str, Any]]:
+        """Token ids of ``text`` with each image placeholder expanded to its image's tokens, and the pixels."""
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         pixels = self.image_processor(images=images, return_tensors="np")
         grid = pixels["image_grid_thw"]
         counts = [int(g.prod()) // self.merge**2 for g in grid]
         placeholders = [i for i, token in enumerate(ids) if token == self.image_token_id]
         if len(placeholders) != len(images):
-            raise DataError(f"the chat template placed {len(placeholders)} image placeholders for {len(images)} images")
+            raise DataError(f"{placer} placed {len(placeholders)} image placeholders for {len(images)} images")
         expanded: list[int] = []
         start = 0
         for position, count in zip(placeholders, counts):
             expanded += ids[start:position] + [self.image_token_id] * count
             start = position + 1
         expanded += ids[start:]
-        return {"prompt": text, "prompt_ids": expanded,
-                "media": {"pixel_values": pixels["pixel_values"].astype("float32"), "image_grid_thw": grid, "images": encoded}}
+        return expanded, {"pixel_values": pixels["pixel_values"].astype("float32"), "image_grid_thw": grid}
+
+    def extend(self, media: dict[str, Any] | None, text: str, images: list[Any]) -> dict[str, Any]:
+        """Environment feedback with images, appended to a trajectory (multi-turn agents; the controller,
+        once per feedback): ``{"ids": the feedback's token ids, image tokens expanded, "media": media with the
+        images added after the trajectory's own}``. ``images``: PIL images, paths, file:// URLs or base64.
+        The feedback text names each image with the model's placeholder (``<|vision_start|><|image_pad|>
+        <|vision_end|>`` for Qwen-VL, ``<image>`` for Idefics3); without any, one per image goes first."""
+        import numpy as np
+        from PIL import Image
+
+        from rlhf_plugin_vlm.images import open_image
+
+        images = [image.convert("RGB") if isinstance(image, Image.Image) else open_image(image, "environment_images")
+                  for image in images]
+        placeholder = self.processor.image_token if self.processor is not None else "<|vision_start|><|image_pad|><|vision_end|>"
+        if text.count(placeholder) == 0:
+            text = placeholder * len(images) + text
+        encoded = [encode_png(image) for image in images]
+        if self.processor is None:
+            ids, added = self._qwen_inputs(text, images, "the environment feedback")
+            axis = {"pixel_values": 0, "image_grid_thw": 0}
+        else:
+            out = self.processor(text=[text], images=[images], add_special_tokens=False, return_tensors="np")
+            ids = out["input_ids"][0].tolist()
+            added = {key: value for key, value in out.items() if key not in ("input_ids", "attention_mask")}
+            axis = {key: 1 for key in added}  # Idefics3: (1, images, ...)
+        merged = dict(media or {})
+        for key, value in added.items():
+            merged[key] = value if key not in merged else np.concatenate([np.asarray(merged[key]), value], axis=axis[key])
+        merged["images"] = list(merged.get("images") or []) + encoded
+        return {"ids": ids, "media": merged}
 
 
 def encode_png(image: Any) -> bytes:
