@@ -22,15 +22,12 @@ def _later(issue: int, what: str = "") -> str:
 
 
 _OVERSAMPLING = _later(11, "oversampling: generating more prompts per step than --rollout.batch_size")
-_SLEEP = _later(14, "sleep mode")
 _WEIGHT_SYNC = _later(14, "weight sync through Ray collectives; use --vllm.sync_backend gloo or nccl")
 
 #: (trainer family, dotted option) -> why it is refused. The family is "ppo", "supervised" (a config
 #: class names its own in ``trainer_family``) or "*" for both. Delete a line when the option becomes real.
 REFUSED: dict[tuple[str, str], str] = {
     ("ppo", "rollout.vllm_generate_batch_size"): _OVERSAMPLING,
-    ("ppo", "vllm.enable_sleep"): _SLEEP,
-    ("ppo", "ds.enable_sleep"): _SLEEP,
     ("ppo", "vllm.sync_with_ray"): _WEIGHT_SYNC,
     ("supervised", "ds.enable_sleep"): "sleep mode frees devices for colocated rollout engines; supervised training has none",
     ("ppo", "local_rank"): "Ray places each rank on its device; --local_rank is for the launchers of the supervised trainers",
