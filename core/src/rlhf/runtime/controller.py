@@ -327,11 +327,13 @@ class PPOController:
 
         from rlhf.runtime.async_pipeline import rollout_batches
         from rlhf.runtime.tracking import MetricsTracker
+        from rlhf.runtime.worker_group import write_whereabouts
 
         cfg = self.config
         self._check_sources()
-        import_in_background("transformers.models.auto.tokenization_auto", "torch")  # what _check_data needs
+        loading = import_in_background("transformers.models.auto.tokenization_auto", "torch")  # what _check_data needs
         started_ray = start_ray()
+        loading.join()
         try:  # the workers boot while the controller reads the data (start-up in parallel, not in turn)
             self._launch()
             self._check_data()
@@ -344,6 +346,8 @@ class PPOController:
         status = "failed"
         try:
             self._setup()
+            write_whereabouts(self.run_dir / "workers.json", [self.actor, self.ref, self.critic, *self.rewards.reward_models],
+                              self.engines.engines)
             self._resume()
             tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
             self.plugins.train_start(cfg, self.run_dir)

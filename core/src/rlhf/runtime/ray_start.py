@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 
 def start_ray() -> bool:
@@ -22,12 +23,14 @@ def start_ray() -> bool:
     return True
 
 
-def import_in_background(*modules: str) -> None:
+def import_in_background(*modules: str) -> threading.Thread:
     """Start importing ``modules`` on a daemon thread. ``ray.init`` mostly waits for the processes
     it spawns, so the controller's torch/transformers import (seconds) fits into that wait; a
-    failure is left for the real import in the main thread to report."""
+    failure is left for the real import in the main thread to report. Join the returned thread
+    before the main thread imports them too: transformers' lazy module raises ImportError for a
+    name imported while another thread is still importing it (joining a cluster is fast enough
+    for that to happen)."""
     import importlib
-    import threading
 
     def load() -> None:
         for module in modules:
@@ -36,4 +39,6 @@ def import_in_background(*modules: str) -> None:
             except Exception:  # noqa: BLE001 - reported where the module is really imported
                 return
 
-    threading.Thread(target=load, name="rlhf-import", daemon=True).start()
+    thread = threading.Thread(target=load, name="rlhf-import", daemon=True)
+    thread.start()
+    return thread
