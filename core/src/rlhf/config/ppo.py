@@ -52,6 +52,9 @@ class TrainSection(Section):
     colocate_actor_ref: bool = flag(False, "Colocate reference and actor on the same devices", switch=True)
     colocate_critic_reward: bool = flag(False, "Colocate critic and reward model on the same devices", switch=True)
     colocate_all: bool = flag(False, "Colocate all models including the rollout engines (hybrid engine)", switch=True)
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = flag(
+        "PACK", "Ray placement-group strategy of every model group's bundles: PACK fills a node first (OpenRLHF's), "
+        "SPREAD puts the ranks on different nodes where it can")
     async_enable: bool = flag(False, "Enable async training", switch=True)
     async_queue_size: int = flag(1, "Queue size between async sampler and trainer")
     partial_rollout_enable: bool = flag(False, "Partial rollout in async mode (pause/resume for weight sync)", switch=True)

@@ -87,6 +87,11 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         raise ConfigError("--vllm.enable_sleep only makes sense with --train.colocate_all (engines share devices with training)")
     if cfg.vllm.enable_sleep and cfg.train.async_enable:
         raise ConfigError("--vllm.enable_sleep cannot be combined with --train.async_enable (engines never idle)")
+    if cfg.ds.enable_sleep and cfg.ds.zero_stage == 0:
+        raise ConfigError("--ds.enable_sleep offloads ZeRO optimizer states, which --ds.zero_stage 0 has none of: "
+                          "use --ds.zero_stage 1, 2 or 3")
+    if cfg.ds.enable_sleep and cfg.ds.adam_offload:
+        log.warning("--ds.enable_sleep with --ds.adam_offload: the optimizer states live on the CPU already; nothing to offload")
     if cfg.train.partial_rollout_enable and not cfg.train.async_enable:
         raise ConfigError("--train.partial_rollout_enable requires --train.async_enable")
 

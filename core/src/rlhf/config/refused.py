@@ -17,18 +17,15 @@ from pydantic import BaseModel
 from rlhf.config.base import ConfigError
 
 
-def _later(issue: int, what: str = "") -> str:
-    return f"not implemented yet{f' ({what})' if what else ''} (issue {issue})"
-
-
-_SLEEP = _later(14, "sleep mode")
-_WEIGHT_SYNC = _later(14, "weight sync through Ray collectives; use --vllm.sync_backend gloo or nccl")
+#: Ray 2.60's ray.util.collective: its gloo group is torch's default process group (or a subgroup of it),
+#: which DeepSpeed already holds in the actor ranks with the engines outside it; its NCCL group needs cupy.
+_WEIGHT_SYNC = ("weight sync through Ray collectives cannot run here: Ray's gloo collective group is built on torch's "
+                "default process group, which the actor's DeepSpeed ranks already use without the engines, and its NCCL "
+                "group needs cupy; --vllm.sync_backend gloo or nccl does the same broadcast over a group of its own")
 
 #: (trainer family, dotted option) -> why it is refused. The family is "ppo", "supervised" (a config
 #: class names its own in ``trainer_family``) or "*" for both. Delete a line when the option becomes real.
 REFUSED: dict[tuple[str, str], str] = {
-    ("ppo", "vllm.enable_sleep"): _SLEEP,
-    ("ppo", "ds.enable_sleep"): _SLEEP,
     ("ppo", "vllm.sync_with_ray"): _WEIGHT_SYNC,
     ("supervised", "ds.enable_sleep"): "sleep mode frees devices for colocated rollout engines; supervised training has none",
     ("ppo", "local_rank"): "Ray places each rank on its device; --local_rank is for the launchers of the supervised trainers",

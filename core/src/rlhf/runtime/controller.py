@@ -181,14 +181,16 @@ class PPOController:
 
         if getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
             self.weight_sync = WeightSync(self.config, self.actor, self.engines)
-        with self.engine_lock:
+        with self.engine_lock, self.engines.sleep.awake(tags=["weights"]):  # --vllm.enable_sleep: weights only
             self.weight_sync.sync()
             self.policy_version += 1
 
     def _generate(self, prompts: list[dict[str, Any]], n: int, temperature: float, seed_base: int) -> list[Sample]:
         from rlhf.runtime.agent_rollout import generate_samples
 
-        return generate_samples(self.config, self.executor, self.engines, self.tokenizer, prompts, n, temperature, seed_base)
+        with self.engines.sleep.awake():  # --vllm.enable_sleep: awake for this batch only
+            return generate_samples(self.config, self.executor, self.engines, self.tokenizer, prompts, n, temperature,
+                                    seed_base)
 
     def _rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float],
                  step: int | None = None) -> tuple[list[Sample], dict[str, float]]:
@@ -260,14 +262,17 @@ class PPOController:
                 train_payload["ref_logprobs"] = ref
             # --critic.freezing_steps: the critic warms up alone for the first N steps (OpenRLHF)
             actor_trains = self.step > cfg.critic.freezing_steps
+            critic_pending = []
+            if self.critic is not None:
+                critic_pending = self.critic.call_split_async("train", {**payload, "values": values, "returns": returns},
+                                                              step=self.step)
+                if cfg.ds.enable_sleep:  # one model's states awake at a time: the critic fits first (OpenRLHF)
+                    metrics.update(_mean_dicts(wait(critic_pending)))
+                    critic_pending = []
             pending = (self.actor.call_split_async("train", train_payload, step=self.step, kl_coef=self.kl.value)
                        if actor_trains else [])
-            critic_pending = None
-            if self.critic is not None:
-                critic_payload = {**payload, "values": values, "returns": returns}
-                critic_pending = self.critic.call_split_async("train", critic_payload, step=self.step)
             actor_metrics = _mean_dicts(wait(pending))
-            if critic_pending is not None:
+            if critic_pending:
                 metrics.update(_mean_dicts(wait(critic_pending)))
         with timed(metrics, "timing/broadcast"):
             if actor_trains:
@@ -322,11 +327,13 @@ class PPOController:
 
         from rlhf.runtime.async_pipeline import rollout_batches
         from rlhf.runtime.tracking import MetricsTracker
+        from rlhf.runtime.worker_group import write_whereabouts
 
         cfg = self.config
         self._check_sources()
-        import_in_background("transformers.models.auto.tokenization_auto", "torch")  # what _check_data needs
+        loading = import_in_background("transformers.models.auto.tokenization_auto", "torch")  # what _check_data needs
         started_ray = start_ray()
+        loading.join()
         try:  # the workers boot while the controller reads the data (start-up in parallel, not in turn)
             self._launch()
             self._check_data()
@@ -339,6 +346,8 @@ class PPOController:
         status = "failed"
         try:
             self._setup()
+            write_whereabouts(self.run_dir / "workers.json", [self.actor, self.ref, self.critic, *self.rewards.reward_models],
+                              self.engines.engines)
             self._resume()
             tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
             self.plugins.train_start(cfg, self.run_dir)

@@ -14,6 +14,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from rlhf.engines.deepspeed_sleep import SleepingStates, while_awake
 from rlhf.engines.hf_models import token_id
 from rlhf.runtime.worker_group import BaseWorker
 
@@ -154,6 +155,9 @@ class _ModelWorker(BaseWorker):
             lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_training_steps), section),
         )
         compile_if_asked(self.engine, self.config.ds)
+        ds = self.config.ds  # --ds.enable_sleep: asleep from here on but for fits and checkpoints (OpenRLHF's order)
+        self.sleeping_states = SleepingStates(self.engine, ds.enable_sleep and not ds.adam_offload)
+        self.sleeping_states.sleep()
 
     def _scale(self) -> float:
         """DeepSpeed averages over the data-parallel ranks and (fixed micro-batches only) divides by the
@@ -229,6 +233,7 @@ class PolicyWorker(_CausalLMWorker):
 
             self.ema = ParameterEMA(self.engine.module, cfg.train.ema_beta)
 
+    @while_awake
     def train(self, payload: dict[str, list], step: int, kl_coef: float) -> dict[str, float]:
         """``max_epochs`` passes of the actor objective over this rank's share of the rollout batch.
 
@@ -318,11 +323,13 @@ class PolicyWorker(_CausalLMWorker):
 
         send_weights(self.engine.module, self._weight_group, self._weight_layout)
 
+    @while_awake
     def save_checkpoint(self, directory: str) -> None:
         self.engine.save_checkpoint(directory, tag="actor")
         if self.ema is not None:
             self.ema.save(Path(directory) / "actor_ema", self.rank, self.world_size)
 
+    @while_awake
     def load_checkpoint(self, directory: str) -> None:
         from rlhf.runtime.checkpoint import load_engine
 

@@ -1,7 +1,9 @@
 """Ray placement groups for the model groups, and the OpenRLHF colocation flags.
 
 Each model group gets one bundle per rank (``{"GPU": 1}`` on GPU machines; ``{"CPU": 0.01}`` on
-CPU machines, where ranks share the cores by threads, so a bundle only fixes placement).
+CPU machines, where ranks share the cores by threads, so a bundle only fixes placement), with
+``--train.placement_strategy`` (PACK, OpenRLHF's, by default; SPREAD spreads a group's ranks
+over nodes).
 Colocated groups share one placement group, rank i of each on bundle i, each taking an equal
 fraction of the bundle:
 
@@ -53,7 +55,7 @@ class Placement:
                 flags = " / ".join(f"--{r}.num_nodes x --{r}.num_gpus_per_node = {ranks[r]}" for r in roles)
                 raise ConfigError(f"colocated groups need the same number of ranks: {flags}")
             bundle = {"GPU": 1.0} if gpu else {"CPU": CPU_BUNDLE}
-            group = placement_group([dict(bundle) for _ in range(counts.pop())], strategy="PACK")
+            group = placement_group([dict(bundle) for _ in range(counts.pop())], strategy=train.placement_strategy)
             sharers = sum(copies.get(r, 1) for r in roles) + (train.colocate_all and "actor" in roles)  # engines too
             for role in roles:
                 self._groups[role] = (group, sharers)

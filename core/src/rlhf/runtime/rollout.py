@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rlhf.runtime.engine_sleep import EngineSleep, SleepSchedule
 from rlhf.runtime.weight_sync import WeightReceiver
 from rlhf.runtime.worker_group import split_evenly, track, use_cpu_share, wait
 
 
-class VLLMEngine(WeightReceiver):
+class VLLMEngine(WeightReceiver, EngineSleep):
     """One vLLM engine, in-process inside its own Ray actor (the actor is dedicated to it)."""
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
@@ -26,6 +27,8 @@ class VLLMEngine(WeightReceiver):
         import torch
         from vllm import LLM
 
+        from rlhf.runtime.engine_sleep import sleep_mode_available
+
         vllm_cfg = config["vllm"]  # a run's dumped config, or the vllm section alone (rlhf generate)
         # in-process vLLM makes torch.set_num_threads a no-op once its worker starts: set the share first
         use_cpu_share(vllm_cfg.get("num_engines") or 1)
@@ -35,6 +38,8 @@ class VLLMEngine(WeightReceiver):
             rollout = config.get("rollout", {})
             sequences = max(256, rollout.get("batch_size", 0) * rollout.get("n_samples_per_prompt", 1))
             cache["kv_cache_memory_bytes"] = kv_cache_bytes(model_path, param_dtype, max_model_len, sequences)
+        # --vllm.enable_sleep: vLLM refuses sleep mode where its platform has none (CPU); the calls are then recorded only
+        self.sleeps = bool(vllm_cfg.get("enable_sleep")) and sleep_mode_available()
         self.llm = LLM(
             model=model_path,
             dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[param_dtype],
@@ -47,6 +52,7 @@ class VLLMEngine(WeightReceiver):
             # log-probs of the distribution actually sampled (after temperature), as the trainer
             # computes them; vLLM's default would be the raw, unscaled ones
             logprobs_mode="processed_logprobs",
+            enable_sleep_mode=self.sleeps,
             **cache, **_multimodal_limits(config),
         )
         # a VLM's image placeholders are its processor's to place: a sampled one would break the training forward
@@ -71,6 +77,14 @@ class VLLMEngine(WeightReceiver):
             logprobs = [entry[token].logprob for entry, token in zip(completion.logprobs or [], ids)]
             results.append({"response_ids": ids, "logprobs": logprobs, "finish_reason": completion.finish_reason or "length"})
         return results
+
+    def _release(self) -> None:
+        if self.sleeps:  # level 1: weights to host memory, KV cache dropped
+            self.llm.sleep(level=1)
+
+    def _restore(self, tags: list[str] | None) -> None:
+        if self.sleeps:
+            self.llm.wake_up(tags)
 
     def load_weights(self, state: dict[str, Any]) -> None:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(state.items())), "is_checkpoint_format": True})
@@ -153,7 +167,7 @@ def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
     return worst, compared
 
 
-class HFEngine(WeightReceiver):
+class HFEngine(WeightReceiver, EngineSleep):
     """HF ``generate`` as a rollout engine (``--vllm.num_engines 0``)."""
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
@@ -204,6 +218,12 @@ class HFEngine(WeightReceiver):
         return [{"response_ids": ids[:n], "logprobs": lp[:n], "finish_reason": "stop" if stop else "length"}
                 for ids, lp, n, stop in zip(tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist())]
 
+    def _release(self) -> None:
+        """Nothing to free: the HF engine's model and its per-batch cache live in host memory."""
+
+    def _restore(self, tags: list[str] | None) -> None:
+        """Nothing to restore (see :meth:`_release`)."""
+
     def load_weights(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state, strict=False)
 
@@ -241,6 +261,7 @@ class RolloutEngines:
             ), "rollout engine", i)
             for i in range(max(1, count))
         ]
+        self.sleep = SleepSchedule(self.engines, config.vllm.enable_sleep)  # asleep until the first generation
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         chunks = split_evenly(requests, len(self.engines))

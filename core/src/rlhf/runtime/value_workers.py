@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlhf.engines.deepspeed_sleep import while_awake
 from rlhf.engines.hf_models import token_id
 from rlhf.runtime.model_workers import _ModelWorker
 
@@ -89,6 +90,7 @@ class CriticWorker(_ValueWorker):
     def values(self, payload: dict[str, list]) -> list[list[float]]:
         return self._per_token_rows(payload, self._action_values)
 
+    @while_awake
     def train(self, payload: dict[str, list], step: int) -> dict[str, float]:
         """Clipped value loss 0.5·max((V−R)², (V_clip−R)²), one token mean per optimizer step."""
         import torch
@@ -112,6 +114,7 @@ class CriticWorker(_ValueWorker):
                 count += 1
         return {"critic_loss": total / max(count, 1), "critic_lr": float(self.engine.get_lr()[0])}
 
+    @while_awake
     def save_checkpoint(self, directory: str) -> None:
         self.engine.save_checkpoint(directory, tag="critic")
 
@@ -124,6 +127,7 @@ class CriticWorker(_ValueWorker):
         tokenizer = load_tokenizer(self.config.actor.model_name_or_path, "--actor.model_name_or_path")
         save_final(self.engine, tokenizer, Path(directory), self.rank, {})
 
+    @while_awake
     def load_checkpoint(self, directory: str) -> None:
         from rlhf.runtime.checkpoint import load_engine
 

@@ -44,6 +44,20 @@ def whereabouts() -> dict[str, Any]:
             "placement_group": context.get_placement_group_id(), "resources": context.get_assigned_resources(), "log": log}
 
 
+def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
+    """``path`` (JSON): every rank's and engine's group, rank and :func:`whereabouts`, as each said when
+    it started: which node each runs on, and its log file. ``groups``: the run's :class:`WorkerGroup` s
+    (None for one the run lacks); ``engines``: the rollout engines' actor handles."""
+    import json
+    from pathlib import Path
+
+    handles = [w for group in groups if group is not None for w in group.workers] + list(engines)
+    places = wait([_WHEREABOUTS[h._actor_id.hex()] for h in handles])
+    rows = [{"group": _MEMBERS[h._actor_id.hex()][0], "rank": _MEMBERS[h._actor_id.hex()][1], **place}
+            for h, place in zip(handles, places)]
+    Path(path).write_text(json.dumps(rows, indent=1, default=str) + "\n")
+
+
 def wait(refs: Any) -> Any:
     """``ray.get`` with the run's timeout; a dead or silent worker is a :class:`WorkerError` naming
     its group and rank. An exception raised inside a worker method passes through unchanged (the

@@ -1,0 +1,119 @@
+"""Multi-node on a real Ray cluster, and nothing left behind after a run.
+
+A two-node cluster on this machine (``engine_checks/two_node_cluster.py``: two raylets, each with
+its own node id and 1 CPU); ``rlhf train ppo`` joins it through ``RAY_ADDRESS``, exactly as on a
+real cluster after ``ray start``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rlhf_test_support import base_flags, crash_plugin
+
+from rlhf.runtime.tracking import read_metrics
+from rlhf.testing.cli import assert_ok, child_env, run_rlhf
+
+pytestmark = pytest.mark.slow
+
+CHECKS = Path(__file__).parent / "engine_checks"
+
+
+def _grpo(task_files: dict[str, Path]) -> list[str]:
+    return ["--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
+            "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.kl.init_coef", "0"]
+
+
+@pytest.fixture
+def ray_tmpdir() -> Iterator[str]:
+    """A short RAY_TMPDIR of this test's own (Ray's socket paths must stay under 108 characters)."""
+    path = tempfile.mkdtemp(prefix="rlhf-ray-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class TwoNodeCluster:
+    def __init__(self, ray_tmpdir: str) -> None:
+        self.process = subprocess.Popen([sys.executable, str(CHECKS / "two_node_cluster.py")], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=child_env(RAY_TMPDIR=ray_tmpdir))
+        self.address = self.process.stdout.readline().strip()
+        assert self.address, "the two-node cluster did not start"
+
+    def ask(self, what: str) -> list[str]:
+        self.process.stdin.write(what + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def test_actor_ranks_spread_over_two_nodes_train(task_files, tiny_causal_lm_path: Path, tmp_path: Path,
+                                                 ray_tmpdir: str) -> None:
+    cluster = TwoNodeCluster(ray_tmpdir)
+    try:
+        nodes = cluster.ask("nodes")
+        assert len(set(nodes)) == 2
+        flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=2)
+        flags += [*_grpo(task_files), "--actor.num_gpus_per_node", "2", "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "4",
+                  "--train.placement_strategy", "SPREAD"]
+        assert_ok(run_rlhf("train", "ppo", *flags, env={"RAY_ADDRESS": cluster.address, "RAY_TMPDIR": ray_tmpdir},
+                           timeout=900))
+        assert [m["step"] for m in read_metrics(tmp_path / "out")] == [1, 2]
+        workers = json.loads((tmp_path / "out" / "workers.json").read_text())
+        actor = {w["rank"]: w["node_id"] for w in workers if w["group"] == "actor"}
+        assert sorted(actor) == [0, 1] and actor[0] != actor[1]  # one rank on each node
+        assert set(actor.values()) == set(nodes)
+        assert {w["node_id"] for w in workers if w["group"] == "rollout engine"} <= set(nodes)
+        # the cluster stays up; the run's placement groups went with its job
+        states = cluster.ask("placement_groups")
+        assert states and set(states) == {"REMOVED"}
+    finally:
+        cluster.close()
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # exited meanwhile, or not ours to read
+                continue
+            if text in command:
+                found.append(f"{entry.name}: {command[:200]}")
+    return found
+
+
+@pytest.mark.parametrize("outcome", ["completed", "failed"])
+def test_no_ray_process_of_a_run_survives_its_exit(outcome, task_files, tiny_causal_lm_path: Path, tmp_path: Path,
+                                                    ray_tmpdir: str) -> None:
+    """A run that starts its own Ray (no RAY_ADDRESS) leaves no raylet, GCS or worker behind,
+    whether it completes or fails mid-run."""
+    flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=2), *_grpo(task_files)]
+    if outcome == "failed":
+        flags = ["--plugins", str(crash_plugin(tmp_path, 1)), *flags]
+    result = run_rlhf("train", "ppo", *flags, env={"RAY_TMPDIR": ray_tmpdir}, timeout=900)
+    if outcome == "completed":
+        assert_ok(result)
+    else:
+        assert result.returncode == 2 and "simulated crash after step 1" in result.stderr, result.stderr[-4000:]
+    sessions = list(Path(ray_tmpdir, "ray").glob("session_2*"))
+    assert len(sessions) == 1  # the run's own Ray started there, so its processes name that folder
+    deadline = time.monotonic() + 60  # Ray's processes exit shortly after the driver's shutdown
+    while (left := _processes_mentioning(ray_tmpdir)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert left == []

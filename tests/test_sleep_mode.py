@@ -1,0 +1,99 @@
+"""Sleep mode: ``--ds.enable_sleep`` (DeepSpeed states offloaded between fits) and ``--vllm.enable_sleep``
+(rollout engines asleep outside generation), checked by what DeepSpeed reports and what training produces."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rlhf_test_support import base_flags
+
+pytestmark = pytest.mark.slow
+
+CHECKS = Path(__file__).parent / "engine_checks"
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_states_sleep_between_steps_and_training_is_unchanged(stage, tiny_causal_lm_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}}
+
+    def train(sleeping: bool) -> dict:
+        result = subprocess.run([sys.executable, str(CHECKS / "deepspeed_sleep.py"), str(tiny_causal_lm_path), str(stage),
+                                 str(int(sleeping))], capture_output=True, text=True, timeout=600, env=env)
+        assert result.returncode == 0, result.stderr[-4000:]
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    plain, slept = train(False), train(True)
+    # what DeepSpeed itself reports offloaded: every wanted state it moves at this stage, between every step
+    moved = {2: ["hp_params", "lp_grads", "optim_states"], 3: ["contiguous_grad_buffer", "lp_grads"]}[stage]
+    assert slept["asleep"] == [moved] * 4 and slept["awake"] == [[]] * 4
+    assert plain["asleep"] == [[]] * 4  # without the flag nothing moves
+    assert slept["losses"] == pytest.approx(plain["losses"], abs=1e-6, rel=0)
+    assert plain["losses"][-1] != plain["losses"][0]  # it trained
+    assert slept["asleep_loss"] == pytest.approx(plain["asleep_loss"], abs=1e-6, rel=0)  # forwards work while asleep
+
+
+def _controller(flags: list[str], run: Path) -> Any:
+    from rlhf.config.loading import ConfigParser
+    from rlhf.config.ppo import PPOConfig
+    from rlhf.plugins import PluginHost
+    from rlhf.runtime.controller import PPOController
+    from rlhf.runtime.ppo_trainer import PPOTrainer
+
+    host = PluginHost.load()
+    config, _ = ConfigParser(PPOConfig, host, prog="t").parse(flags)
+    config = PPOTrainer.prepare_config(config, host)
+    config.plugin_set = host.resolved()
+    return PPOController(config, host, run)
+
+
+def _release(controller: Any) -> None:
+    import ray
+
+    for group in (controller.actor, controller.critic):
+        for worker in group.workers:
+            ray.kill(worker)
+    for engine in controller.engines.engines:
+        ray.kill(engine)
+
+
+def test_sleeping_engines_and_states_train_exactly_as_awake_ones(ray_cluster, task_files, tiny_causal_lm_path,
+                                                                 tmp_path) -> None:
+    """PPO with a critic, actor and critic colocated with one vLLM engine: with both sleep flags the
+    engine gets OpenRLHF's sleep/wake sequence, the critic fits before the actor, and every loss
+    equals the run without them."""
+    import ray
+
+    from rlhf.runtime.tracking import read_metrics
+
+    def run(name: str, *extra: str) -> tuple[list[dict], list[list[str]]]:
+        flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path / name, "vllm", steps=2)
+        flags += ["--reward.remote_url", str(task_files["reward"]), "--critic.model_name_or_path", str(tiny_causal_lm_path),
+                  "--algo.kl.init_coef", "0", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
+                  "--train.colocate_all", "--eval.dataset", str(task_files["prompts"]), "--eval.steps", "2",
+                  "--eval.n_samples_per_prompt", "1", *extra]
+        controller = _controller(flags, tmp_path / name / "out")
+        try:
+            controller.run()
+            history = ray.get(controller.engines.engines[0].sleep_history.remote())
+        finally:
+            _release(controller)
+        return read_metrics(tmp_path / name / "out"), history
+
+    awake_metrics, awake_history = run("awake")
+    slept_metrics, slept_history = run("slept", "--vllm.enable_sleep", "--ds.enable_sleep")
+    assert awake_history == []  # without the flag no engine is ever put to sleep
+    generate, sync = [["wake_up"], ["sleep"]], [["wake_up", "weights"], ["sleep"]]
+    # created → asleep; per step: generate, then the weight sync after training; step 2 also evaluates
+    assert slept_history == [["sleep"], *generate, *sync, *generate, *sync, *generate]
+    compared = ("policy_loss", "critic_loss", "reward", "eval/reward")
+    assert [sorted(k for k in m if k in compared) for m in awake_metrics] == [sorted(compared[:3]), sorted(compared)]
+    for key in compared:
+        got, want = ([m[key] for m in run if key in m] for run in (slept_metrics, awake_metrics))
+        assert got == pytest.approx(want, abs=1e-6, rel=0), key
+    assert awake_metrics[1]["critic_loss"] != awake_metrics[0]["critic_loss"]  # both steps trained on new samples
