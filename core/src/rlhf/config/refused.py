@@ -16,7 +16,6 @@ from pydantic import BaseModel
 
 from rlhf.config.base import ConfigError
 
-
 #: Ray 2.60's ray.util.collective: its gloo group is torch's default process group (or a subgroup of it),
 #: which DeepSpeed already holds in the actor ranks with the engines outside it; its NCCL group needs cupy.
 _WEIGHT_SYNC = ("weight sync through Ray collectives cannot run here: Ray's gloo collective group is built on torch's "
