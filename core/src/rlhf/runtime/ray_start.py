@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import os
+import threading
 
 
-def start_ray() -> bool:
-    """Join ``RAY_ADDRESS`` if set (multi-node: ``ray start`` first), else start a local cluster."""
+def start_ray(import_meanwhile: tuple[str, ...] = ()) -> bool:
+    """Join ``RAY_ADDRESS`` if set (multi-node: ``ray start`` first), else start a local cluster; True when
+    this call started or joined it. ``import_meanwhile``: modules imported on a thread while Ray starts,
+    done when this returns (see :func:`import_in_background`)."""
+    importing = import_in_background(*import_meanwhile)
+    try:
+        return _start_ray()
+    finally:
+        importing.join()
+
+
+def _start_ray() -> bool:
     import ray
 
     if ray.is_initialized():
@@ -22,12 +33,16 @@ def start_ray() -> bool:
     return True
 
 
-def import_in_background(*modules: str) -> None:
+def import_in_background(*modules: str) -> threading.Thread:
     """Start importing ``modules`` on a daemon thread. ``ray.init`` mostly waits for the processes
     it spawns, so the controller's torch/transformers import (seconds) fits into that wait; a
-    failure is left for the real import in the main thread to report."""
+    failure is left for the real import in the main thread to report.
+
+    The caller must ``join()`` the returned thread before it imports any of these modules itself:
+    two threads importing transformers' lazy modules at once can hand one of them a half-initialised
+    module (``ImportError: cannot import name 'AutoTokenizer'``). :func:`start_ray` joins it, also
+    when Ray is already running and there was nothing to wait for."""
     import importlib
-    import threading
 
     def load() -> None:
         for module in modules:
@@ -36,4 +51,6 @@ def import_in_background(*modules: str) -> None:
             except Exception:  # noqa: BLE001 - reported where the module is really imported
                 return
 
-    threading.Thread(target=load, name="rlhf-import", daemon=True).start()
+    thread = threading.Thread(target=load, name="rlhf-import", daemon=True)
+    thread.start()
+    return thread
