@@ -152,7 +152,7 @@ def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
         weight = weight.detach().cpu()
         owner = model.get_submodule(name.rpartition(".")[0])
         if hasattr(owner, "org_vocab_size"):  # vLLM pads embedding/lm_head rows to a multiple of 64: those are its own
-            weight = weight[: getattr(owner, "org_vocab_size")]
+            weight = weight[: owner.org_vocab_size]
         worst = max(worst, float((weight - expected).abs().max()))
         compared += 1
     return worst, compared
