@@ -213,3 +213,47 @@ def test_a_worker_that_fails_to_start_says_why(ray_cluster) -> None:
     with pytest.raises(RuntimeError, match="Ray worker 'actor' rank 0 failed to start: ZeroDivisionError: division by zero") as err:
         wait(bug.ping.remote())
     assert not isinstance(err.value, WorkerError)  # a bug stays an internal error
+
+
+@pytest.fixture(scope="module")
+def bad_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Prompt files for a VLM whose row 1 has a broken image (row 0 is fine), one file per mistake."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("bad-images")
+    good = root / "good.png"
+    Image.new("RGB", (56, 56), (200, 20, 20)).save(good)
+    (root / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n not an image")
+    (root / "truncated.png").write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])
+    rows = {"missing": [str(root / "gone.png")], "corrupt": [str(root / "corrupt.png")],
+            "truncated": [str(root / "truncated.png")], "too_many": [str(good)] * 3}
+    for name, images in rows.items():
+        lines = [{"input": "colour?", "images": [str(good)], "label": "red"}, {"input": "colour?", "images": images, "label": "red"}]
+        (root / f"{name}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return root
+
+
+IMAGE_CASES = {
+    "missing image file": ("missing", ["missing.jsonl row 1", "gone.png", "does not exist"]),
+    "corrupt image bytes": ("corrupt", ["corrupt.jsonl row 1", "corrupt.png", "cannot be read as an image"]),
+    "truncated image": ("truncated", ["truncated.jsonl row 1", "truncated.png", "cannot be read as an image"]),
+    "more images than allowed": ("too_many", ["too_many.jsonl row 1", "3 images", "--data.max_images_per_prompt 2"]),
+}
+
+
+@pytest.mark.parametrize("case", list(IMAGE_CASES))
+def test_a_bad_image_row_is_one_line_naming_the_row(case, bad_images, tiny_vlm_path, task_files, tmp_path) -> None:
+    name, names = IMAGE_CASES[case]
+    result = train(tiny_vlm_path, bad_images / f"{name}.jsonl", task_files["reward"], tmp_path,
+                   "--data.image_key", "images", "--data.max_images_per_prompt", "2")
+    assert_user_error(result, *names)
+
+
+@pytest.mark.parametrize("extra,names", [
+    ([], ["--data.image_key", "text-only model", "no vision_config"]),
+    (["--plugins", "no:vlm"], ["--data.image_key", "'vlm'", "pip install rlhf-plugin-vlm"]),
+], ids=["text-only model", "vlm plugin blocked"])
+def test_an_image_key_without_a_vlm_is_one_line(extra, names, bad_images, tiny_causal_lm_path, task_files, tmp_path) -> None:
+    result = train(tiny_causal_lm_path, bad_images / "missing.jsonl", task_files["reward"], tmp_path,
+                   "--data.image_key", "images", "--data.max_images_per_prompt", "1", *extra)
+    assert_user_error(result, *names)

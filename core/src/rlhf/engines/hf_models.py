@@ -158,3 +158,32 @@ def token_values(model: Any, input_ids: Any, attention_mask: Any = None, head: s
     inputs["use_cache"] = False  # a cache would also switch off packed-sequence masking
     hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, **inputs).last_hidden_state
     return getattr(model, head)(hidden).squeeze(-1).float()
+
+
+#: Where image-text-to-text models keep their vision encoder (Qwen-VL: ``model.visual``, Idefics3:
+#: ``model.vision_model``, LLaVA/Gemma-3: ``model.vision_tower``).
+VISION_MODULES = ("visual", "vision_tower", "vision_model")
+
+
+def vision_encoder(model: Any) -> tuple[str, Any] | None:
+    """A VLM's vision encoder as (its state-dict prefix with the trailing dot, the module); None for a text model."""
+    for prefix, owner in (("", model), ("model.", getattr(model, "model", None))):
+        for name in VISION_MODULES:
+            if owner is not None and hasattr(owner, name):
+                return f"{prefix}{name}.", getattr(owner, name)
+    return None
+
+
+def check_synced_names(model: Any, names: set[str]) -> None:
+    """A weight sync's tensor names against the engine model's own state dict; a mismatch raises ValueError
+    naming the keys. The one exception: a VLM's vision encoder may be missing (the trainer holds it frozen by
+    default and sends only trainable weights; the engine keeps the checkpoint's)."""
+    own = set(model.state_dict())
+    encoder = vision_encoder(model)
+    missing = {name for name in own - names if not (encoder and name.startswith(encoder[0]))}
+    unexpected = names - own
+    if missing or unexpected:
+        def listed(keys: set[str]) -> str:
+            return ", ".join(sorted(keys)[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "") or "none"
+        raise ValueError(f"weight sync into {type(model).__name__}: {len(unexpected)} unexpected tensor(s) ({listed(unexpected)}), "
+                         f"{len(missing)} missing ({listed(missing)}); the trainer's model and the engine's must have the same names")

@@ -20,7 +20,7 @@ from rlhf.runtime import checkpoint
 from rlhf.runtime.batch import Sample, worker_payload
 from rlhf.runtime.best_checkpoint import BestCheckpoint
 from rlhf.runtime.kl_control import KLController, observed_kl
-from rlhf.runtime.ray_start import import_in_background, start_ray
+from rlhf.runtime.ray_start import start_ray
 from rlhf.runtime.rewarding import RewardStage
 
 log = logging.getLogger("rlhf.runtime")
@@ -331,9 +331,7 @@ class PPOController:
 
         cfg = self.config
         self._check_sources()
-        loading = import_in_background("transformers.models.auto.tokenization_auto", "torch")  # what _check_data needs
-        started_ray = start_ray()
-        loading.join()
+        started_ray = start_ray(import_meanwhile=("transformers.models.auto.tokenization_auto", "torch"))  # for _check_data
         try:  # the workers boot while the controller reads the data (start-up in parallel, not in turn)
             self._launch()
             self._check_data()

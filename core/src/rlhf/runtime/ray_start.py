@@ -6,8 +6,18 @@ import os
 import threading
 
 
-def start_ray() -> bool:
-    """Join ``RAY_ADDRESS`` if set (multi-node: ``ray start`` first), else start a local cluster."""
+def start_ray(import_meanwhile: tuple[str, ...] = ()) -> bool:
+    """Join ``RAY_ADDRESS`` if set (multi-node: ``ray start`` first), else start a local cluster; True when
+    this call started or joined it. ``import_meanwhile``: modules imported on a thread while Ray starts,
+    done when this returns (see :func:`import_in_background`)."""
+    importing = import_in_background(*import_meanwhile)
+    try:
+        return _start_ray()
+    finally:
+        importing.join()
+
+
+def _start_ray() -> bool:
     import ray
 
     from rlhf.errors import WorkerError
@@ -35,10 +45,12 @@ def start_ray() -> bool:
 def import_in_background(*modules: str) -> threading.Thread:
     """Start importing ``modules`` on a daemon thread. ``ray.init`` mostly waits for the processes
     it spawns, so the controller's torch/transformers import (seconds) fits into that wait; a
-    failure is left for the real import in the main thread to report. Join the returned thread
-    before the main thread imports them too: transformers' lazy module raises ImportError for a
-    name imported while another thread is still importing it (joining a cluster is fast enough
-    for that to happen)."""
+    failure is left for the real import in the main thread to report.
+
+    The caller must ``join()`` the returned thread before it imports any of these modules itself:
+    two threads importing transformers' lazy modules at once can hand one of them a half-initialised
+    module (``ImportError: cannot import name 'AutoTokenizer'``). :func:`start_ray` joins it, also
+    when Ray is already running and there was nothing to wait for."""
     import importlib
 
     def load() -> None:

@@ -149,7 +149,8 @@ def kv_cache_bytes(model_path: str, param_dtype: str, max_model_len: int, sequen
 def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
     import torch
 
-    engine_weights = dict(worker.model_runner.model.named_parameters())
+    model = worker.model_runner.model
+    engine_weights = dict(model.named_parameters())
     fused = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
     worst, compared = 0.0, 0
     for name, weight in engine_weights.items():
@@ -162,7 +163,11 @@ def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
         if not all(p in state for p in parts):
             continue
         expected = torch.cat([state[p] for p in parts], dim=0).to(weight.dtype)
-        worst = max(worst, float((weight.detach().cpu() - expected).abs().max()))
+        weight = weight.detach().cpu()
+        owner = model.get_submodule(name.rpartition(".")[0])
+        if hasattr(owner, "org_vocab_size"):  # vLLM pads embedding/lm_head rows to a multiple of 64: those are its own
+            weight = weight[: owner.org_vocab_size]
+        worst = max(worst, float((weight - expected).abs().max()))
         compared += 1
     return worst, compared
 
@@ -225,6 +230,10 @@ class HFEngine(WeightReceiver, EngineSleep):
         """Nothing to restore (see :meth:`_release`)."""
 
     def load_weights(self, state: dict[str, Any]) -> None:
+        """Every weight of the model under its own names, except a VLM's frozen vision encoder (not sent)."""
+        from rlhf.engines.hf_models import check_synced_names
+
+        check_synced_names(self.model, set(state))
         self.model.load_state_dict(state, strict=False)
 
     def max_weight_difference(self, state: dict[str, Any]) -> tuple[float, int]:

@@ -9,6 +9,7 @@ image tokens (14-pixel patches, 2x2 merge).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 #: Qwen-VL's image placeholders, added to the tiny tokenizer.
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
@@ -96,25 +97,35 @@ def build_idefics3(path: str | Path, tokenizer_path: str | Path, *, extra_words:
     return path
 
 
-#: The colour task's rule reward (an OpenRLHF ``reward_func`` file): 1 for naming the square's colour
-#: alone, 0.2 for naming another colour, 0 for no colour word. Colour words are found anywhere in the
-#: response text: the tiny tokenizer decodes whole-word tokens without spaces around them.
+#: The colour task's rule reward (an OpenRLHF ``reward_func`` file): 1 when the response names the
+#: square's colour and no other, else 0. Colour words are found anywhere in the response text: the tiny
+#: tokenizer decodes whole-word tokens without spaces around them.
 COLOUR_REWARD_FILE = '''
-COLOURS = ("red", "green", "blue")
+COLOURS = {colours!r}
 
 
 def reward_func(queries, prompts, labels, **kwargs):
     out = []
     for query, prompt, label in zip(queries, prompts, labels):
-        named = {colour for colour in COLOURS if colour in query[len(prompt):]}
-        out.append(1.0 if named == {label} else 0.2 if named else 0.0)
-    return {"rewards": out, "scores": out}
+        named = {{colour for colour in COLOURS if colour in query[len(prompt):]}}
+        out.append(1.0 if named == {{label}} else 0.0)
+    return {{"rewards": out, "scores": out}}
 '''
 
+#: The square colours the task can draw.
+SQUARE_COLOURS = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 220)}
 
-def colour_squares_task(root: str | Path, count: int = 48, seed: int = 0) -> dict[str, Path]:
-    """"What colour is the square?": ``count`` 56x56 images of a red, green or blue square at a random
-    place on white, a prompt file (``input``, ``images``: [path], ``label``: the colour) and the reward file."""
+
+def colour_squares_task(root: str | Path, count: int = 48, seed: int = 0, *, colours: tuple[str, ...] = ("red", "blue"),
+                        blank: bool = False) -> dict[str, Any]:
+    """"What colour is the square?": ``count`` 56x56 images of a 48x48 square at a random place on white,
+    each colour of ``colours`` equally often (in shuffled order), a prompt file (``input``, ``images``:
+    [path], ``label``: the colour) and the reward file.
+
+    A policy that does not look at the image names the same colour distribution for every prompt, so
+    its expected reward is at most ``1 / len(colours)`` (the ``blind_level``); ``blank=True`` draws no
+    square (white images, same labels): the prompt-only baseline, which can only reach that level.
+    """
     import json
     import random
 
@@ -122,17 +133,18 @@ def colour_squares_task(root: str | Path, count: int = 48, seed: int = 0) -> dic
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    colours = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 220)}
     rng = random.Random(seed)
+    labels = [colours[i % len(colours)] for i in range(count)]
+    rng.shuffle(labels)
     lines = []
-    for i in range(count):
-        name = rng.choice(sorted(colours))
+    for i, name in enumerate(labels):
         image = Image.new("RGB", (56, 56), (255, 255, 255))
-        x, y = rng.randint(0, 28), rng.randint(0, 28)
-        image.paste(colours[name], (x, y, x + 28, y + 28))
+        x, y = rng.randint(0, 8), rng.randint(0, 8)
+        if not blank:
+            image.paste(SQUARE_COLOURS[name], (x, y, x + 48, y + 48))
         image.save(root / f"square_{i}.png")
         lines.append(json.dumps({"input": "What colour is the square?", "images": [str(root / f"square_{i}.png")],
                                  "label": name}))
     (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
-    (root / "reward.py").write_text(COLOUR_REWARD_FILE)
-    return {"prompts": root / "prompts.jsonl", "reward": root / "reward.py"}
+    (root / "reward.py").write_text(COLOUR_REWARD_FILE.format(colours=tuple(colours)))
+    return {"prompts": root / "prompts.jsonl", "reward": root / "reward.py", "blind_level": 1 / len(colours)}

@@ -11,9 +11,6 @@ from rlhf.errors import ConfigError
 
 log = logging.getLogger("rlhf.vlm")
 
-#: Where image-text-to-text models keep their vision encoder (Qwen-VL: ``model.visual``).
-VISION_MODULES = ("visual", "vision_tower", "vision_model")
-
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -56,8 +53,8 @@ class VisionLanguageModel:
 
 
 def vision_tower(model: Any) -> Any:
-    for owner in (model, getattr(model, "model", None)):
-        for name in VISION_MODULES:
-            if owner is not None and hasattr(owner, name):
-                return getattr(owner, name)
-    raise ConfigError(f"{type(model).__name__} has no vision encoder under {', '.join(VISION_MODULES)}")
+    from rlhf.engines.hf_models import VISION_MODULES, vision_encoder
+
+    if (found := vision_encoder(model)) is None:
+        raise ConfigError(f"{type(model).__name__} has no vision encoder under {', '.join(VISION_MODULES)}")
+    return found[1]
