@@ -37,6 +37,18 @@ _WAY_OUT = "to resume from the checkpoint before it (or start fresh), or drop --
 log = logging.getLogger("rlhf.checkpoint")
 
 
+def write_text_atomically(path: Path, text: str, what: str) -> None:
+    """``path`` holds ``text`` whole or keeps what it had: written beside it, then renamed over it. A
+    full disk or a missing folder is a :func:`storage_error` naming ``what`` (e.g. "metrics")."""
+    fresh = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        fresh.write_text(text)
+        os.replace(fresh, path)
+    except OSError as exc:
+        fresh.unlink(missing_ok=True)
+        raise storage_error(path, exc, what) from exc
+
+
 def checkpoints(root: Path) -> list[tuple[int, Path]]:
     """Every ``global_step<N>`` dir under ``root``, oldest first (staging dirs are not checkpoints)."""
     if not root.is_dir():

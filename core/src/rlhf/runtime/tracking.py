@@ -99,13 +99,9 @@ def _keep_records_up_to(path: Path, step: int) -> None:
     if len(kept) == len(lines):
         return
     log.warning("%s: dropped %d record(s) after step %d, where this run starts", path, len(lines) - len(kept), step)
-    fresh = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        fresh.write_text("".join(kept))
-        os.replace(fresh, path)
-    except OSError as exc:
-        fresh.unlink(missing_ok=True)
-        raise storage_error(path, exc, "metrics") from exc
+    from rlhf.runtime.checkpoint import write_text_atomically
+
+    write_text_atomically(path, "".join(kept), "metrics")
 
 
 def _step_of(line: str) -> int | None:

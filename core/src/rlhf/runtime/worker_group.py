@@ -51,11 +51,13 @@ def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
     import json
     from pathlib import Path
 
+    from rlhf.runtime.checkpoint import write_text_atomically
+
     handles = [w for group in groups if group is not None for w in group.workers] + list(engines)
     places = wait([_WHEREABOUTS[h._actor_id.hex()] for h in handles])
     rows = [{"group": _MEMBERS[h._actor_id.hex()][0], "rank": _MEMBERS[h._actor_id.hex()][1], **place}
             for h, place in zip(handles, places)]
-    Path(path).write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    write_text_atomically(Path(path), json.dumps(rows, indent=1, default=str) + "\n", "workers.json")
 
 
 def wait(refs: Any) -> Any:
