@@ -146,7 +146,7 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None
         out.add_row(system, f"{min(steps):.3f}", f"{mid:.3f}", f"{samples_per_step / mid:.0f}",
                     f"{statistics.median(r.startup for r in system_runs):.1f}",
                     f"{statistics.mean(r.response_length for r in system_runs):.1f}", phases,
-                    f"{trl / mid:.2f}x" if trl else "", f"+{100 * (mid / floor - 1):.0f} %" if floor else "")
+                    f"{trl / mid:.2f}x" if trl else "", f"{100 * (mid / floor - 1):+.0f} %" if floor else "")
     Console(width=200).print(out)
     print("vs TRL: samples/s relative to TRL's (2.00x = twice as fast); vs raw floor: step time above the same "
           "engine's raw generate plus the fastest plain-torch update of the same batch")
