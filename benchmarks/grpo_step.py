@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -62,7 +63,7 @@ def prepare(work: Path, max_positions: int, warm_start: bool) -> Path:
 
 
 def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: int, new_tokens: int, steps: int,
-               label: str) -> Run:
+               label: str, rlhf_flags: tuple[str, ...] = ()) -> Run:
     from rlhf.demo import task
 
     run_dir = work / "runs" / label
@@ -73,7 +74,8 @@ def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: i
     times.unlink(missing_ok=True)
     spec = {"model": str(model), "prompt_file": str(run_dir / "prompts.jsonl"), "run_dir": str(run_dir),
             "times": str(times), "prompts": prompts, "samples": samples, "new_tokens": new_tokens, "steps": steps,
-            "max_len": min(256, new_tokens + 16), "engine": system.rsplit("-", 1)[-1]}
+            "max_len": min(256, new_tokens + 16), "engine": system.rsplit("-", 1)[-1],
+            "rlhf_flags": list(rlhf_flags)}
     started = time.time()
     done = subprocess.run([sys.executable, str(HERE / "grpo_workloads.py"), system.split("-")[0] if system.startswith("rlhf")
                            else system, json.dumps(spec)], capture_output=True, text=True)
@@ -100,12 +102,13 @@ def available(systems: list[str]) -> list[str]:
     return systems
 
 
-def measure(work: Path, model: Path, systems: list[str], repeats: int, warmup: int, **sizes: Any) -> dict[str, list[Run]]:
+def measure(work: Path, model: Path, systems: list[str], repeats: int, warmup: int, rlhf_flags: tuple[str, ...] = (),
+            **sizes: Any) -> dict[str, list[Run]]:
     runs: dict[str, list[Run]] = {s: [] for s in systems}
     for repeat in range(repeats):
         for system in systems:
             tag = "x".join(str(v) for v in sizes.values())
-            run = run_system(system, work, model, label=f"{system}-{tag}-{repeat}", **sizes)
+            run = run_system(system, work, model, label=f"{system}-{tag}-{repeat}", rlhf_flags=rlhf_flags, **sizes)
             run.steps = run.steps[warmup:]
             runs[system].append(run)
             print(f"  {system} repeat {repeat + 1}: start-up {run.startup:.1f} s, median "
@@ -143,7 +146,7 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None
         out.add_row(system, f"{min(steps):.3f}", f"{mid:.3f}", f"{samples_per_step / mid:.0f}",
                     f"{statistics.median(r.startup for r in system_runs):.1f}",
                     f"{statistics.mean(r.response_length for r in system_runs):.1f}", phases,
-                    f"{trl / mid:.2f}x" if trl else "", f"+{100 * (mid / floor - 1):.0f} %" if floor else "")
+                    f"{trl / mid:.2f}x" if trl else "", f"{100 * (mid / floor - 1):+.0f} %" if floor else "")
     Console(width=200).print(out)
     print("vs TRL: samples/s relative to TRL's (2.00x = twice as fast); vs raw floor: step time above the same "
           "engine's raw generate plus the fastest plain-torch update of the same batch")
@@ -160,6 +163,8 @@ def main() -> None:
     parser.add_argument("--new_tokens", type=int, default=8)
     parser.add_argument("--grid", action="store_true", help="prompts/step 8/32/128 x new tokens 8/32/128, 1 repeat")
     parser.add_argument("--smoke", action="store_true", help="2 steps of each system, 1 repeat (CI)")
+    parser.add_argument("--rlhf_flags", default="", help="extra `rlhf train ppo` flags for the rlhf systems "
+                        "(one string, split like a shell), e.g. '--vllm.sync_backend gloo' for an A/B")
     parser.add_argument("--work", type=Path, help="where models and runs go (default: a temporary directory)")
     args = parser.parse_args()
     systems = available(args.systems.split(","))
@@ -170,7 +175,7 @@ def main() -> None:
         if not args.grid:
             model = prepare(work, 64, warm_start=not args.smoke)
             sizes = {"prompts": args.prompts, "samples": args.samples, "new_tokens": args.new_tokens, "steps": args.steps}
-            runs = measure(work, model, systems, args.repeats, args.warmup, **sizes)
+            runs = measure(work, model, systems, args.repeats, args.warmup, tuple(shlex.split(args.rlhf_flags)), **sizes)
             table(runs, args.prompts * args.samples, f"GRPO step, {args.prompts} prompts x {args.samples} samples, "
                   f"{args.new_tokens} new tokens ({args.repeats} repeats x {args.steps} steps, first {args.warmup + 1} "
                   "left out)")

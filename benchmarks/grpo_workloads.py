@@ -61,6 +61,7 @@ def run_rlhf(spec: dict[str, Any]) -> None:
     observer.write_text(OBSERVER)
     args = rl_arguments(run_dir, Path(spec["model"]), spec["steps"], 0, spec["engine"], prompts_per_step=spec["prompts"],
                         samples=spec["samples"], new_tokens=spec["new_tokens"], max_len=spec["max_len"])
+    args += spec.get("rlhf_flags", [])
     env = {**os.environ, "RLHF_BENCH_TIMES": spec["times"], "RLHF_NO_PROGRESS": "1"}
     command = [str(Path(sys.executable).with_name("rlhf")), "--plugins", str(observer), "train", "ppo", *args]
     subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)

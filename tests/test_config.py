@@ -77,7 +77,7 @@ def test_every_openrlhf_train_ppo_flag_is_accepted_with_its_default(host: Plugin
         elif flag == "--ckpt.best_metric_key":
             assert ours == ""
         elif flag == "--vllm.sync_backend":
-            assert ours == "auto"  # resolves to OpenRLHF's nccl wherever nccl can run; explicit nccl elsewhere errors
+            assert ours == "auto"  # OpenRLHF's nccl where it can run; gloo on CPU, object_store with LoRA/AutoTP
         else:
             assert ours == openrlhf_default(row["default"]), flag
 

@@ -101,3 +101,18 @@ def test_engines_compute_the_same_logprobs_after_a_gloo_or_object_store_sync(eng
     after_object_store = controller.engines.sequence_logprobs(probe)
     for gloo_logprobs, store_logprobs in zip(after_gloo, after_object_store):
         assert torch.allclose(torch.tensor(gloo_logprobs), torch.tensor(store_logprobs), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("lora_rank,tp_size,cuda,expected", [
+    (0, 1, False, "gloo"), (0, 1, True, "nccl"), (4, 1, False, "object_store"), (4, 1, True, "object_store"),
+    (0, 2, False, "object_store"), (0, 2, True, "object_store")])
+def test_auto_picks_a_broadcast_unless_lora_or_autotp_needs_the_full_state(lora_rank, tp_size, cuda, expected,
+                                                                           monkeypatch) -> None:
+    from rlhf.config.ppo import PPOConfig
+    from rlhf.runtime.weight_sync import backend_for
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)  # the choice itself, not a CUDA fault
+    config = PPOConfig()
+    config.ds.lora.rank, config.ds.tensor_parallel_size = lora_rank, tp_size
+    assert config.vllm.sync_backend == "auto"
+    assert backend_for(config) == expected
