@@ -74,8 +74,10 @@ class SleepingStates:
         """Reload the states onto the engine's device."""
         if not self.enabled or not self.asleep:
             return
+        from rlhf.engines.deepspeed_strategy import on_gpu
+
         self.engine.reload_states(non_blocking=False)
-        if _cuda():
+        if on_gpu():
             import torch
 
             torch.cuda.synchronize()
@@ -101,9 +103,3 @@ def while_awake(method: Any) -> Any:
             return method(self, *args, **kwargs)
 
     return wrapper
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
