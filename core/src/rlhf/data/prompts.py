@@ -174,4 +174,3 @@ def prompt_processor(config: Any, registry: Any) -> Any:
         if changed and plugin in registry.names(ComponentKind.PROCESSOR):
             return build(registry.get(ComponentKind.PROCESSOR, plugin), config)
     return None
-
