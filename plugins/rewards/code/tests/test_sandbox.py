@@ -167,6 +167,14 @@ def test_forged_results_and_always_equal_values_do_not_pass(isolation: str) -> N
     assert not run(WRONG_ADD + forge, limits(isolation), ADD_TESTS).passed
     deep = forge.replace("os.write(fd, b'", "os.write(fd, b'[' * 200_000 + b'").replace("os._exit(0)", "")
     assert not run(ADD + deep, limits(isolation), ADD_TESTS).passed  # and the reward process survives parsing it
+    # A busy caller (Ray, a long pytest run) holds many descriptors, so the pipe's end gets a high number; the
+    # forged bytes must still land in the channel the harness reads.
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(100)]
+    try:
+        assert not run(ADD + deep, limits(isolation), ADD_TESTS).passed
+    finally:
+        for fd in held:
+            os.close(fd)
     always_equal = "class Same:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Same()\n"
     result = run(always_equal, limits(isolation), ADD_TESTS)
     assert (result.passed, result.tests_passed) == (False, 0)  # it would pass an in-process `assert`

@@ -94,7 +94,10 @@ def describe(exc: BaseException) -> str:
 
 def main() -> None:
     job = json.loads(sys.stdin.buffer.read())
-    result_fd = job["result_fd"]
+    # The parent's descriptor number can be anything (a busy parent has hundreds open); take the lowest free one so
+    # the channel sits below RLIMIT_NOFILE like every descriptor the program can reach, whatever the caller holds.
+    result_fd = os.dup(job["result_fd"])
+    os.close(job["result_fd"])
 
     def report(**record) -> None:
         data = (json.dumps(record) + "\n").encode()
