@@ -159,6 +159,11 @@ class _ModelWorker(BaseWorker):
         self.sleeping_states = SleepingStates(self.engine, ds.enable_sleep and not ds.adam_offload)
         self.sleeping_states.sleep()
 
+    def sleep_history(self) -> list[tuple[str, float]]:
+        """``--ds.enable_sleep``: this rank's offloads, reloads and awake phases, in order, with their
+        wall-clock times (:attr:`SleepingStates.history`); empty without the flag."""
+        return list(self.sleeping_states.history)
+
     def _scale(self) -> float:
         """DeepSpeed averages over the data-parallel ranks and (fixed micro-batches only) divides by the
         accumulation steps: undo both."""
