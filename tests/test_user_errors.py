@@ -86,9 +86,10 @@ CASES = {
     "unknown sync backend": (["--vllm.sync_backend", "mpi"], ["--vllm.sync_backend", "'mpi'", "gloo"]),
     "gloo sync with LoRA": (["--vllm.sync_backend", "gloo", "--ds.lora.rank", "4"], ["--vllm.sync_backend gloo", "--ds.lora.rank"]),
     "nccl sync without CUDA": (["--vllm.sync_backend", "nccl"], ["--vllm.sync_backend nccl", "no CUDA", "object_store"]),
+    "ipc sync without CUDA": (["--vllm.sync_backend", "ipc"], ["--vllm.sync_backend ipc", "no CUDA", "object_store"]),
 }
 #: cases whose mistake exists only on a machine without CUDA
-CPU_ONLY_CASES = {"nccl sync without CUDA"}
+CPU_ONLY_CASES = {"nccl sync without CUDA", "ipc sync without CUDA"}
 
 
 def _case_params() -> list:

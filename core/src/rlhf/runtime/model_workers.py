@@ -328,6 +328,13 @@ class PolicyWorker(_CausalLMWorker):
 
         send_weights(self.engine.module, self._weight_group, self._weight_layout)
 
+    def send_weights_ipc(self, engines: list[Any]) -> None:
+        """``--vllm.sync_backend ipc``: all ranks call this each sync; rank 0 hands the handles to ``engines``."""
+        from rlhf.runtime.ipc_weight_sync import send_weights_ipc
+        from rlhf.runtime.weight_sync import module_layout
+
+        send_weights_ipc(self.engine.module, module_layout(self.engine.module), engines, is_sender=self.rank == 0)
+
     @while_awake
     def save_checkpoint(self, directory: str) -> None:
         self.engine.save_checkpoint(directory, tag="actor")
