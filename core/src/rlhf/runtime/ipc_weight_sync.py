@@ -10,13 +10,13 @@ bucket of the sync layout (:func:`rlhf.runtime.weight_sync.buckets`, at most
 2. the handles are all-gathered over the actor's DeepSpeed group into ``{GPU UUID: handle}``;
 3. actor rank 0 hands that map to every engine; each engine worker opens the handle of its own
    GPU (``rebuild_cuda_tensor`` with its own device index, as vLLM's IPC weight-transfer engine
-   does) and loads the bucket's views through the model's ``load_weights``;
+   does), copies the bucket's tensors out of it and loads them through the model's ``load_weights``;
 4. a barrier of the actor ranks: every engine has read the bucket, each rank frees its copy.
 
 The engines reload layer-wise as vLLM's ``reload_weights`` does (``initialize_layerwise_reload``
 before the first bucket, ``finalize_layerwise_reload`` after the last), so a sync gives the same
-weights as the object-store path's one-shot ``reload_weights``. Only one bucket per GPU exists
-at a time beyond the model itself.
+weights as the object-store path's one-shot ``reload_weights``. Beyond the model, each GPU holds
+the actor rank's copy of one bucket and the engine's copies of the layers not yet complete.
 
 Functions prefixed ``worker_`` run inside vLLM's worker (``LLM.collective_rpc``); ``send_weights_ipc``
 runs in every actor rank.
@@ -86,10 +86,14 @@ def worker_load_bucket(worker: Any, bucket: list[Entry], by_gpu: dict[str, tuple
     args = list(by_gpu[here])
     args[6] = device_index  # reduce_tensor's device index is the sender's numbering; the GPU is the same
     flat = rebuild_cuda_tensor(*args)
+    # copies, not views: the layer-wise reload keeps a layer's tensors until the layer is complete,
+    # possibly buckets later, and the actor frees (and may reuse) this memory after this bucket
+    weights = [(name, view.clone()) for name, view in unflatten(flat, bucket)]
+    del flat
     from vllm.config import set_current_vllm_config
 
     with set_current_vllm_config(worker.vllm_config):
-        worker.model_runner.get_model().load_weights(list(unflatten(flat, bucket)))
+        worker.model_runner.get_model().load_weights(weights)
 
 
 def worker_end_update(worker: Any) -> None:
