@@ -72,7 +72,7 @@ def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
         try:
             target = canonicalize_bootstrap_address(address)
         except (ConnectionError, ValueError) as exc:  # "auto" with no cluster found, or not host:port
-            raise WorkerError(f"cannot join a Ray cluster: {what}: {exc}; start one with `ray start --head` "
+            raise WorkerError(f"cannot join a Ray cluster: {what}: {str(exc).rstrip('.')}; start one with `ray start --head` "
                               "or unset RAY_ADDRESS to let rlhf start its own") from exc
     host, _, port = target.rpartition(":")
     try:
