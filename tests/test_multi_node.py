@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,50 @@ def test_no_ray_process_of_a_run_survives_its_exit(outcome, task_files, tiny_cau
     sessions = list(Path(ray_tmpdir, "ray").glob("session_2*"))
     assert len(sessions) == 1  # the run's own Ray started there, so its processes name that folder
     deadline = time.monotonic() + 60  # Ray's processes exit shortly after the driver's shutdown
+    while (left := _processes_mentioning(ray_tmpdir)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert left == []
+
+
+def _logged_a_step(out: Path) -> bool:
+    return (out / "metrics.jsonl").exists() and bool(read_metrics(out))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal_lm_path: Path, tmp_path: Path,
+                                                 ray_tmpdir: str) -> None:
+    """The driver of a running ``rlhf train ppo`` (its own local Ray) killed mid-training, as a
+    scheduler or a user would: SIGTERM (``scancel``, ``kill``) or SIGKILL (out of memory). No raylet,
+    GCS or worker of that run outlives it."""
+    out = tmp_path / "out"
+    observer = tmp_path / "end_observer.py"  # records the status the run ended with
+    observer.write_text("import pathlib\nimport rlhf\nrlhf_plugin_api = rlhf.PLUGIN_API_VERSION\n\n@rlhf.hookimpl\n"
+                        "def rlhf_train_end(config, run_dir, status):\n"
+                        "    pathlib.Path(__file__).with_suffix('.status').write_text(status)\n")
+    flags = ["--plugins", str(observer),
+             *base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=50), *_grpo(task_files)]
+    with (tmp_path / "driver.err").open("w") as err:
+        driver = subprocess.Popen([sys.executable, "-m", "rlhf", "train", "ppo", *flags], stdout=subprocess.DEVNULL,
+                                  stderr=err, env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1",
+                                                            RAY_TMPDIR=ray_tmpdir))
+        try:
+            deadline = time.monotonic() + 600
+            while not _logged_a_step(out) and driver.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.5)  # until step 1 is logged: Ray, every worker and the engine are up and training
+            assert driver.poll() is None, (tmp_path / "driver.err").read_text()[-4000:]
+            assert _processes_mentioning(ray_tmpdir)  # the run's raylet, GCS and workers, found by their folder
+            driver.send_signal(signum)
+            returncode = driver.wait(timeout=120)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    status = observer.with_suffix(".status")
+    if signum == signal.SIGTERM:  # Ray's handler exits with the signal's number; the run ends as interrupted
+        assert returncode == signum and status.read_text() == "interrupted"
+        assert not list(out.glob(".staging-*")) and not (out / "model.safetensors").exists()  # nothing half-written
+    else:  # nothing of the driver runs any more: Ray's head processes go with it (fate sharing)
+        assert returncode == -signum and not status.exists()
+    deadline = time.monotonic() + 60  # Ray's processes exit shortly after their driver
     while (left := _processes_mentioning(ray_tmpdir)) and time.monotonic() < deadline:
         time.sleep(1)
     assert left == []

@@ -65,13 +65,13 @@ def _release(controller: Any) -> None:
 def test_sleeping_engines_and_states_train_exactly_as_awake_ones(ray_cluster, task_files, tiny_causal_lm_path,
                                                                  tmp_path) -> None:
     """PPO with a critic, actor and critic colocated with one vLLM engine: with both sleep flags the
-    engine gets OpenRLHF's sleep/wake sequence, the critic fits before the actor, and every loss
-    equals the run without them."""
+    engine gets OpenRLHF's sleep/wake sequence, the critic fits before the actor (each model's
+    states reloaded only around its own fit), and every loss equals the run without them."""
     import ray
 
     from rlhf.runtime.tracking import read_metrics
 
-    def run(name: str, *extra: str) -> tuple[list[dict], list[list[str]]]:
+    def run(name: str, *extra: str) -> tuple[list[dict], list[list[str]], list[tuple[str, str]]]:
         flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path / name, "vllm", steps=2)
         flags += ["--reward.remote_url", str(task_files["reward"]), "--critic.model_name_or_path", str(tiny_causal_lm_path),
                   "--algo.kl.init_coef", "0", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
@@ -81,13 +81,22 @@ def test_sleeping_engines_and_states_train_exactly_as_awake_ones(ray_cluster, ta
         try:
             controller.run()
             history = ray.get(controller.engines.engines[0].sleep_history.remote())
+            # both models' DeepSpeed sleep logs, merged into one order by their wall-clock times
+            logged = [(time, model, event) for model, group in (("actor", controller.actor), ("critic", controller.critic))
+                      for event, time in ray.get(group.workers[0].sleep_history.remote())]
         finally:
             _release(controller)
-        return read_metrics(tmp_path / name / "out"), history
+        return read_metrics(tmp_path / name / "out"), history, [(model, event) for _, model, event in sorted(logged)]
 
-    awake_metrics, awake_history = run("awake")
-    slept_metrics, slept_history = run("slept", "--vllm.enable_sleep", "--ds.enable_sleep")
-    assert awake_history == []  # without the flag no engine is ever put to sleep
+    awake_metrics, awake_history, awake_states = run("awake")
+    slept_metrics, slept_history, slept_states = run("slept", "--vllm.enable_sleep", "--ds.enable_sleep")
+    assert awake_history == [] and awake_states == []  # without the flags nothing is ever put to sleep
+    # both asleep after set-up (set up side by side: either first); then each step the critic alone
+    # is reloaded, fits and is offloaded, and only then the actor
+    assert sorted(slept_states[:2]) == [("actor", "offload"), ("critic", "offload")]
+    one_step = [("critic", "reload"), ("critic", "train"), ("critic", "offload"),
+                ("actor", "reload"), ("actor", "train"), ("actor", "offload")]
+    assert slept_states[2:] == one_step * 2
     generate, sync = [["wake_up"], ["sleep"]], [["wake_up", "weights"], ["sleep"]]
     # created → asleep; per step: generate, then the weight sync after training; step 2 also evaluates
     assert slept_history == [["sleep"], *generate, *sync, *generate, *sync, *generate]

@@ -86,9 +86,10 @@ CASES = {
     "unknown sync backend": (["--vllm.sync_backend", "mpi"], ["--vllm.sync_backend", "'mpi'", "gloo"]),
     "gloo sync with LoRA": (["--vllm.sync_backend", "gloo", "--ds.lora.rank", "4"], ["--vllm.sync_backend gloo", "--ds.lora.rank"]),
     "nccl sync without CUDA": (["--vllm.sync_backend", "nccl"], ["--vllm.sync_backend nccl", "no CUDA", "object_store"]),
+    "ipc sync without CUDA": (["--vllm.sync_backend", "ipc"], ["--vllm.sync_backend ipc", "no CUDA", "object_store"]),
 }
 #: cases whose mistake exists only on a machine without CUDA
-CPU_ONLY_CASES = {"nccl sync without CUDA"}
+CPU_ONLY_CASES = {"nccl sync without CUDA", "ipc sync without CUDA"}
 
 
 def _case_params() -> list:
@@ -105,6 +106,22 @@ def test_a_mistake_before_the_run_is_one_line(case, bad, tiny_causal_lm_path, ta
     result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, *extra)
     assert_user_error(result, *names)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # refused before writing anything
+
+
+@pytest.mark.parametrize("form", ["host:port", "ray://host:port"])
+def test_a_ray_address_where_nothing_listens_is_one_line(form, tiny_causal_lm_path, task_files, tmp_path) -> None:
+    """RAY_ADDRESS naming a closed port (a cluster that is down): refused at once, where Ray itself
+    would retry for minutes (20 attempts of 30 s for a GCS address, 30 s for ray://). ("auto" is not
+    tried here: with exactly one Ray running anywhere on the machine, Ray joins that one.)"""
+    port = free_port()  # bound, then closed: nothing listens there
+    address = {"host:port": f"127.0.0.1:{port}", "ray://host:port": f"ray://127.0.0.1:{port}"}[form]
+    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", 1) + ["--reward.remote_url",
+                                                                                        str(task_files["reward"]), *GRPO]
+    # a timeout of a minute: without the check this run would take over five
+    result = run_rlhf("train", "ppo", *flags, env={"RAY_ADDRESS": address}, timeout=60)
+    assert_user_error(result, f"RAY_ADDRESS={address}", f":{port}", "nothing answers", "ray start --head",
+                      "unset RAY_ADDRESS")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def test_debug_adds_the_traceback_and_keeps_the_exit_status(bad, tiny_causal_lm_path, task_files, tmp_path) -> None:

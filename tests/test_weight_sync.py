@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+from typing import Any
 
 import pytest
 import torch
@@ -56,31 +57,44 @@ def test_broadcast_delivers_every_parameter_exactly(backend) -> None:
         assert tensor.dtype == expected[name].dtype and torch.equal(tensor, expected[name].cpu())
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("engine,extra", [("vllm", []), ("hf", ["--actor.num_gpus_per_node", "2", "--ds.zero_stage", "3"])],
-                         ids=["vllm", "hf-zero3-2-ranks"])
-def test_engines_compute_the_same_logprobs_after_a_gloo_or_object_store_sync(engine, extra, ray_cluster, task_files,
-                                                                             tiny_causal_lm_path, tmp_path) -> None:
+def _controller_after_one_step(engine: str, backend: str, extra: list[str], task_files, model_path, tmp_path) -> Any:
+    """A PPO controller that has generated, trained one step and synced its engines by ``backend``."""
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
     from rlhf.plugins import PluginHost
     from rlhf.runtime.controller import PPOController
     from rlhf.runtime.ppo_trainer import PPOTrainer
-    from rlhf.runtime.weight_sync import WeightSync
 
     host = PluginHost.load()
     config, _ = ConfigParser(PPOConfig, host, prog="t").parse(
-        base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=1)
+        base_flags(model_path, task_files["prompts"], tmp_path, engine, steps=1)
         + ["--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
            "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0",
-           "--actor.lr_warmup_ratio", "0", "--vllm.sync_backend", "gloo", *extra])
+           "--actor.lr_warmup_ratio", "0", "--vllm.sync_backend", backend, *extra])
     config = PPOTrainer.prepare_config(config, host)
     config.plugin_set = host.resolved()
     controller = PPOController(config, host, tmp_path / "out")
     controller._check_inputs()
     controller._setup()
-    controller.train_step(controller.schedule.next_batch())  # generate, train, sync over gloo
-    assert controller.weight_sync.backend == "gloo"
+    controller.train_step(controller.schedule.next_batch())  # generate, train, sync by the backend
+    assert controller.weight_sync.backend == backend
+    return controller
+
+
+def _logprobs_after_an_object_store_sync(controller: Any, probe: list[int]) -> list[list[float]]:
+    from rlhf.runtime.weight_sync import WeightSync
+
+    controller.config.vllm.sync_backend = "object_store"
+    WeightSync(controller.config, controller.actor, controller.engines).sync()
+    return controller.engines.sequence_logprobs(probe)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine,extra", [("vllm", []), ("hf", ["--actor.num_gpus_per_node", "2", "--ds.zero_stage", "3"])],
+                         ids=["vllm", "hf-zero3-2-ranks"])
+def test_engines_compute_the_same_logprobs_after_a_gloo_or_object_store_sync(engine, extra, ray_cluster, task_files,
+                                                                             tiny_causal_lm_path, tmp_path) -> None:
+    controller = _controller_after_one_step(engine, "gloo", extra, task_files, tiny_causal_lm_path, tmp_path)
     probe = controller.tokenizer("what is 12+34? 46 and more text")["input_ids"]
     after_gloo = controller.engines.sequence_logprobs(probe)
     actor_state = controller.actor.call("full_state")[0]
@@ -96,11 +110,28 @@ def test_engines_compute_the_same_logprobs_after_a_gloo_or_object_store_sync(eng
     expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(probe[1:])[:, None])[:, 0]
     for engine_logprobs in after_gloo:  # every weight, repacked by vLLM's CPU backend or not
         assert torch.allclose(torch.tensor(engine_logprobs), expected, atol=1e-5, rtol=0)
-    config.vllm.sync_backend = "object_store"
-    WeightSync(config, controller.actor, controller.engines).sync()
-    after_object_store = controller.engines.sequence_logprobs(probe)
+    after_object_store = _logprobs_after_an_object_store_sync(controller, probe)
     for gloo_logprobs, store_logprobs in zip(after_gloo, after_object_store):
         assert torch.allclose(torch.tensor(gloo_logprobs), torch.tensor(store_logprobs), atol=1e-6, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a CUDA GPU")
+@pytest.mark.parametrize("extra", [[], ["--ds.zero_stage", "3"]], ids=["zero2", "zero3"])
+def test_engines_compute_the_same_logprobs_after_an_ipc_or_object_store_sync(extra, ray_cluster, task_files,
+                                                                            tiny_causal_lm_path, tmp_path) -> None:
+    """One vLLM engine colocated with the actor on one GPU: after a step synced by CUDA IPC, the
+    engine holds the actor's weights exactly and computes the log-probs an object-store sync gives."""
+    flags = ["--train.colocate_all", "--ds.param_dtype", "bf16", *extra]
+    controller = _controller_after_one_step("vllm", "ipc", flags, task_files, tiny_causal_lm_path, tmp_path)
+    probe = controller.tokenizer("what is 12+34? 46 and more text")["input_ids"]
+    after_ipc = controller.engines.sequence_logprobs(probe)
+    difference, compared = controller.engines.max_weight_difference(controller.actor.call("full_state")[0])
+    assert difference == 0.0 and compared >= 6
+    after_object_store = _logprobs_after_an_object_store_sync(controller, probe)
+    for ipc_logprobs, store_logprobs in zip(after_ipc, after_object_store):
+        assert torch.allclose(torch.tensor(ipc_logprobs), torch.tensor(store_logprobs), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("lora_rank,tp_size,cuda,expected", [
@@ -116,3 +147,44 @@ def test_auto_picks_a_broadcast_unless_lora_or_autotp_needs_the_full_state(lora_
     config.ds.lora.rank, config.ds.tensor_parallel_size = lora_rank, tp_size
     assert config.vllm.sync_backend == "auto"
     assert backend_for(config) == expected
+
+
+@pytest.mark.parametrize("colocate_all,num_engines,async_enable,cuda,expected", [
+    (True, 1, False, True, "ipc"),           # vLLM engines on the actor's GPUs: OpenRLHF's hybrid engine
+    (True, 1, False, False, "gloo"),         # no CUDA, no IPC
+    (False, 1, False, True, "nccl"),         # engines on GPUs of their own
+    (True, 0, False, True, "nccl"),          # HF generate: no vLLM worker to open the handles
+    (True, 1, True, True, "nccl")])          # async: the engines generate while the actor trains
+def test_auto_picks_ipc_when_vllm_engines_share_the_actors_gpus(colocate_all, num_engines, async_enable, cuda,
+                                                                 expected) -> None:
+    from rlhf.config.ppo import PPOConfig
+    from rlhf.runtime.weight_sync import backend_for
+
+    config = PPOConfig()
+    config.train.colocate_all, config.vllm.num_engines, config.train.async_enable = colocate_all, num_engines, async_enable
+    assert backend_for(config, cuda=cuda) == expected
+
+
+@pytest.mark.parametrize("change,cuda,reason", [
+    ({}, False, "this machine has no CUDA"),
+    ({"colocate_all": False}, True, "--train.colocate_all"),
+    ({"num_engines": 0}, True, "--vllm.num_engines 0"),
+    ({"async_enable": True}, True, "--train.async_enable"),
+    ({"lora_rank": 4}, True, "--ds.lora.rank")])
+def test_ipc_where_it_cannot_run_is_a_config_error_naming_why(change, cuda, reason) -> None:
+    from rlhf.config.ppo import PPOConfig
+    from rlhf.errors import ConfigError
+    from rlhf.runtime.weight_sync import backend_for
+
+    config = PPOConfig()
+    config.vllm.sync_backend = "ipc"
+    config.train.colocate_all = change.get("colocate_all", True)
+    config.vllm.num_engines = change.get("num_engines", 1)
+    config.train.async_enable = change.get("async_enable", False)
+    config.ds.lora.rank = change.get("lora_rank", 0)
+    with pytest.raises(ConfigError) as error:
+        backend_for(config, cuda=cuda)
+    assert "--vllm.sync_backend ipc cannot run" in str(error.value) and reason in str(error.value)
+    assert "--vllm.sync_backend object_store" in str(error.value)
+    config.ds.lora.rank, config.train.async_enable, config.train.colocate_all, config.vllm.num_engines = 0, False, True, 1
+    assert backend_for(config, cuda=True) == "ipc"  # the same run with that one thing put right

@@ -41,7 +41,7 @@ states.sleep()  # after set-up, as the workers do
 batches = [torch.randint(10, 200, (4, 16), generator=torch.Generator().manual_seed(i)) for i in range(4)]
 losses, asleep, awake = [], [], []
 for batch in batches:
-    with states.awake():
+    with states.awake("train"):
         awake.append(sorted(s.value for s in engine.optimizer.offloaded_states))
         loss = engine(input_ids=batch, labels=batch).loss
         engine.backward(loss)

@@ -123,8 +123,9 @@ class CriticSection(TrainedModel):
 class VllmSection(Section):
     num_engines: int | None = flag(None, "Number of vLLM engines; 0 disables vLLM (HF generate)")
     tensor_parallel_size: int = flag(1, "Tensor parallel size of each vLLM engine")
-    sync_backend: str = flag("auto", "Trainer -> vLLM weight sync backend: nccl, gloo, object_store; "
-                                      "auto = nccl on CUDA, gloo on CPU, object_store with LoRA/AutoTP")
+    sync_backend: str = flag("auto", "Trainer -> vLLM weight sync backend: ipc, nccl, gloo, object_store; auto = "
+                                      "ipc with --train.colocate_all on CUDA, else nccl on CUDA, gloo on CPU, "
+                                      "object_store with LoRA/AutoTP")
     sync_with_ray: bool = flag(False, "Sync weights through Ray collectives", switch=True)
     enable_prefix_caching: bool = flag(False, "vLLM prefix caching", switch=True)
     enforce_eager: bool = flag(False, "Disable CUDA graphs in vLLM", switch=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,6 +55,9 @@ class SleepingStates:
 
     def __init__(self, engine: Any, enabled: bool) -> None:
         self.engine, self.enabled, self.asleep = engine, enabled, False
+        #: with sleep on, what happened in order: ("reload" | <phase> | "offload", wall-clock time.time());
+        #: the wall clock lets the actor's and the critic's logs be merged into one order (same machine)
+        self.history: list[tuple[str, float]] = []
         self.states = offloaded_states(engine) if enabled else []
         if enabled:
             log.info("--ds.enable_sleep: offloading %s between fits", ", ".join(s.value for s in self.states))
@@ -69,6 +73,7 @@ class SleepingStates:
         self.engine.offload_states(include=self.states, device=OffloadDeviceEnum.cpu, pin_memory=on_gpu(),
                                    non_blocking=False)
         self.asleep = True
+        self.history.append(("offload", time.time()))
 
     def wake(self) -> None:
         """Reload the states onto the engine's device."""
@@ -82,14 +87,18 @@ class SleepingStates:
 
             torch.cuda.synchronize()
         self.asleep = False
+        self.history.append(("reload", time.time()))
 
     @contextlib.contextmanager
-    def awake(self) -> Iterator[None]:
-        """The states on the device for the body (a fit, a checkpoint), asleep again after, as they were before."""
+    def awake(self, phase: str) -> Iterator[None]:
+        """The states on the device for the body (``phase``: a fit, a checkpoint), asleep again after, as
+        they were before; with sleep on, ``phase`` is recorded in :attr:`history` when the body returns."""
         was_asleep = self.asleep
         self.wake()
         try:
             yield
+            if self.enabled:
+                self.history.append((phase, time.time()))
         finally:
             if was_asleep:
                 self.sleep()
@@ -99,7 +108,7 @@ def while_awake(method: Any) -> Any:
     """Decorate a worker method (a fit, a checkpoint save or load) to run with its ``self.sleeping_states`` awake."""
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with self.sleeping_states.awake():
+        with self.sleeping_states.awake(method.__name__):
             return method(self, *args, **kwargs)
 
     return wrapper

@@ -364,7 +364,7 @@ class PPOController:
             if self.critic is not None and cfg.critic.save_value_network:  # OpenRLHF's <save_path>_critic
                 self.critic.call("save_hf", str(self.run_dir.with_name(self.run_dir.name + "_critic")))
             status = "completed"
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C; SIGTERM (Ray's handler exits with the signal number)
             status = "interrupted"
             raise
         finally:

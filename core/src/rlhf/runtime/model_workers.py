@@ -159,6 +159,11 @@ class _ModelWorker(BaseWorker):
         self.sleeping_states = SleepingStates(self.engine, ds.enable_sleep and not ds.adam_offload)
         self.sleeping_states.sleep()
 
+    def sleep_history(self) -> list[tuple[str, float]]:
+        """``--ds.enable_sleep``: this rank's offloads, reloads and awake phases, in order, with their
+        wall-clock times (:attr:`SleepingStates.history`); empty without the flag."""
+        return list(self.sleeping_states.history)
+
     def _scale(self) -> float:
         """DeepSpeed averages over the data-parallel ranks and (fixed micro-batches only) divides by the
         accumulation steps: undo both."""
@@ -322,6 +327,13 @@ class PolicyWorker(_CausalLMWorker):
         from rlhf.runtime.weight_sync import send_weights
 
         send_weights(self.engine.module, self._weight_group, self._weight_layout)
+
+    def send_weights_ipc(self, engines: list[Any]) -> None:
+        """``--vllm.sync_backend ipc``: all ranks call this each sync; rank 0 hands the handles to ``engines``."""
+        from rlhf.runtime.ipc_weight_sync import send_weights_ipc
+        from rlhf.runtime.weight_sync import module_layout
+
+        send_weights_ipc(self.engine.module, module_layout(self.engine.module), engines, is_sender=self.rank == 0)
 
     @while_awake
     def save_checkpoint(self, directory: str) -> None:

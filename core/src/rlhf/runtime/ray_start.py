@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
+
+#: how long the reachability check waits for the cluster's port to accept a connection
+REACH_TIMEOUT_S = float(os.environ.get("RLHF_RAY_CONNECT_TIMEOUT_S", "5"))
 
 
 def start_ray(import_meanwhile: tuple[str, ...] = ()) -> bool:
@@ -26,6 +30,7 @@ def _start_ray() -> bool:
         return False
     env = {"TOKENIZERS_PARALLELISM": "false", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
     if address := os.environ.get("RAY_ADDRESS"):
+        check_reachable(address)
         # the cluster's own authentication applies: `ray start` clusters want a token, which a client sends
         # only with RAY_AUTH_MODE=token (from ~/.ray/auth_token or RAY_AUTH_TOKEN)
         try:
@@ -40,6 +45,44 @@ def _start_ray() -> bool:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
                  object_store_memory=int(os.environ.get("RLHF_RAY_OBJECT_STORE_BYTES", str(1 << 30))))
     return True
+
+
+def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Fail in seconds when nothing listens at ``RAY_ADDRESS``: ``ray.init`` would retry for minutes.
+
+    Ray 2.60 retries a GCS address ``RAY_gcs_server_port_wait_time_s`` (20) times, each attempt
+    waiting ``RAY_py_gcs_connect_timeout_s`` (30 s), and a ``ray://`` client address 30 s. Those
+    settings are read once, when ``ray`` is first imported, and would also shorten every later
+    connect of this driver, so instead the address is resolved as ``ray.init`` resolves it
+    (``auto``: the cluster recorded in RAY_TMPDIR by the last ``ray start``; ``host:port``: the GCS;
+    ``ray://host:port``: the Ray client server) and one TCP connect is tried. ``local`` starts a
+    cluster and other schemes are Ray's to refuse, so they are not checked.
+    """
+    from rlhf.errors import WorkerError
+
+    what = f"RAY_ADDRESS={address}"
+    scheme, _, rest = address.rpartition("://")
+    if address == "local" or scheme not in ("", "ray"):
+        return
+    if scheme:
+        target = rest
+    else:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        try:
+            target = canonicalize_bootstrap_address(address)
+        except (ConnectionError, ValueError) as exc:  # "auto" with no cluster found, or not host:port
+            raise WorkerError(f"cannot join a Ray cluster: {what}: {str(exc).rstrip('.')}; start one with `ray start --head` "
+                              "or unset RAY_ADDRESS to let rlhf start its own") from exc
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else f"{port!r} is not a port"
+        raise WorkerError(f"cannot join the Ray cluster at {what}: nothing answers at {target} ({reason}, waited "
+                          f"up to {timeout_s:g} s); start the cluster there with `ray start --head` (its GCS port, "
+                          "6379 by default; ray:// addresses use the client port, 10001) or unset RAY_ADDRESS "
+                          "to let rlhf start its own") from exc
 
 
 def import_in_background(*modules: str) -> threading.Thread:

@@ -88,6 +88,26 @@ class VLLMEngine(WeightReceiver, EngineSleep):
 
     def load_weights(self, state: dict[str, Any]) -> None:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(state.items())), "is_checkpoint_format": True})
+        self._weights_changed()
+
+    # --vllm.sync_backend ipc (rlhf.runtime.ipc_weight_sync): actor rank 0 calls these, bucket by bucket
+    def begin_weight_update(self) -> None:
+        from rlhf.runtime.ipc_weight_sync import worker_begin_update
+
+        self.llm.collective_rpc(worker_begin_update)
+
+    def load_weight_bucket(self, bucket: list[Any], by_gpu: dict[str, tuple]) -> None:
+        from rlhf.runtime.ipc_weight_sync import worker_load_bucket
+
+        self.llm.collective_rpc(worker_load_bucket, args=(bucket, by_gpu))
+
+    def end_weight_update(self) -> None:
+        from rlhf.runtime.ipc_weight_sync import worker_end_update
+
+        self.llm.collective_rpc(worker_end_update)
+        self._weights_changed()
+
+    def _weights_changed(self) -> None:
         self.llm.reset_prefix_cache()
         if self.suppressed:  # a VLM: image embeddings computed with the old weights (its projector) are stale
             self.llm.llm_engine.reset_encoder_cache()

@@ -8,6 +8,9 @@ Backends:
   engines (group ranks 1..N), separate from DeepSpeed's training group. Weights go out in
   buckets of at most ``BUCKET_BYTES`` of one dtype; under ZeRO-3 every actor rank gathers one
   bucket's parameters at a time, so no rank ever holds the whole model unsharded.
+* ``ipc``: vLLM engines on the actor's own GPUs (``--train.colocate_all``): each actor rank copies
+  a bucket into a new tensor on its GPU and hands a CUDA IPC handle of it to the engine workers on
+  that GPU, which read it in place (``rlhf.runtime.ipc_weight_sync``); nothing crosses a network.
 
 The engines learn the layout (names, shapes, dtypes, bucket split) once, when the group forms,
 so each sync is only the broadcasts: no metadata round trip through the controller.
@@ -20,35 +23,52 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-SYNC_BACKENDS = ("auto", "nccl", "gloo", "object_store")
+SYNC_BACKENDS = ("auto", "ipc", "nccl", "gloo", "object_store")
 BUCKET_BYTES = int(os.environ.get("RLHF_SYNC_BUCKET_MB", "64")) << 20
 
 #: one tensor of the layout: (name, shape, dtype name)
 Entry = tuple[str, tuple[int, ...], str]
 
 
-def backend_for(config: Any) -> str:
-    """The backend a run uses. ``auto`` (the default) is a broadcast where one can run (no LoRA, no
-    AutoTP): ``nccl`` on CUDA (OpenRLHF's choice), ``gloo`` on CPU (about 3x faster per sync than the
-    object store there, benchmarks/weight_sync.py); else the object store. An explicit ``nccl`` that
-    cannot run is a :class:`ConfigError` rather than a silent switch."""
-    import torch
+def backend_for(config: Any, cuda: bool | None = None) -> str:
+    """The backend a run uses (``cuda``: whether this machine has CUDA; asked of torch when None).
 
+    ``auto`` (the default) is, where one can run: ``ipc`` when the vLLM engines share the actor's
+    GPUs (OpenRLHF's choice with ``--train.colocate_all``); else a broadcast (no LoRA, no AutoTP):
+    ``nccl`` on CUDA, ``gloo`` on CPU (about 3x faster per sync than the object store there,
+    benchmarks/weight_sync.py); else the object store. An explicit backend that cannot run is a
+    :class:`ConfigError` naming why, rather than a silent switch."""
     from rlhf.errors import ConfigError
 
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
     choice = config.vllm.sync_backend
     # LoRA syncs the adapters folded into the base, which only the full-state path computes
     broadcast_blocker = ("--ds.lora.rank syncs LoRA-merged weights" if config.ds.lora.rank > 0 else
                          "--ds.tensor_parallel_size shards the weights" if config.ds.tensor_parallel_size > 1 else None)
-    blocker = "this machine has no CUDA" if not torch.cuda.is_available() else broadcast_blocker
+    blocker = "this machine has no CUDA" if not cuda else broadcast_blocker
+    ipc_blocker = blocker or _ipc_blocker(config)
     if choice == "auto":
         if broadcast_blocker:
             return "object_store"
-        return "gloo" if blocker else "nccl"
-    if choice == "nccl" and blocker:
-        raise ConfigError(f"--vllm.sync_backend nccl cannot run: {blocker}; use --vllm.sync_backend object_store "
-                          f"(or leave it unset: auto picks what runs)")
+        return "gloo" if blocker else "nccl" if ipc_blocker else "ipc"
+    if choice in ("nccl", "ipc") and (blocker if choice == "nccl" else ipc_blocker):
+        raise ConfigError(f"--vllm.sync_backend {choice} cannot run: {blocker if choice == 'nccl' else ipc_blocker}; "
+                          "use --vllm.sync_backend object_store (or leave it unset: auto picks what runs)")
     return choice
+
+
+def _ipc_blocker(config: Any) -> str | None:
+    """Why CUDA IPC cannot hand the actor's weights to the engines, or None."""
+    if not config.train.colocate_all:
+        return "the engines are not on the actor's GPUs (--train.colocate_all puts them there)"
+    if not config.vllm.num_engines:
+        return "--vllm.num_engines 0 generates with HF, not vLLM engines"
+    if config.train.async_enable:
+        return "--train.async_enable generates while the actor trains, so the engines cannot share its GPUs' weights"
+    return None
 
 
 def buckets(layout: list[Entry], bucket_bytes: int = BUCKET_BYTES) -> list[list[Entry]]:
@@ -106,11 +126,10 @@ def module_layout(module: Any) -> list[Entry]:
             for name, t in _sync_tensors(module).items()]
 
 
-def send_weights(module: Any, group: BroadcastGroup | None, layout: list[Entry]) -> None:
-    """Actor side, every rank calls it (the ZeRO-3 gathers are collective); rank 0 (the one holding
-    ``group``) broadcasts each bucket as one flat tensor."""
-    import torch
-
+def gathered_buckets(module: Any, layout: list[Entry]) -> Iterator[tuple[list[Entry], list[Any]]]:
+    """Actor side, every rank iterates it (the ZeRO-3 gathers are collective): each bucket of
+    ``layout`` with its full tensors, valid until the next iteration (under ZeRO-3 they are
+    gathered for this bucket only)."""
     from rlhf.engines.deepspeed_strategy import is_partitioned
 
     live = _sync_tensors(module)
@@ -127,9 +146,30 @@ def send_weights(module: Any, group: BroadcastGroup | None, layout: list[Entry])
 
             gather = contextlib.nullcontext()
         with gather:
-            if group is not None:
-                flat = torch.cat([t.detach().reshape(-1) for t in tensors]).to(group.device)
-                group.broadcast(flat)
+            yield bucket, tensors
+
+
+def flatten(tensors: list[Any], device: Any) -> Any:
+    """One bucket's tensors as one new flat tensor on ``device``."""
+    import torch
+
+    return torch.cat([t.detach().reshape(-1) for t in tensors]).to(device)
+
+
+def unflatten(flat: Any, bucket: list[Entry]) -> Iterator[tuple[str, Any]]:
+    """``(name, view)`` of every tensor of ``bucket`` inside its flat tensor."""
+    offset = 0
+    for name, shape, _ in bucket:
+        count = _numel(shape)
+        yield name, flat[offset:offset + count].view(shape)
+        offset += count
+
+
+def send_weights(module: Any, group: BroadcastGroup | None, layout: list[Entry]) -> None:
+    """Actor side, every rank calls it; rank 0 (the one holding ``group``) broadcasts each bucket as one flat tensor."""
+    for _, tensors in gathered_buckets(module, layout):
+        if group is not None:
+            group.broadcast(flatten(tensors, group.device))
 
 
 def receive_weights(group: BroadcastGroup, layout: list[Entry]) -> Iterator[tuple[str, Any]]:
@@ -140,11 +180,7 @@ def receive_weights(group: BroadcastGroup, layout: list[Entry]) -> Iterator[tupl
         flat = torch.empty(sum(_numel(shape) for _, shape, _ in bucket), dtype=getattr(torch, bucket[0][2]),
                            device=group.device)
         group.broadcast(flat)
-        offset = 0
-        for name, shape, _ in bucket:
-            count = _numel(shape)
-            yield name, flat[offset:offset + count].view(shape)
-            offset += count
+        yield from unflatten(flat, bucket)
 
 
 class WeightReceiver:
@@ -167,7 +203,7 @@ class WeightSync:
 
         self.backend = backend_for(config)
         self.actor, self.engines = actor, engines
-        if self.backend == "object_store":
+        if self.backend in ("object_store", "ipc"):  # ipc: no group to form, the handles go with each sync
             return
         address, port = wait(actor.workers[0].address.remote())
         layout = wait(actor.workers[0].weight_layout.remote())
@@ -183,5 +219,8 @@ class WeightSync:
             refs = self.actor.call_async("full_state")
             self.engines.load_weights(refs[0])  # the engines read rank 0's result as soon as it exists
             wait(refs)
+            return
+        if self.backend == "ipc":
+            wait(self.actor.call_async("send_weights_ipc", self.engines.engines))
             return
         wait([*self.actor.call_async("broadcast_weights"), *[e.receive_weights.remote() for e in self.engines.engines]])
