@@ -65,8 +65,9 @@ class VLLMEngine(WeightReceiver, EngineSleep):
 
         prompts = [TokensPrompt(prompt_token_ids=r["prompt_ids"], **_multimodal_data(r.get("media"))) for r in requests]
         params = [
+            # token ids in and out: vLLM would otherwise decode every sampled token and its log-prob entry to text
             SamplingParams(max_tokens=r["max_tokens"], temperature=temperature, top_p=top_p, logprobs=0, seed=r["seed"],
-                           logit_bias=self.suppressed)
+                           logit_bias=self.suppressed, detokenize=False)
             for r in requests
         ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
