@@ -136,8 +136,12 @@ class _ModelWorker(BaseWorker):
         import deepspeed
 
         from rlhf.components import build
-        from rlhf.engines.deepspeed_strategy import (compile_if_asked, optimizer_train_config, skip_lone_rank_allreduce,
-                                                     zero3_context)
+        from rlhf.engines.deepspeed_strategy import (
+            compile_if_asked,
+            optimizer_train_config,
+            skip_lone_rank_allreduce,
+            zero3_context,
+        )
         from rlhf.registry import ComponentKind as K
 
         section = getattr(self.config, role)
