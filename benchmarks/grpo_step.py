@@ -162,6 +162,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--new_tokens", type=int, default=8)
     parser.add_argument("--grid", action="store_true", help="prompts/step 8/32/128 x new tokens 8/32/128, 1 repeat")
+    parser.add_argument("--grid_prompts", default="8,32,128", help="--grid's prompts/step values (comma-separated)")
+    parser.add_argument("--grid_tokens", default="8,32,128", help="--grid's new-token values (comma-separated)")
     parser.add_argument("--smoke", action="store_true", help="2 steps of each system, 1 repeat (CI)")
     parser.add_argument("--rlhf_flags", default="", help="extra `rlhf train ppo` flags for the rlhf systems "
                         "(one string, split like a shell), e.g. '--vllm.sync_backend gloo' for an A/B")
@@ -181,10 +183,10 @@ def main() -> None:
                   "left out)")
             return
         model = prepare(work, 256, warm_start=False)  # random weights: responses run to the token budget
-        for prompts in (8, 32, 128):
-            for new_tokens in (8, 32, 128):
+        for prompts in map(int, args.grid_prompts.split(",")):
+            for new_tokens in map(int, args.grid_tokens.split(",")):
                 sizes = {"prompts": prompts, "samples": args.samples, "new_tokens": new_tokens, "steps": 5}
-                runs = measure(work, model, systems, 1, 1, **sizes)
+                runs = measure(work, model, systems, 1, 1, tuple(shlex.split(args.rlhf_flags)), **sizes)
                 table(runs, prompts * args.samples, f"grid: {prompts} prompts x {args.samples} samples, {new_tokens} new tokens")
 
 

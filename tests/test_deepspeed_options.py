@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,17 @@ def test_tensor_parallel_sft_trains_as_one_rank(tmp_path: Path, tiny_causal_lm_p
     for name, tensor in whole.items():
         assert gathered[name].shape == tensor.shape, name  # whole tensors, not one rank's shards
         assert (gathered[name] - tensor).abs().max() < 1e-5, name
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_one_rank_at_zero0_skips_the_gradient_allreduce_and_trains_bit_identically(stage: int, tiny_causal_lm_path: Path) -> None:
+    """At one data-parallel rank DeepSpeed's all-reduce divides by 1: off at stage 0, the weights after 3 optimizer
+    steps (accumulating 2 micro-batches each) equal the run with it bit for bit; stage 1 keeps its own reduce."""
+    checks = Path(__file__).parent / "engine_checks" / "lone_rank_allreduce.py"
+    done = subprocess.run([sys.executable, str(checks), str(tiny_causal_lm_path), str(stage)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["moved"] > 1e-4  # the steps changed the weights, so "identical" means something
+    assert result["identical"]
+    assert result["allreduce_on"] is (stage != 0)

@@ -61,3 +61,46 @@ def test_each_rank_gets_its_bundle_and_colocated_groups_share_them(flags, togeth
         for engine in controller.engines.engines:
             ray.kill(engine)
         controller.placement.remove()
+
+
+@pytest.mark.parametrize("flags", [[], ["--train.async_enable"]], ids=["sync", "async"])
+def test_engines_and_ranks_split_the_cores_when_async_overlaps_them(flags, ray_cluster, task_files, tiny_causal_lm_path,
+                                                                    tmp_path) -> None:
+    """Sync: the engine generates while the actor waits, so each takes every core; async: they compute at the same
+    time and split them (two 2-thread OpenMP pools on 2 cores made an async step 3-7x slower)."""
+    import os
+
+    import ray
+
+    from rlhf.config.loading import ConfigParser
+    from rlhf.config.ppo import PPOConfig
+    from rlhf.plugins import PluginHost
+    from rlhf.runtime.controller import PPOController
+    from rlhf.runtime.ppo_trainer import PPOTrainer
+
+    host = PluginHost.load()
+    config, _ = ConfigParser(PPOConfig, host, prog="t").parse(
+        base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=1)
+        + ["--reward.remote_url", str(task_files["reward"]), "--algo.kl.init_coef", "0", "--algo.advantage.estimator", "group_norm",
+           "--rollout.micro_batch_size", "2", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
+           "--train.micro_batch_size", "4", *flags])
+    config = PPOTrainer.prepare_config(config, host)
+    config.plugin_set = host.resolved()
+    controller = PPOController(config, host, tmp_path / "out")
+    controller._check_inputs()
+    controller._launch()
+
+    def threads(actor: object) -> int:
+        return ray.get(actor.__ray_call__.remote(lambda self: __import__("torch").get_num_threads()))
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+        sharers = 2 if flags else 1  # one engine, one actor rank (no reference, no critic)
+        assert threads(controller.actor.workers[0]) == max(1, cores // sharers)
+        assert threads(controller.engines.engines[0]) == max(1, cores // sharers)
+    finally:
+        for worker in controller.actor.workers:
+            ray.kill(worker)
+        for engine in controller.engines.engines:
+            ray.kill(engine)
+        controller.placement.remove()

@@ -24,3 +24,4 @@ def test_the_tokenizer_import_after_start_ray_never_meets_a_half_imported_transf
     for delay in (0.2, 0.5):
         done = subprocess.run([sys.executable, "-c", STARTUP.format(delay=delay)], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0 and "imported AutoTokenizer" in done.stdout, done.stderr[-2000:]
+

@@ -122,7 +122,7 @@ class PPOController:
         def ranks(section: Any) -> int:
             return section.num_nodes * section.num_gpus_per_node
 
-        together = self.placement.model_ranks  # every model rank computes beside the others: they share the cores
+        together = self.placement.cpu_sharers(cfg, engine=False)  # the ranks (and, async, the engines) share the cores
 
         def group(worker: type, role: str, section: Any, tensor_parallel: int = 1) -> WorkerGroup:
             return WorkerGroup(worker, role, ranks(section), dumped, placement=self.placement, cpu_sharers=together,

@@ -136,7 +136,12 @@ class _ModelWorker(BaseWorker):
         import deepspeed
 
         from rlhf.components import build
-        from rlhf.engines.deepspeed_strategy import compile_if_asked, optimizer_train_config, zero3_context
+        from rlhf.engines.deepspeed_strategy import (
+            compile_if_asked,
+            optimizer_train_config,
+            skip_lone_rank_allreduce,
+            zero3_context,
+        )
         from rlhf.registry import ComponentKind as K
 
         section = getattr(self.config, role)
@@ -155,6 +160,7 @@ class _ModelWorker(BaseWorker):
             lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_training_steps), section),
         )
         compile_if_asked(self.engine, self.config.ds)
+        skip_lone_rank_allreduce(self.engine)
         ds = self.config.ds  # --ds.enable_sleep: asleep from here on but for fits and checkpoints (OpenRLHF's order)
         self.sleeping_states = SleepingStates(self.engine, ds.enable_sleep and not ds.adam_offload)
         self.sleeping_states.sleep()

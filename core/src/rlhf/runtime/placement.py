@@ -71,6 +71,15 @@ class Placement:
         share = {"num_gpus": fraction(1.0, sharers), "num_cpus": 0} if self.gpu else {"num_gpus": 0, "num_cpus": fraction(CPU_BUNDLE, sharers)}
         return {**share, "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank)}
 
+    def cpu_sharers(self, config: Any, engine: bool) -> int:
+        """How many worker processes compute at the same time as one model rank (``engine=False``) or one
+        rollout engine (``engine=True``), for :func:`rlhf.runtime.worker_group.use_cpu_share`. In sync mode the
+        engines generate while the ranks wait, and the reverse; with ``--train.async_enable`` they overlap."""
+        engines = max(1, config.vllm.num_engines or 0)
+        if config.train.async_enable:
+            return engines + self.model_ranks
+        return engines if engine else self.model_ranks
+
     def engine_options(self, index: int) -> dict[str, Any] | None:
         """With ``--train.colocate_all`` engine ``index``'s place on the actor's bundles; else None."""
         if not self.colocate_all:

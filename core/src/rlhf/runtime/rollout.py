@@ -18,7 +18,9 @@ from rlhf.runtime.worker_group import split_evenly, track, use_cpu_share, wait
 class VLLMEngine(WeightReceiver, EngineSleep):
     """One vLLM engine, in-process inside its own Ray actor (the actor is dedicated to it)."""
 
-    def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
+    def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any],
+                 cpu_sharers: int | None = None) -> None:
+        """``cpu_sharers``: how many worker processes compute at the same time as this engine (default: the engines)."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # identical results without a 10-25 s compile
         # vLLM logs INFO lines and a harmless "RotaryEmbedding: Failed to load weights" on every
@@ -31,7 +33,7 @@ class VLLMEngine(WeightReceiver, EngineSleep):
 
         vllm_cfg = config["vllm"]  # a run's dumped config, or the vllm section alone (rlhf generate)
         # in-process vLLM makes torch.set_num_threads a no-op once its worker starts: set the share first
-        use_cpu_share(vllm_cfg.get("num_engines") or 1)
+        use_cpu_share(cpu_sharers or vllm_cfg.get("num_engines") or 1)
         cache = {}
         if not torch.cuda.is_available() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             # vLLM's CPU default grabs most of the RAM, and allocating even 1 GiB took a third of the start-up
@@ -65,8 +67,9 @@ class VLLMEngine(WeightReceiver, EngineSleep):
 
         prompts = [TokensPrompt(prompt_token_ids=r["prompt_ids"], **_multimodal_data(r.get("media"))) for r in requests]
         params = [
+            # token ids in and out: vLLM would otherwise decode every sampled token and its log-prob entry to text
             SamplingParams(max_tokens=r["max_tokens"], temperature=temperature, top_p=top_p, logprobs=0, seed=r["seed"],
-                           logit_bias=self.suppressed)
+                           logit_bias=self.suppressed, detokenize=False)
             for r in requests
         ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
@@ -195,8 +198,9 @@ def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
 class HFEngine(WeightReceiver, EngineSleep):
     """HF ``generate`` as a rollout engine (``--vllm.num_engines 0``)."""
 
-    def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
-        use_cpu_share(config["vllm"].get("num_engines") or 1)
+    def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any],
+                 cpu_sharers: int | None = None) -> None:
+        use_cpu_share(cpu_sharers or config["vllm"].get("num_engines") or 1)
 
         from rlhf.engines.deepspeed_strategy import torch_dtype
         from rlhf.engines.hf_models import load_generative, token_id
@@ -283,10 +287,11 @@ class RolloutEngines:
         # the controller's input check already capped --data.max_len at the model's max_position_embeddings
         max_len = config.data.max_len
         dumped = config.model_dump(mode="json")
+        sharers = placement.cpu_sharers(config, engine=True) if placement is not None else None
         self.engines = [
             track(remote.options(**((placement and placement.engine_options(i))
                                     or {"num_cpus": 0, "num_gpus": _engine_gpus(config)})).remote(
-                model_path, config.ds.param_dtype, max_len, config.train.seed + i, dumped
+                model_path, config.ds.param_dtype, max_len, config.train.seed + i, dumped, sharers
             ), "rollout engine", i)
             for i in range(max(1, count))
         ]

@@ -69,7 +69,12 @@ def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *
 
     from rlhf.components import build
     from rlhf.config.checks import check_optimizer
-    from rlhf.engines.deepspeed_strategy import compile_if_asked, optimizer_train_config, zero3_context
+    from rlhf.engines.deepspeed_strategy import (
+        compile_if_asked,
+        optimizer_train_config,
+        skip_lone_rank_allreduce,
+        zero3_context,
+    )
     from rlhf.engines.model_extensions import active, load_model
     from rlhf.registry import ComponentKind as K
 
@@ -87,6 +92,7 @@ def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *
         config=ds_config,
         lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_steps), section),
     )
+    skip_lone_rank_allreduce(engine)
     return compile_if_asked(engine, config.ds), context
 
 

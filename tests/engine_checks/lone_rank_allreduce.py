@@ -1,0 +1,52 @@
+"""Train the tiny causal LM on one gloo rank twice from the same weights: DeepSpeed's gradient
+all-reduce on, then off as ``skip_lone_rank_allreduce`` turns it off.
+
+Usage: python lone_rank_allreduce.py MODEL_DIR ZERO_STAGE ; prints JSON on the last line: whether
+the skip turned the all-reduce off, and whether every final weight is bit-identical to the run with it.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
+    os.environ.setdefault(key, value)
+
+import deepspeed  # noqa: E402
+import deepspeed.ops  # noqa: E402
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from rlhf.engines.deepspeed_strategy import skip_lone_rank_allreduce  # noqa: E402
+
+deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # no 45 s JIT build; plain gloo
+deepspeed.init_distributed(dist_backend="gloo")
+stage = int(sys.argv[2])
+config = {
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 2,  # the all-reduce runs at the boundary micro-batch only
+    "gradient_clipping": 1.0,
+    "zero_optimization": {"stage": stage},
+    "bf16": {"enabled": False},
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "torch_adam": True, "foreach": True}},
+}
+batches = [torch.randint(10, 200, (2, 16), generator=torch.Generator().manual_seed(i)) for i in range(6)]
+
+
+def train(skip: bool) -> tuple[dict[str, torch.Tensor], bool]:
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    if skip:
+        skip_lone_rank_allreduce(engine)
+    for batch in batches:
+        engine.backward(engine(input_ids=batch, labels=batch).loss)
+        engine.step()
+    return {k: v.detach().clone() for k, v in engine.module.state_dict().items()}, engine.enable_backward_allreduce
+
+
+reduced, _ = train(skip=False)
+skipped, allreduce_on = train(skip=True)
+initial = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).state_dict()
+print(json.dumps({"allreduce_on": allreduce_on, "identical": all(torch.equal(reduced[k], skipped[k]) for k in reduced),
+                  "moved": max(float((reduced[k] - initial[k]).abs().max()) for k in reduced)}))
