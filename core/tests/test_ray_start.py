@@ -25,3 +25,26 @@ def test_the_tokenizer_import_after_start_ray_never_meets_a_half_imported_transf
         done = subprocess.run([sys.executable, "-c", STARTUP.format(delay=delay)], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0 and "imported AutoTokenizer" in done.stdout, done.stderr[-2000:]
 
+
+WORKER_NICENESS = """
+import os
+import ray
+from rlhf.runtime.ray_start import start_ray
+
+assert start_ray() is True
+print("niceness", ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote()))
+ray.shutdown()
+"""
+
+
+def test_a_local_clusters_workers_run_at_normal_priority_unless_the_user_says_otherwise() -> None:
+    """Ray's own default would start them at niceness 15, behind every other process on the machine."""
+    import os
+
+    for given, expected in ((None, 0), ("7", 7)):
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_worker_niceness")}
+        if given is not None:
+            env["RAY_worker_niceness"] = given
+        done = subprocess.run([sys.executable, "-c", WORKER_NICENESS], capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert f"niceness {expected}" in done.stdout
