@@ -13,7 +13,7 @@ import pytest
 from rlhf.config.supervised import SupervisedConfig
 from rlhf.engines.deepspeed_strategy import on_gpu, train_config
 from rlhf.runtime.tracking import read_metrics
-from rlhf.testing.cli import assert_ok, assert_user_error, run_rlhf
+from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_rlhf
 
 
 def _ds_block(**ds: object) -> dict:
@@ -100,7 +100,7 @@ def test_one_rank_at_zero0_skips_the_gradient_allreduce_and_trains_bit_identical
     steps (accumulating 2 micro-batches each) equal the run with it bit for bit; stage 1 keeps its own reduce."""
     checks = Path(__file__).parent / "engine_checks" / "lone_rank_allreduce.py"
     done = subprocess.run([sys.executable, str(checks), str(tiny_causal_lm_path), str(stage)], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=child_env())  # no launcher variables another test left behind
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["moved"] > 1e-4  # the steps changed the weights, so "identical" means something

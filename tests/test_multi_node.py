@@ -120,10 +120,6 @@ def test_no_ray_process_of_a_run_survives_its_exit(outcome, task_files, tiny_cau
     assert left == []
 
 
-def _logged_a_step(out: Path) -> bool:
-    return (out / "metrics.jsonl").exists() and bool(read_metrics(out))
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal_lm_path: Path, tmp_path: Path,
                                                  ray_tmpdir: str) -> None:
@@ -131,20 +127,24 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
     scheduler or a user would: SIGTERM (``scancel``, ``kill``) or SIGKILL (out of memory). No raylet,
     GCS or worker of that run outlives it."""
     out = tmp_path / "out"
-    observer = tmp_path / "end_observer.py"  # records the status the run ended with
-    observer.write_text("import pathlib\nimport rlhf\nrlhf_plugin_api = rlhf.PLUGIN_API_VERSION\n\n@rlhf.hookimpl\n"
-                        "def rlhf_train_end(config, run_dir, status):\n"
+    # Records the status the run ended with; after step 1 it says so and holds the driver inside its training loop,
+    # so the signal lands mid-run however fast the steps are (a short run could otherwise finish before it lands).
+    observer = tmp_path / "end_observer.py"
+    observer.write_text("import pathlib, time\nimport rlhf\nrlhf_plugin_api = rlhf.PLUGIN_API_VERSION\n\n"
+                        "@rlhf.hookimpl\ndef rlhf_step_end(step, metrics):\n"
+                        "    pathlib.Path(__file__).with_suffix('.running').touch()\n    time.sleep(600)\n\n"
+                        "@rlhf.hookimpl\ndef rlhf_train_end(config, run_dir, status):\n"
                         "    pathlib.Path(__file__).with_suffix('.status').write_text(status)\n")
     flags = ["--plugins", str(observer),
-             *base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=50), *_grpo(task_files)]
+             *base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=3), *_grpo(task_files)]
     with (tmp_path / "driver.err").open("w") as err:
         driver = subprocess.Popen([sys.executable, "-m", "rlhf", "train", "ppo", *flags], stdout=subprocess.DEVNULL,
                                   stderr=err, env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1",
                                                             RAY_TMPDIR=ray_tmpdir))
         try:
             deadline = time.monotonic() + 600
-            while not _logged_a_step(out) and driver.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.5)  # until step 1 is logged: Ray, every worker and the engine are up and training
+            while not observer.with_suffix(".running").exists() and driver.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.5)  # until step 1 is done: Ray, every worker and the engine are up and training
             assert driver.poll() is None, (tmp_path / "driver.err").read_text()[-4000:]
             assert _processes_mentioning(ray_tmpdir)  # the run's raylet, GCS and workers, found by their folder
             driver.send_signal(signum)
@@ -154,7 +154,7 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
                 driver.kill()
     status = observer.with_suffix(".status")
     if signum == signal.SIGTERM:  # Ray's handler exits with the signal's number; the run ends as interrupted
-        assert returncode == signum and status.read_text() == "interrupted"
+        assert (returncode, status.read_text()) == (signum, "interrupted"), (tmp_path / "driver.err").read_text()[-4000:]
         assert not list(out.glob(".staging-*")) and not (out / "model.safetensors").exists()  # nothing half-written
     else:  # nothing of the driver runs any more: Ray's head processes go with it (fate sharing)
         assert returncode == -signum and not status.exists()
