@@ -79,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rlhf.cli.plugin_cmd import add_plugin_parser
 
     add_plugin_parser(sub)
-    sub.add_parser("config", help="config tools: rlhf config convert SCRIPT.sh | -- OPENRLHF COMMAND (old flags -> "
-                                  "dotted flags and YAML)", add_help=False)
+    from rlhf.cli.convert_cmd import add_config_parser
+
+    add_config_parser(sub)
     return parser
 
 
