@@ -114,6 +114,17 @@ def test_bare_flags_with_trainer_and_the_inference_commands(capsys) -> None:
         "base", "adapter", "merged", True, "bf16")
 
 
+def test_lora_combiner_ds_param_dtype_converts_to_a_merge_that_parses(capsys) -> None:
+    """OpenRLHF 0.11's lora_combiner (and its README) spell the dtype --ds.param_dtype."""
+    from rlhf.cli.main import build_parser
+
+    merge = ["--model_path", "base", "--lora_path", "adapter", "--output_path", "merged", "--ds.param_dtype", "fp16"]
+    assert main(["config", "convert", "--", "python", "-m", "openrlhf.cli.lora_combiner", *merge]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("rlhf lora merge"))
+    assert build_parser().parse_args(line.split()[1:]).param_dtype == "fp16"
+    assert build_parser().parse_args(["lora", "merge", *merge[:-1], "bf16"]).param_dtype == "bf16"
+
+
 def test_convert_errors_are_one_line(tmp_path: Path) -> None:
     assert_user_error(run_rlhf("config", "convert", "--", "--pretrain", "m"), "--trainer")
     empty = tmp_path / "empty.sh"

@@ -79,6 +79,22 @@ def test_no_prefix_blocks_a_plugin_and_its_components(rlhf_cli: RlhfCli) -> None
     assert "rlhf-plugin-grpo" in blocked_grpo.stderr
 
 
+@pytest.mark.parametrize(
+    ("spec", "names"),
+    [
+        ("no:ech", ["--plugins no:ech", "no installed plugin is called 'ech'", "did you mean no:echo?"]),
+        ("no:group_norm", ["'group_norm'", "a component of plugin 'grpo'", "no:grpo"]),
+        ("ppo,no:core", ["no:core", "built into rlhf and cannot be blocked"]),
+    ],
+)
+def test_blocking_a_name_that_is_no_installed_plugin_is_an_error(rlhf_cli: RlhfCli, spec: str, names: list[str]) -> None:
+    from rlhf.testing.cli import assert_user_error
+
+    assert_user_error(rlhf_cli("plugins", "--plugins", spec, check=False), *names)
+    assert_user_error(rlhf_cli("train", "ppo", "--print-config", env={"RLHF_PLUGINS": spec}, check=False),
+                      "RLHF_PLUGINS", *names[1:])
+
+
 def test_names_switch_to_an_allow_list_by_entry_point_or_distribution_name(rlhf_cli: RlhfCli) -> None:
     records = rlhf_cli.plugins("--plugins", "ppo,rlhf-plugin-adamw")
     assert {n for n, r in records.items() if r["status"] == "ok"} == {"core", "ppo", "adamw"}

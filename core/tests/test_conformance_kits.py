@@ -3,6 +3,7 @@ and the smallest input that shows it (the first-party plugins' own tests show th
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -82,6 +83,56 @@ class DropsLastTrajectory:
         return engines.generate(requests, **sampling)[:-1]
 
 
+class RewardingExecutor:
+    """An executor whose environment rewards every episode (``provides_rewards``), within the contract;
+    the subclasses below each break one part of it."""
+
+    provides_rewards = True
+
+    def run(self, requests, engines, sampling):
+        out = engines.generate(requests, **sampling)
+        return [{**t, "action_mask": self.mask(len(t["response_ids"])), "agent": self.result()} for t in out]
+
+    def mask(self, length):
+        return [1] * length
+
+    def result(self):
+        return {"reward": 1.0, "score": 1.0, "extra_logs": {"turns": 1}}
+
+
+class StringReward(RewardingExecutor):
+    def result(self):
+        return {"reward": "1.0"}
+
+
+class NaNReward(RewardingExecutor):
+    def result(self):
+        return {"reward": math.nan, "score": 0.0}
+
+
+class NaNExtraLog(RewardingExecutor):
+    def result(self):
+        return {"reward": 1.0, "extra_logs": {"turns": math.nan}}
+
+
+class ShortMask(RewardingExecutor):
+    def mask(self, length):
+        return [1] * (length - 1)
+
+
+class NonBinaryMask(RewardingExecutor):
+    def mask(self, length):
+        return [2] * length
+
+
+class NoEnvironmentResult(RewardingExecutor):
+    def result(self):
+        return None
+
+    def run(self, requests, engines, sampling):
+        return [{k: v for k, v in t.items() if k != "agent"} for t in super().run(requests, engines, sampling)]
+
+
 class Bf16Loss(PPOClipLoss):
     """Casts the loss back to the input dtype."""
 
@@ -98,6 +149,24 @@ def test_more_broken_components_each_name_their_property() -> None:
     assert "returned 0 trajectories for 1 requests" in failure(check_agent_executor, DropsLastTrajectory())
     message = failure(check_policy_loss, Bf16Loss())
     assert "loss is torch.bfloat16 for torch.bfloat16 inputs, expected torch.float32" in message
+
+
+@pytest.mark.parametrize(("executor", "message"), [
+    (StringReward(), "trajectory 0: agent['reward'] must be a number, got str '1.0'"),
+    (NaNReward(), "trajectory 0: agent['reward'] is NaN"),
+    (NaNExtraLog(), "trajectory 0: agent['extra_logs']['turns'] is NaN"),
+    (ShortMask(), "trajectory 0: action_mask must be a list with one 0/1 per response token"),
+    (NonBinaryMask(), "trajectory 0: action_mask must hold only 0 and 1"),
+    (NoEnvironmentResult(), "trajectory 0: the executor declares provides_rewards but returned no 'agent' result"),
+])
+def test_an_executor_breaking_the_mask_or_reward_contract_fails_naming_it(executor, message) -> None:
+    found = failure(check_agent_executor, executor)
+    assert message in found and "on 1 request(s)" in found
+    assert "not deterministic" not in found
+
+
+def test_an_executor_within_the_contract_passes() -> None:
+    check_agent_executor(RewardingExecutor())
 
 
 def test_an_estimator_that_ignores_the_mask_fails_on_the_smallest_padded_batch() -> None:

@@ -18,11 +18,15 @@ failure into an error; without it, only plugins named explicitly fail hard.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rlhf.errors import PluginError
 
 ENV_PLUGINS = "RLHF_PLUGINS"
 ENV_STRICT = "RLHF_STRICT_PLUGINS"
@@ -122,6 +126,24 @@ class PluginSelection:
     def is_blocked(self, *identities: str | None) -> bool:
         blocked = {canonical(n) for n in self.blocked}
         return any(i is not None and canonical(i) in blocked for i in identities)
+
+    def check_blocked_names(self, records: Iterable[PluginRecord], components: dict[str, str]) -> None:
+        """Every ``no:NAME`` names a plugin the host saw (a blocked name that matches nothing would block
+        nothing, silently). ``components`` maps a registered component name to its plugin, for the hint."""
+        records = list(records)
+        builtin = {canonical(i) for r in records if r.source == "builtin" for i in (r.name, r.distribution) if i}
+        known = {canonical(i) for r in records if r.source != "builtin" for i in (r.name, r.distribution) if i}
+        for name in self.blocked:
+            if canonical(name) in builtin:
+                raise PluginError(f"{self.origin} no:{name}: {name!r} is built into rlhf and cannot be blocked")
+            if canonical(name) in known:
+                continue
+            if name in components:
+                hint = f"it is a component of plugin {components[name]!r}: block the plugin with no:{components[name]}"
+            else:
+                close = difflib.get_close_matches(canonical(name), sorted(known), n=1)
+                hint = f"did you mean no:{close[0]}?" if close else f"installed plugins: {', '.join(sorted(known)) or '(none)'}"
+            raise PluginError(f"{self.origin} no:{name}: no installed plugin is called {name!r}; {hint}")
 
 
 @dataclass

@@ -77,6 +77,7 @@ class PluginHost:
         for item in host.selection.files:
             host.add_file(item)
         host._check_pins()
+        host.selection.check_blocked_names(host.records, {r.name: r.plugin for r in host.registry.registrations()})
         return host
 
     def _entry_points(self) -> list[tuple[str, metadata.EntryPoint]]:

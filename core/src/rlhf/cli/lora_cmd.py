@@ -15,7 +15,9 @@ def add_lora_parser(sub: Any) -> None:
     merge.add_argument("--lora_path", required=True, help="the adapter dir (adapter_config.json, adapter weights)")
     merge.add_argument("--output_path", required=True, help="where the merged model is written")
     merge.add_argument("--is_rm", action="store_true", help="the adapter belongs to a reward model (value head)")
-    merge.add_argument("--param_dtype", choices=["bf16", "fp16", "fp32"], default="bf16", help="dtype of the merged weights")
+    merge.add_argument("--param_dtype", "--ds.param_dtype", dest="param_dtype", choices=["bf16", "fp16", "fp32"],
+                       default="bf16", help="dtype the base model is loaded in and the merged weights are saved in "
+                       "(--ds.param_dtype: OpenRLHF 0.11 lora_combiner's spelling)")
     merge.add_argument("--bf16", dest="param_dtype", action="store_const", const="bf16",
                        help="OpenRLHF lora_combiner's spelling of --param_dtype bf16")
 

@@ -86,6 +86,21 @@ README_0_11_SUPERVISED: dict[str, Entry] = {
     "--actor.gradient_checkpointing_enable": Rename("--train.gradient_checkpointing_enable"),
 }
 
+_SAVES_HF = Ignored("the supervised trainers always save the final model in HF format")
+_KEEPS_DS = Ignored("supervised checkpoints hold the model and optimizer state rlhf needs to resume")
+
+#: OpenRLHF 0.11's supervised parsers (``train_sft``, ``train_rm``, ``train_dpo``…) put the optimizer,
+#: scheduler and clipping at the top level and gradient checkpointing under ``--model``; rlhf keeps
+#: them under ``--train``, as the dotted PPO tree does for each model.
+PARSER_0_11_SUPERVISED: dict[str, Entry] = {
+    "--model.gradient_checkpointing_enable": Rename("--train.gradient_checkpointing_enable"),
+    "--model.gradient_checkpointing_reentrant": Rename("--train.gradient_checkpointing_reentrant"),
+    "--optim": Rename("--train.optim"),
+    "--min_lr_ratio": Rename("--train.min_lr_ratio"),
+    "--ckpt.save_hf": _SAVES_HF,
+    "--ckpt.disable_ds": _KEEPS_DS,
+}
+
 #: DeepSpeed, LoRA, packing and logging flags: the same in every 0.9 trainer.
 _SHARED_0_9: dict[str, Entry] = {
     "--zero_stage": Rename("--ds.zero_stage"),
@@ -247,6 +262,7 @@ PPO: dict[str, Entry] = {
 SUPERVISED: dict[str, Entry] = {
     **_SHARED_0_9,
     **README_0_11_SUPERVISED,
+    **PARSER_0_11_SUPERVISED,
     "--pretrain": Rename("--model.model_name_or_path"),
     "--ref_pretrain": Rename("--ref.model_name_or_path"),
     "--ref_offload": Rename("--ref.offload"),
@@ -284,8 +300,8 @@ SUPERVISED: dict[str, Entry] = {
     "--undesirable_loss_weight": Rename("--model.undesirable_loss_weight"),
     "--placeholder_token": Rename("--model.placeholder_token"),
     "--reward_tokens": Rename("--model.reward_tokens"),
-    "--save_hf_ckpt": Ignored("the supervised trainers always save the final model in HF format"),
-    "--disable_ds_ckpt": Ignored("supervised checkpoints hold the model and optimizer state rlhf needs to resume"),
+    "--save_hf_ckpt": _SAVES_HF,
+    "--disable_ds_ckpt": _KEEPS_DS,
 }
 
 #: OpenRLHF's ``batch_inference`` (its ``--eval_task`` picked the engine) for ``rlhf generate``.

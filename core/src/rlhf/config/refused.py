@@ -28,7 +28,7 @@ REFUSED: dict[tuple[str, str], str] = {
     ("ppo", "vllm.sync_with_ray"): _WEIGHT_SYNC,
     ("supervised", "ds.enable_sleep"): "sleep mode frees devices for colocated rollout engines; supervised training has none",
     ("ppo", "local_rank"): "Ray places each rank on its device; --local_rank is for the launchers of the supervised trainers",
-    ("ppo", "use_ms"): "models cannot be fetched from ModelScope: download the model and pass its local directory",
+    ("*", "use_ms"): "models cannot be fetched from ModelScope: download the model and pass its local directory",
 }
 
 

@@ -36,6 +36,8 @@ class SupervisedTrainSection(Section):
     batch_size: int = flag(128, "Global batch size per optimizer step")
     max_epochs: int = flag(2, "Passes over the training data")
     seed: int = flag(42, "Random seed (data order, initialisation of new heads)")
+    full_determinism_enable: bool = flag(False, "Reproducible behaviour: deterministic torch algorithms (slower on GPU)",
+                                         switch=True)
     optim: str = flag("adam", "Optimizer (a registered optimizer name)", component=K.OPTIMIZER)
     lr_scheduler: str = flag("cosine_with_min_lr", "LR scheduler (a registered scheduler name)", component=K.SCHEDULER)
     lr_warmup_ratio: float = flag(0.03, "Warmup steps as a fraction of training steps")
@@ -90,6 +92,7 @@ class SupervisedConfig(Section):
     ckpt: SupervisedCkptSection = Field(default_factory=SupervisedCkptSection)
     logger: LoggerSection = Field(default_factory=LoggerSection)
     local_rank: int = flag(-1, "local_rank for deepspeed")
+    use_ms: bool = flag(False, "Fetch models from ModelScope (refused: pass a local directory)", switch=True)
     plugins: dict[str, dict[str, Any]] = plugin_options_field()
     plugin_set: list[dict[str, Any]] = plugin_set_field()
 

@@ -148,6 +148,7 @@ class SupervisedTrainer:
     def run(self) -> None:
         import torch
 
+        from rlhf.engines.deepspeed_strategy import seed_process
         from rlhf.engines.hf_models import check_model_source, load_tokenizer
         from rlhf.supervised.engines import frozen_engine, join_process_group, trained_engine
 
@@ -156,6 +157,7 @@ class SupervisedTrainer:
             raise ConfigError("--model.model_name_or_path is required")
         check_model_source(cfg.model.model_name_or_path, "--model.model_name_or_path")
         self.rank, self.world_size = join_process_group(cfg.local_rank)
+        seed_process(cfg.train.seed, cfg.train.full_determinism_enable)
         tp = cfg.ds.tensor_parallel_size  # DeepSpeed AutoTP groups consecutive ranks
         self.dp_rank, self.dp_size = self.rank // tp, self.world_size // tp
         self.tokenizer = load_tokenizer(cfg.model.model_name_or_path, "--model.model_name_or_path",

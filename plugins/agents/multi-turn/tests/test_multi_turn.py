@@ -10,6 +10,7 @@ from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
 
 from rlhf.agents import load_agent_class
 from rlhf.errors import ConfigError
+from rlhf.testing.conformance import AgentExecutorKit
 
 GUESS_ENV = Path(__file__).parent / "guess_number_env.py"
 FEEDBACK = {" higher ", " lower ", " a number please "}
@@ -54,6 +55,19 @@ def spans(mask: list[int]) -> list[tuple[int, int, int]]:
             out.append((mask[start], start, i))
             start = i
     return out
+
+
+class TestMultiTurnKit(AgentExecutorKit):
+    """The agent-executor kit on the guess-the-number environment: masks and environment rewards included."""
+
+    plugin_module, registered_name = "rlhf_plugin_multi_turn", "multi_turn"
+
+    @pytest.fixture(autouse=True)
+    def _tokenizer(self, tiny_causal_lm_path) -> None:
+        self.model_path = tiny_causal_lm_path
+
+    def make_component(self):
+        return executor_for(GUESS_ENV, self.model_path)
 
 
 def test_feedback_tokens_are_masked_and_model_tokens_keep_their_logprobs(engine, tiny_causal_lm_path) -> None:

@@ -109,7 +109,7 @@ def test_lora_sft_saves_an_adapter_that_merges_exactly(tmp_path, tiny_causal_lm_
     losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if "loss" in line]
     assert losses[-1] < losses[0]
     assert_ok(run_rlhf("lora", "merge", "--model_path", str(tiny_causal_lm_path),
-               "--lora_path", str(out), "--output_path", str(merged), "--param_dtype", "fp32"))
+               "--lora_path", str(out), "--output_path", str(merged), "--ds.param_dtype", "fp32"))
     ids = torch.tensor([[1, 40, 41, 42, 43, 44, 45]])
     base = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path, dtype=torch.float32)
     with torch.no_grad():

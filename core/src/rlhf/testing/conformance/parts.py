@@ -4,6 +4,7 @@ processors (docs/plugins/<kind>.md)."""
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 from rlhf.registry import ComponentKind
@@ -76,13 +77,69 @@ class ScriptedEngines:
 
 
 def agent_requests(count: int, max_tokens: int = 6) -> list[dict[str, Any]]:
-    return [{"prompt_ids": [5 + i, 7, 9 + i % 3], "label": str(i), "max_tokens": max_tokens, "seed": i} for i in range(count)]
+    return [{"prompt_ids": [5 + i, 7, 9 + i % 3], "prompt": f"prompt {i}", "label": str(i), "max_tokens": max_tokens, "seed": i}
+            for i in range(count)]
+
+
+def _number_problem(where: str, value: Any) -> str | None:
+    """Why ``value`` is not a finite real number (what the reward stage's ``float()`` and the means need)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{where} must be a number, got {type(value).__name__} {show(value)}"
+    if math.isnan(value):
+        return f"{where} is NaN"
+    if math.isinf(value):
+        return f"{where} is infinite"
+    return None
+
+
+def _agent_result_problem(where: str, agent: Any) -> str | None:
+    """``{"reward", "score"?, "extra_logs"?}`` with numbers, or ``{"error": "what failed"}``."""
+    if not isinstance(agent, dict):
+        return f"{where} must be a dict, got {type(agent).__name__} {show(agent)}"
+    if "error" in agent:
+        return None if isinstance(agent["error"], str) and agent["error"] else f"{where}['error'] must be a non-empty string"
+    if "reward" not in agent:
+        return f"{where} has neither 'reward' nor 'error' (keys {sorted(agent)})"
+    problems = [_number_problem(f"{where}['reward']", agent["reward"])]
+    if "score" in agent:
+        problems.append(_number_problem(f"{where}['score']", agent["score"]))
+    logs = agent.get("extra_logs") or {}
+    if not isinstance(logs, dict):
+        problems.append(f"{where}['extra_logs'] must be a dict of name -> number, got {type(logs).__name__}")
+    else:
+        problems += [_number_problem(f"{where}['extra_logs'][{key!r}]", value) for key, value in logs.items()]
+    return next((p for p in problems if p), None)
+
+
+def _trajectory_problem(i: int, trajectory: dict[str, Any], provides_rewards: bool) -> str | None:
+    ids, logprobs = trajectory.get("response_ids"), trajectory.get("logprobs")
+    if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+        return f"trajectory {i}: response_ids must be a list of ints, got {show(ids)}"
+    if not isinstance(logprobs, list) or len(logprobs) != len(ids):
+        return f"trajectory {i}: {len(logprobs or [])} log-probs for {len(ids)} response tokens"
+    if problem := next((p for j, lp in enumerate(logprobs) if (p := _number_problem(f"logprobs[{j}]", lp))), None):
+        return f"trajectory {i}: {problem}"
+    if trajectory.get("finish_reason") not in ("stop", "length"):
+        return f"trajectory {i}: finish_reason {trajectory.get('finish_reason')!r} is not 'stop' or 'length'"
+    mask = trajectory.get("action_mask")
+    if mask is not None and (not isinstance(mask, list) or len(mask) != len(ids)):
+        return f"trajectory {i}: action_mask must be a list with one 0/1 per response token ({len(ids)}), got {show(mask)}"
+    if mask is not None and any(isinstance(m, bool) or m not in (0, 1) for m in mask):
+        return f"trajectory {i}: action_mask must hold only 0 and 1, got {show(mask)}"
+    if provides_rewards and "agent" not in trajectory:
+        return f"trajectory {i}: the executor declares provides_rewards but returned no 'agent' result"
+    if "agent" in trajectory:
+        return _agent_result_problem(f"trajectory {i}: agent", trajectory["agent"])
+    return None
 
 
 def check_agent_executor(executor: Any) -> None:
     """One trajectory per request in request order: int ``response_ids`` within ``max_tokens`` (plus a
-    final eos), one log-prob per token, ``finish_reason`` stop/length; no requests -> []; deterministic."""
+    final eos), one finite log-prob per token, ``finish_reason`` stop/length, an ``action_mask`` (when
+    given) of one 0/1 per token, an ``agent`` result (required with ``provides_rewards``) with a finite
+    number ``reward`` or an ``error``; no requests -> []; deterministic."""
     sampling = {"temperature": 1.0, "top_p": 1.0}
+    provides_rewards = bool(getattr(executor, "provides_rewards", False))
 
     def case(count: int) -> Any:
         requests = agent_requests(count)
@@ -92,13 +149,10 @@ def check_agent_executor(executor: Any) -> None:
             if not isinstance(out, list) or len(out) != count:
                 return f"returned {len(out) if isinstance(out, list) else type(out).__name__} trajectories for {count} requests"
             for i, trajectory in enumerate(out):
-                ids, logprobs = trajectory.get("response_ids"), trajectory.get("logprobs")
-                if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
-                    return f"trajectory {i}: response_ids must be a list of ints, got {show(ids)}"
-                if not isinstance(logprobs, list) or len(logprobs) != len(ids):
-                    return f"trajectory {i}: {len(logprobs or [])} log-probs for {len(ids)} response tokens"
-                if trajectory.get("finish_reason") not in ("stop", "length"):
-                    return f"trajectory {i}: finish_reason {trajectory.get('finish_reason')!r} is not 'stop' or 'length'"
+                if not isinstance(trajectory, dict):
+                    return f"trajectory {i} must be a dict, got {type(trajectory).__name__}"
+                if problem := _trajectory_problem(i, trajectory, provides_rewards):
+                    return problem
             if executor.run(requests, ScriptedEngines(), sampling) != out:
                 return "two runs on the same requests differ (not deterministic)"
             return None
