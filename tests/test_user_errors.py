@@ -200,6 +200,37 @@ def test_a_dead_ray_worker_is_named_by_group_and_rank(tiny_causal_lm_path, task_
     assert "/logs/worker-" in log and log.endswith(".err")  # the dead rank's own log file in Ray's session folder
 
 
+# The actor dies inside its first weight sync: at its first broadcast, once the engine has had a moment
+# to wait in the same gloo collective. The engine then fails at once ("Connection reset/closed by peer"), well
+# before Ray declares the actor's own call failed; the error must still name the dead actor.
+DIES_IN_SYNC = """
+import os, time
+import rlhf
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+@rlhf.hookimpl
+def rlhf_worker_init(role, rank, config):
+    if role == "actor":
+        from rlhf.runtime.weight_sync import BroadcastGroup
+
+        def die(self, tensor):
+            time.sleep(1)
+            os._exit(9)
+
+        BroadcastGroup.broadcast = die
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_dying_in_the_middle_of_a_weight_sync_is_named_not_its_peers_error(tiny_causal_lm_path, task_files,
+                                                                                      tmp_path) -> None:
+    plugin = tmp_path / "dies_in_sync.py"
+    plugin.write_text(DIES_IN_SYNC)
+    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin),
+                   "--vllm.sync_backend", "gloo")
+    assert_user_error(result, "Ray worker 'actor' rank 0", "died", "--ckpt.load_enable")
+
+
 @pytest.mark.slow
 def test_nan_rewards_stop_the_run_instead_of_training_on_them(tiny_causal_lm_path, task_files, tmp_path) -> None:
     reward = tmp_path / "nan_reward.py"

@@ -108,13 +108,15 @@ def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from rlhf.cli.interrupts import handle_sigterm, report_interrupt
+
+    handle_sigterm()
     try:
         return _dispatch(argv)
     except SystemExit:
         raise
-    except KeyboardInterrupt:
-        print("rlhf: interrupted", file=sys.stderr)
-        return 130  # the shell's convention for SIGINT
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, status 130 or 143
+        return report_interrupt(exc)
     except BaseException as exc:  # noqa: BLE001 - every error leaves through one renderer
         return render_exit(exc, debug_requested(argv))
 

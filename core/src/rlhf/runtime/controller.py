@@ -20,7 +20,7 @@ from rlhf.runtime import checkpoint
 from rlhf.runtime.batch import Sample, worker_payload
 from rlhf.runtime.best_checkpoint import BestCheckpoint
 from rlhf.runtime.kl_control import KLController, observed_kl
-from rlhf.runtime.ray_start import start_ray
+from rlhf.runtime.ray_start import start_ray, stop_ray
 from rlhf.runtime.rewarding import RewardStage
 
 log = logging.getLogger("rlhf.runtime")
@@ -322,7 +322,6 @@ class PPOController:
     # -------------------------------------------------------------------- run
 
     def run(self) -> None:
-        import ray
         import yaml
 
         from rlhf.runtime.async_pipeline import rollout_batches
@@ -337,11 +336,11 @@ class PPOController:
             self._check_data()
         except BaseException:
             if started_ray:
-                ray.shutdown()
+                stop_ray()
             raise
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-        status = "failed"
+        status, tracker = "failed", None
         try:
             self._setup()
             write_whereabouts(self.run_dir / "workers.json", [self.actor, self.ref, self.critic, *self.rewards.reward_models],
@@ -359,18 +358,22 @@ class PPOController:
                 if cfg.ckpt.save_steps > 0 and self.step % cfg.ckpt.save_steps == 0:
                     self.save_checkpoint()
                 self.plugins.step_end(self.step, metrics)
-            tracker.close()
             self.actor.call("save_hf", str(self.run_dir))
             if self.critic is not None and cfg.critic.save_value_network:  # OpenRLHF's <save_path>_critic
                 self.critic.call("save_hf", str(self.run_dir.with_name(self.run_dir.name + "_critic")))
             status = "completed"
-        except (KeyboardInterrupt, SystemExit):  # Ctrl-C; SIGTERM (Ray's handler exits with the signal number)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the CLI's handler
+            status = "interrupted"
+            raise checkpoint.interrupted(Path(cfg.ckpt.path)) from exc
+        except SystemExit:  # SIGTERM through Ray's own handler (a run started outside the CLI)
             status = "interrupted"
             raise
         finally:
+            if tracker is not None:  # the progress bar ends its line before anything else is printed
+                tracker.close()
             self.plugins.train_end(cfg, self.run_dir, status)
             if started_ray:
-                ray.shutdown()
+                stop_ray()
 
 
 def _gpu() -> bool:
