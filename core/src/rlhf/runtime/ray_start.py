@@ -54,12 +54,19 @@ def stop_ray() -> None:
 
 def _start_ray() -> bool:
     import ray
+    from ray._private import ray_constants
 
+    from rlhf.console import WORKER_ENV, WORKER_SETUP_HOOK, hand_back_library_loggers
     from rlhf.errors import WorkerError
 
+    hand_back_library_loggers()  # Ray's own console handler, installed as `ray` imported
     if ray.is_initialized():
         return False
     env = {"TOKENIZERS_PARALLELISM": "false", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
+    # each worker routes its output as it starts (rlhf.console); Ray turns a module-path hook into this
+    # variable, which local workers inherit without the per-worker cost of a job runtime_env
+    env[ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR] = WORKER_SETUP_HOOK
+    env.update({key: os.environ[key] for key in WORKER_ENV if key in os.environ})  # the run log, --verbose
     if address := os.environ.get("RAY_ADDRESS"):
         check_reachable(address)
         # the cluster's own authentication applies: `ray start` clusters want a token, which a client sends

@@ -23,15 +23,12 @@ log = logging.getLogger("rlhf.tracking")
 class MetricsTracker:
     def __init__(self, config: Any, run_dir: Path, total_steps: int, initial_step: int = 0, *, desc: str = "rl steps",
                  shown: tuple[str, ...] = SHOWN) -> None:
-        from tqdm import tqdm
-
         self.config = config
         self.every = max(1, config.logger.logging_steps)
         self.shown = shown
         self.path = run_dir / "metrics.jsonl"
         _keep_records_up_to(self.path, initial_step)
-        self.bar = tqdm(total=total_steps, initial=initial_step, desc=desc, dynamic_ncols=True,
-                        disable=os.environ.get("RLHF_NO_PROGRESS") == "1")
+        self.bar = progress_bar(total_steps, initial_step, desc)
         self.tensorboard = None
         if config.logger.tensorboard_dir:
             from torch.utils.tensorboard import SummaryWriter
@@ -53,8 +50,9 @@ class MetricsTracker:
                                     mode=mode, reinit=True)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        # drawn by update(), at most once per refresh interval
+        self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in self.shown if k in metrics}, refresh=False)
         self.bar.update(1)
-        self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in self.shown if k in metrics})
         if step % self.every:
             return
         complete = self.path.stat().st_size if self.path.exists() else 0
@@ -77,6 +75,35 @@ class MetricsTracker:
             self.tensorboard.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def progress_bar(total: int, initial: int, desc: str) -> Any:
+    """A tqdm bar on stderr. In a terminal it redraws in place; in a file or a pipe (CI, SLURM, nohup) it
+    writes one plain line at most every ``RLHF_PROGRESS_INTERVAL_S`` seconds (30) and when it closes.
+    ``RLHF_NO_PROGRESS=1``: none."""
+    import sys
+
+    from tqdm import tqdm
+
+    class PlainLines(tqdm):
+        def display(self, msg: str | None = None, pos: int | None = None) -> bool:  # tqdm's override point
+            self.fp.write(f"{msg or self}\n")
+            self.fp.flush()
+            return True
+
+        def close(self) -> None:
+            if not self.disable:  # the last line, whole; tqdm's own close would end it with "\r" or an empty line
+                if self.last_print_n != self.n:
+                    self.display()
+                self._decr_instances(self)
+                self.disable = True
+
+    disable = os.environ.get("RLHF_NO_PROGRESS") == "1"
+    if sys.stderr.isatty():
+        return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True, disable=disable)
+    interval = float(os.environ.get("RLHF_PROGRESS_INTERVAL_S", "30"))
+    return PlainLines(total=total, initial=initial, desc=desc, mininterval=interval, disable=disable,
+                      bar_format="{desc}: {n_fmt}/{total_fmt} ({percentage:.0f} %) [{elapsed}<{remaining}, {rate_fmt}{postfix}]")
 
 
 def _reachable(host: str) -> bool:
