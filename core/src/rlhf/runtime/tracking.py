@@ -71,6 +71,10 @@ class MetricsTracker:
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
 
+    def note(self, message: str) -> None:
+        """One console line above the progress bar (e.g. a steering plugin's effect)."""
+        self.bar.write(message)
+
     def close(self) -> None:
         self.bar.close()
         if self.tensorboard is not None:
