@@ -311,7 +311,10 @@ class PPOController:
         """A checkpoint of this step under ``root`` (``--ckpt.path``), keeping the newest ``keep`` (``--ckpt.max_num``)."""
         cfg = self.config
         plugin_state: dict[str, Any] = {}
-        state = {"step": self.step, "data": self.trained_data or self.schedule.state(), "kl_coef": self.kl.value,
+        data = dict(self.trained_data or self.schedule.state())
+        if self.schedule.weights is not None:  # the newest (async mode trained a batch drawn before the last change)
+            data["weights"] = list(self.schedule.weights)
+        state = {"step": self.step, "data": data, "kl_coef": self.kl.value,
                  "steering": self.steered, "best_metric": self.best.value,
                  "plugin_set": cfg.plugin_set, "plugins": plugin_state}
 
