@@ -35,7 +35,7 @@ plugin's hook returned:
 
 | call | effect | kept across a resume in |
 |---|---|---|
-| `steering.set_coefficient("kl", v)` | β from the next step on (an adaptive `--algo.kl.target` controller goes on from `v`) | `kl_coef` of `state.json` |
+| `steering.set_coefficient("kl", v)` | β from the next step on (an adaptive `--algo.kl.target` controller goes on from `v`; the reference model exists only when the run started with `--algo.kl.init_coef` > 0) | `kl_coef` of `state.json` |
 | `steering.set_coefficient("entropy", v)` | the entropy bonus c_H (`--actor.entropy_coef`) from the next step on | `steering` of `state.json` |
 | `steering.set_coefficient("lr_scale", v)` | multiplies the actor's scheduled learning rate from the next step on | `steering` of `state.json` |
 | `steering.set_prompt_weights([w0, w1, …])` | prompt batches drawn from then on pick each `--data.prompt_dataset` source by these weights (normalised) | `data.weights` of `state.json` |

@@ -62,9 +62,15 @@ def test_an_early_stop_ends_a_run_whose_reward_plateaus(ray_cluster, task_files,
     flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=6), *GRPO,
              "--reward.remote_url", str(task_files["reward"]), "--early_stop.patience", "2",
              "--early_stop.min_delta", "100"]  # no step can beat the first by 100: a plateau from step 1 on
-    assert main(["train", "ppo", "--plugins", str(EXAMPLES / "early_stop.py"), *flags]) == 0
+    coefficients = tmp_path / "coefficients.py"  # beside it, a plugin that sets two coefficients after step 1
+    coefficients.write_text("import rlhf\n\nrlhf_plugin_api = rlhf.PLUGIN_API_VERSION\n\n\n@rlhf.hookimpl\n"
+                            "def rlhf_steer(step, steering):\n    if step == 1:\n"
+                            "        steering.set_coefficient('kl', 0.05)\n        steering.set_coefficient('entropy', 0.01)\n")
+    assert main(["train", "ppo", "--plugins", f"{EXAMPLES / 'early_stop.py'},{coefficients}", *flags]) == 0
     metrics = read_metrics(tmp_path / "out")
     assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert [m["kl_coef"] for m in metrics] == [0.0, 0.05, 0.05] and metrics[0]["steer/kl"] == 0.05
+    assert ["entropy" in m for m in metrics] == [False, True, True]  # the actor adds the entropy term from step 2
     assert [m.get("steer/stop") for m in metrics] == [None, None, 1.0]
     status = json.loads((tmp_path / "out" / "run_status.json").read_text())
     assert status["status"] == "stopped" and status["step"] == 3
