@@ -292,7 +292,7 @@ class PluginHost:
         try:
             self._notify("rlhf_train_end", config=config, run_dir=run_dir, status=status)
         except PluginError as exc:
-            if status == "completed":
+            if status in ("completed", "stopped"):  # a run that ended normally: the hook's error is the error
                 raise
             log.warning("%s (the run had already ended: %s)", exc, status)
 

@@ -7,7 +7,6 @@ generate (agent executor) → reward → experience (old/ref log-probs, values, 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from rlhf.runtime.kl_control import KLController, observed_kl
 from rlhf.runtime.ray_start import start_ray
 from rlhf.runtime.rewarding import RewardStage
 from rlhf.runtime.steering_control import prompt_mix_metrics, steer
+from rlhf.runtime.tracking import record_status
 
 log = logging.getLogger("rlhf.runtime")
 
@@ -389,8 +389,7 @@ class PPOController:
             status = "interrupted"
             raise
         finally:
-            checkpoint.write_text_atomically(self.run_dir / "run_status.json", json.dumps(
-                {"status": status, "reason": reason, "step": self.step}) + "\n", "run status")
+            record_status(self.run_dir, {"status": status, "reason": reason, "step": self.step})
             self.plugins.train_end(cfg, self.run_dir, status)
             if started_ray:
                 ray.shutdown()
