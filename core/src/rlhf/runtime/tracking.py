@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlhf.errors import storage_error
+from rlhf.errors import StorageError, storage_error
+from rlhf.runtime.checkpoint import write_text_atomically
 
 SHOWN = ("reward", "kl", "response_length", "timing/step_total")
 
@@ -68,6 +69,10 @@ class MetricsTracker:
                 self.tensorboard.add_scalar(key, value, step)
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
+
+    def note(self, message: str) -> None:
+        """One console line above the progress bar (e.g. a steering plugin's effect)."""
+        self.bar.write(message)
 
     def close(self) -> None:
         self.bar.close()
@@ -142,3 +147,14 @@ def _step_of(line: str) -> int | None:
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def record_status(run_dir: Path, status: dict[str, Any]) -> None:
+    """``run_dir/run_status.json``: how the run ended (status, a steering plugin's reason, the step). A
+    failure to write it after a failed run is a warning, so that it does not hide what ended the run."""
+    try:
+        write_text_atomically(run_dir / "run_status.json", json.dumps(status) + "\n", "run status")
+    except StorageError as exc:
+        if status["status"] in ("completed", "stopped"):
+            raise
+        log.warning("%s", exc)
