@@ -30,7 +30,10 @@ from rlhf.testing.cli import assert_user_error, run_rlhf
 
 FLAGS: dict[str, list[str]] = json.loads((Path(__file__).parent / "data" / "openrlhf_supervised_flags.json").read_text())
 TRAINERS = {"train_sft": "sft", "train_rm": "rm", "train_dpo": "dpo"}
+#: every trainer on the supervised config takes the 0.11 spellings, not only the three whose parsers were swept
+SUPERVISED_TRAINERS = ["sft", "rm", "dpo", "kto", "kd", "prm"]
 BASE = ["--model.model_name_or_path", "m", "--data.dataset", "d.jsonl"]
+REQUIRED = {"kd": ["--teacher.model_name_or_path", "t"]}
 
 
 @cache
@@ -54,11 +57,11 @@ def test_every_openrlhf_0_11_flag_of_the_supervised_cli_has_a_meaning(module: st
 
 
 def dumped(trainer: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
-    assert main(["train", trainer, *BASE, *argv, "--print-config"]) == 0
+    assert main(["train", trainer, *BASE, *REQUIRED.get(trainer, []), *argv, "--print-config"]) == 0
     return yaml.safe_load(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("trainer", ["sft", "rm", "dpo"])
+@pytest.mark.parametrize("trainer", SUPERVISED_TRAINERS)
 def test_0_11_parser_spellings_give_the_config_of_rlhfs(trainer: str, capsys, caplog) -> None:
     openrlhf = ["--model.gradient_checkpointing_enable", "--model.gradient_checkpointing_reentrant", "--optim", "muon",
                 "--min_lr_ratio", "0.05", "--ckpt.save_hf", "--ckpt.disable_ds", "--train.full_determinism_enable"]
@@ -76,8 +79,8 @@ def test_0_11_parser_spellings_give_the_config_of_rlhfs(trainer: str, capsys, ca
 
 def test_use_ms_is_refused_with_the_reason_train_ppo_gives() -> None:
     reason = refusals(PPOConfig)["use_ms"]
+    assert all(refusals(config_class(trainer))["use_ms"] == reason for trainer in SUPERVISED_TRAINERS)
     for trainer in ("sft", "dpo"):
-        assert refusals(config_class(trainer))["use_ms"] == reason
         result = run_rlhf("train", trainer, *BASE, "--use_ms", "--print-config", timeout=120)
         assert_user_error(result, "--use_ms", reason)
         assert "unrecognized" not in result.stderr and "did you mean" not in result.stderr
