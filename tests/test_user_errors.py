@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags
+from rlhf_test_support import base_flags, refused_in_process
 
 from rlhf.console import RUN_LOG_NAME
 from rlhf.errors import DataError, PluginError, render_exit
@@ -119,25 +119,11 @@ COMMAND_CASES = ["unknown flag", "model path not a model", "reward file syntax e
 
 
 def refused_before_the_workers(capsys: pytest.CaptureFixture[str], run: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """``rlhf train ppo ARGV`` in this process as far as a run goes before its workers can fail: the CLI's
-    plugin and flag parsing, the trainer's config rules, the controller's checks of the sources and of
-    every prompt row (rlhf's own calls, without Ray). Its refusal, printed as the CLI prints it."""
-    from rlhf.cli.main import split_plugin_args
-    from rlhf.cli.train_cmd import train_config
-    from rlhf.plugins import PluginHost
+    """``rlhf train ppo ARGV`` in this process as far as a run goes before its workers can fail: the config,
+    then the controller's checks of the sources and of every prompt row (rlhf's own calls, without Ray)."""
     from rlhf.runtime.controller import PPOController
 
-    capsys.readouterr()
-    try:
-        selection, rest = split_plugin_args(list(argv))
-        host = PluginHost.load(selection)
-        _, config, _ = train_config(host, "ppo", rest)
-        PPOController(config, host, run)._check_inputs()
-    except Exception as exc:  # noqa: BLE001 - rendered as the CLI renders it
-        status = render_exit(exc, debug=False)
-    else:
-        pytest.fail(f"rlhf train ppo {' '.join(argv)} was not refused")
-    return subprocess.CompletedProcess(argv, status, "", capsys.readouterr().err)
+    return refused_in_process(capsys, "ppo", *argv, then=lambda config, host: PPOController(config, host, run)._check_inputs())
 
 
 def case_flags(case: str, bad: Path, task_files: dict[str, Path]) -> tuple[list[str], list[str]]:
