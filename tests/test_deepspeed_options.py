@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rlhf_test_support import refused_in_process
 
 from rlhf.config.supervised import SupervisedConfig
 from rlhf.engines.deepspeed_strategy import on_gpu, train_config
@@ -33,16 +34,14 @@ def test_the_options_reach_the_deepspeed_config() -> None:
     assert _ds_block(adam_offload=True)["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
 
 
-def test_zpg_needs_zero3() -> None:
-    assert_user_error(run_rlhf("train", "sft", "--ds.zpg", "2", "--print-config", timeout=120), "--ds.zpg 2",
-                      "--ds.zero_stage 3")
+def test_zpg_needs_zero3(capsys) -> None:
+    assert_user_error(refused_in_process(capsys, "sft", "--ds.zpg", "2"), "--ds.zpg 2", "--ds.zero_stage 3")
 
 
 @pytest.mark.skipif(on_gpu(), reason="the CPU refusal")
-def test_deepcompile_on_cpu_is_a_clear_error() -> None:
+def test_deepcompile_on_cpu_is_a_clear_error(capsys) -> None:
     for trainer in ("sft", "ppo"):
-        assert_user_error(run_rlhf("train", trainer, "--ds.deepcompile", "--print-config", timeout=120), "--ds.deepcompile",
-                          "CUDA GPU")
+        assert_user_error(refused_in_process(capsys, trainer, "--ds.deepcompile"), "--ds.deepcompile", "CUDA GPU")
 
 
 def _sft_losses(tmp_path: Path, model: Path, name: str, ranks: int, *extra: str) -> list[float]:

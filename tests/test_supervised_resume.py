@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import crash_plugin
+from rlhf_test_support import crash_plugin, truncate
 
 from rlhf.runtime.tracking import read_metrics
-from rlhf.testing.cli import assert_ok, run_rlhf
+from rlhf.testing.cli import assert_ok, assert_user_error, run_rlhf
 
 pytestmark = pytest.mark.slow
+
 
 def _rows(path: Path, count: int, seed: int, word: str) -> Path:
     rng = random.Random(seed)
@@ -24,6 +26,8 @@ def _rows(path: Path, count: int, seed: int, word: str) -> Path:
 
 
 def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path) -> None:
+    """A run that crashed after step 3 (its checkpoint is at step 2) resumes from step 2, says so, logs each step
+    once, and trains steps 3-8 as the uninterrupted run did; a truncated copy of its checkpoint is refused."""
     first, second = _rows(tmp_path / "a.jsonl", 40, 0, "add"), _rows(tmp_path / "b.jsonl", 40, 1, "sum")
 
     def flags(run: Path) -> list[str]:
@@ -34,18 +38,27 @@ def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path) -> 
                 "--ckpt.save_steps", "2", "--ckpt.max_num", "2", "--ckpt.path", str(run / "ckpt"),
                 "--ckpt.output_dir", str(run / "out")]
 
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight, resumed, spoiled = tmp_path / "straight", tmp_path / "resumed", tmp_path / "spoiled"
     assert_ok(run_rlhf(*flags(straight)))
-    crash = crash_plugin(tmp_path, 2)
-    failed = run_rlhf("--plugins", str(crash), *flags(resumed))
-    assert failed.returncode != 0 and "simulated crash after step 2" in failed.stderr
-    assert (resumed / "ckpt" / "global_step2" / "state.json").exists()
-    assert_ok(run_rlhf(*flags(resumed), "--ckpt.load_enable"))
+    crash = crash_plugin(tmp_path, 3)
+    failed = run_rlhf("--plugins", str(crash), *flags(resumed), "--ckpt.load_enable")  # nothing to resume yet
+    assert failed.returncode != 0 and "simulated crash after step 3" in failed.stderr
+    assert f"--ckpt.load_enable: no checkpoint under {resumed / 'ckpt'}; starting from step 0" in failed.stderr
+    assert sorted(p.name for p in (resumed / "ckpt").iterdir()) == ["global_step2"]
+
+    shutil.copytree(resumed / "ckpt", spoiled / "ckpt")
+    truncate(spoiled / "ckpt" / "global_step2" / "model" / "mp_rank_00_model_states.pt")
+    assert_user_error(run_rlhf(*flags(spoiled), "--ckpt.load_enable"),
+                      f"checkpoint {spoiled / 'ckpt' / 'global_step2' / 'model'} cannot be loaded", "truncated or corrupt")
+
+    result = assert_ok(run_rlhf(*flags(resumed), "--ckpt.load_enable"))
+    assert f"--ckpt.load_enable: resumed from {resumed / 'ckpt' / 'global_step2'} (step 2)" in result.stderr
 
     a, b = read_metrics(straight / "out"), read_metrics(resumed / "out")
     train_a = {m["step"]: m["loss"] for m in a if "loss" in m}
     train_b = {m["step"]: m["loss"] for m in b if "loss" in m}
     assert sorted(train_a) == list(range(1, 9))  # 32 training rows (8 held out) / 8 per step × 2 epochs
+    assert [m["step"] for m in b if "loss" in m] == list(range(1, 9))  # step 3 of the crashed run was dropped
     for step in range(3, 9):
         assert train_b[step] == pytest.approx(train_a[step], rel=1e-5), step
     evals = [m["step"] for m in a if "eval/loss" in m]

@@ -1,18 +1,22 @@
 """User mistakes through the real ``rlhf`` command: each ends with exit 2 and one ``rlhf: error:`` line
 that names the file and row, flag, plugin, URL or worker at fault, and no traceback (unless --debug).
 
-The first table fails before Ray starts (a few seconds each); the runs below it fail mid-run, in a
-Ray worker or a plugin hook, and are marked slow.
+The first table is refused before any worker runs: each case goes through the CLI's parsing, the
+trainer's config rules and the controller's checks of the sources and of every prompt row in this
+process (the same calls, without Ray: a data mistake is found while Ray and the workers start, 17 s a
+case through the command), and a few of them, one per kind of mistake, through the real command. The
+runs below it fail mid-run, in a Ray worker or a plugin hook, and are marked slow.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags
+from rlhf_test_support import base_flags, refused_in_process
 
 from rlhf.console import RUN_LOG_NAME
 from rlhf.errors import DataError, PluginError, render_exit
@@ -50,9 +54,12 @@ def assert_nothing_but_the_log(run_dir: Path) -> None:
     assert not run_dir.exists() or {p.name for p in run_dir.iterdir()} <= {RUN_LOG_NAME}
 
 
-def train(model: Path, prompts: Path, reward: Path, run: Path, *extra: str, engine: str = "hf", steps: int = 2):
-    flags = base_flags(model, prompts, run, engine, steps) + ["--reward.remote_url", str(reward), *GRPO]
-    return run_rlhf("train", "ppo", *flags, *extra, timeout=300)
+def train_flags(model: Path, prompts: Path, reward: Path, run: Path, *extra: str, steps: int = 2) -> list[str]:
+    return [*base_flags(model, prompts, run, "hf", steps), "--reward.remote_url", str(reward), *GRPO, *extra]
+
+
+def train(model: Path, prompts: Path, reward: Path, run: Path, *extra: str, steps: int = 2):
+    return run_rlhf("train", "ppo", *train_flags(model, prompts, reward, run, *extra, steps=steps), timeout=300)
 
 
 CASES = {
@@ -105,10 +112,37 @@ def _case_params() -> list:
     return [pytest.param(case, marks=no_cuda_here) if case in CPU_ONLY_CASES else case for case in CASES]
 
 
-@pytest.mark.parametrize("case", _case_params())
-def test_a_mistake_before_the_run_is_one_line(case, bad, tiny_causal_lm_path, task_files, tmp_path) -> None:
+#: one case of each kind through the real command: a flag, a model path, a reward file, a plugin, a prompt row
+#: (found while Ray and the workers start, as a bad image row is: the run must stop them and leave nothing behind)
+COMMAND_CASES = ["unknown flag", "model path not a model", "reward file syntax error", "plugin file missing",
+                 "malformed json line"]
+
+
+def refused_before_the_workers(capsys: pytest.CaptureFixture[str], run: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``rlhf train ppo ARGV`` in this process as far as a run goes before its workers can fail: the config,
+    then the controller's checks of the sources and of every prompt row (rlhf's own calls, without Ray)."""
+    from rlhf.runtime.controller import PPOController
+
+    return refused_in_process(capsys, "ppo", *argv, then=lambda config, host: PPOController(config, host, run)._check_inputs())
+
+
+def case_flags(case: str, bad: Path, task_files: dict[str, Path]) -> tuple[list[str], list[str]]:
     extra, names = CASES[case]
-    extra = [e.format(bad=bad, prompts=task_files["prompts"]) for e in extra]
+    return [e.format(bad=bad, prompts=task_files["prompts"]) for e in extra], names
+
+
+@pytest.mark.parametrize("case", _case_params())
+def test_a_mistake_before_the_run_is_one_line(case, bad, tiny_causal_lm_path, task_files, tmp_path, capsys) -> None:
+    extra, names = case_flags(case, bad, task_files)
+    flags = train_flags(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, *extra)
+    assert_user_error(refused_before_the_workers(capsys, tmp_path / "out", *flags), *names)
+    assert_nothing_but_the_log(tmp_path / "out")
+
+
+@pytest.mark.parametrize("case", COMMAND_CASES)
+def test_a_mistake_before_the_run_reaches_the_user_as_one_line(case, bad, tiny_causal_lm_path, task_files,
+                                                               tmp_path) -> None:
+    extra, names = case_flags(case, bad, task_files)
     result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, *extra)
     assert_user_error(result, *names)
     assert_nothing_but_the_log(tmp_path / "out")  # refused before writing anything
@@ -121,8 +155,7 @@ def test_a_ray_address_where_nothing_listens_is_one_line(form, tiny_causal_lm_pa
     tried here: with exactly one Ray running anywhere on the machine, Ray joins that one.)"""
     port = free_port()  # bound, then closed: nothing listens there
     address = {"host:port": f"127.0.0.1:{port}", "ray://host:port": f"ray://127.0.0.1:{port}"}[form]
-    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", 1) + ["--reward.remote_url",
-                                                                                        str(task_files["reward"]), *GRPO]
+    flags = train_flags(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, steps=1)
     # a timeout of a minute: without the check this run would take over five
     result = run_rlhf("train", "ppo", *flags, env={"RAY_ADDRESS": address}, timeout=60)
     assert_user_error(result, f"RAY_ADDRESS={address}", f":{port}", "nothing answers", "ray start --head",
@@ -131,9 +164,8 @@ def test_a_ray_address_where_nothing_listens_is_one_line(form, tiny_causal_lm_pa
 
 
 def test_debug_adds_the_traceback_and_keeps_the_exit_status(bad, tiny_causal_lm_path, task_files, tmp_path) -> None:
-    args = ["--data.prompt_dataset", str(bad / "broken.jsonl")]
-    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, *args, "--debug")
-    assert result.returncode == 2 and "Traceback" in result.stderr and "DataError" in result.stderr
+    result = train(tiny_causal_lm_path, task_files["prompts"], bad / "syntax.py", tmp_path, "--debug")
+    assert result.returncode == 2 and "Traceback" in result.stderr and "RewardSourceError" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("rlhf: error:")
 
 
@@ -304,19 +336,22 @@ IMAGE_CASES = {
 }
 
 
+IMAGE_FLAGS = ["--data.image_key", "images", "--data.max_images_per_prompt", "2"]
+
+
 @pytest.mark.parametrize("case", list(IMAGE_CASES))
-def test_a_bad_image_row_is_one_line_naming_the_row(case, bad_images, tiny_vlm_path, task_files, tmp_path) -> None:
+def test_a_bad_image_row_is_one_line_naming_the_row(case, bad_images, tiny_vlm_path, task_files, tmp_path, capsys) -> None:
     name, names = IMAGE_CASES[case]
-    result = train(tiny_vlm_path, bad_images / f"{name}.jsonl", task_files["reward"], tmp_path,
-                   "--data.image_key", "images", "--data.max_images_per_prompt", "2")
-    assert_user_error(result, *names)
+    flags = train_flags(tiny_vlm_path, bad_images / f"{name}.jsonl", task_files["reward"], tmp_path, *IMAGE_FLAGS)
+    assert_user_error(refused_before_the_workers(capsys, tmp_path / "out", *flags), *names)
 
 
 @pytest.mark.parametrize("extra,names", [
     ([], ["--data.image_key", "text-only model", "no vision_config"]),
     (["--plugins", "no:vlm"], ["--data.image_key", "'vlm'", "pip install rlhf-plugin-vlm"]),
 ], ids=["text-only model", "vlm plugin blocked"])
-def test_an_image_key_without_a_vlm_is_one_line(extra, names, bad_images, tiny_causal_lm_path, task_files, tmp_path) -> None:
-    result = train(tiny_causal_lm_path, bad_images / "missing.jsonl", task_files["reward"], tmp_path,
-                   "--data.image_key", "images", "--data.max_images_per_prompt", "1", *extra)
-    assert_user_error(result, *names)
+def test_an_image_key_without_a_vlm_is_one_line(extra, names, bad_images, tiny_causal_lm_path, task_files, tmp_path,
+                                               capsys) -> None:
+    flags = train_flags(tiny_causal_lm_path, bad_images / "missing.jsonl", task_files["reward"], tmp_path,
+                        "--data.image_key", "images", "--data.max_images_per_prompt", "1", *extra)
+    assert_user_error(refused_before_the_workers(capsys, tmp_path / "out", *flags), *names)

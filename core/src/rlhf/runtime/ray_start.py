@@ -19,6 +19,10 @@ def start_ray(import_meanwhile: tuple[str, ...] = ()) -> bool:
     """Join ``RAY_ADDRESS`` if set (multi-node: ``ray start`` first), else start a local cluster; True when
     this call started or joined it. ``import_meanwhile``: modules imported on a thread while Ray starts,
     done when this returns (see :func:`import_in_background`)."""
+    if address := os.environ.get("RAY_ADDRESS"):
+        # before the imports start: a refused run would wait for them (seconds). A good run loses no overlap:
+        # importing ray here or beside torch costs the same (imports hold the GIL), ray.init's wait is what overlaps
+        check_reachable(address)
     importing = import_in_background(*import_meanwhile)
     before = signal.getsignal(signal.SIGTERM)
     try:
@@ -67,8 +71,7 @@ def _start_ray() -> bool:
     # variable, which local workers inherit without the per-worker cost of a job runtime_env
     env[ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR] = WORKER_SETUP_HOOK
     env.update({key: os.environ[key] for key in WORKER_ENV if key in os.environ})  # the run log, --verbose
-    if address := os.environ.get("RAY_ADDRESS"):
-        check_reachable(address)
+    if address := os.environ.get("RAY_ADDRESS"):  # reachable: start_ray checked
         # the cluster's own authentication applies: `ray start` clusters want a token, which a client sends
         # only with RAY_AUTH_MODE=token (from ~/.ray/auth_token or RAY_AUTH_TOKEN)
         try:
