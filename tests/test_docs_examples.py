@@ -63,7 +63,7 @@ def test_the_packaged_plugin_of_writing_plugins_md_works_as_written(tmp_path: Pa
         (tmp_path / path).write_text(code)
     (test_code,) = re.findall(r"## Testing it.*?```python\n(.*?)```", page, re.S)
     (tmp_path / "test_length.py").write_text(test_code)
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_length.py")],
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(tmp_path / "test_length.py")],
                             capture_output=True, text=True, cwd=tmp_path, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:]

@@ -42,7 +42,7 @@ def with_site(site: Path) -> dict[str, str]:
 
 
 def test_generated_packages_pass_their_own_tests(new_plugins: dict[str, Path]) -> None:
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, sorted(new_plugins["src"].glob("*/tests")))],
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *map(str, sorted(new_plugins["src"].glob("*/tests")))],
                             capture_output=True, text=True, timeout=600, cwd=new_plugins["root"],
                             env={**os.environ, **with_site(new_plugins["site"])})
     assert result.returncode == 0, result.stdout[-4000:]
