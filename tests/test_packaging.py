@@ -17,15 +17,21 @@ def test_there_are_first_party_plugins_of_several_kinds() -> None:
     assert {p.parent.name for p in PLUGIN_DIRS} >= {"algorithms", "optimizers"}
 
 
-@pytest.mark.parametrize("plugin_dir", PLUGIN_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def plugin_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every first-party plugin's wheel, built by one pip call (pip's own start-up is most of a single build)."""
+    wheels = tmp_path_factory.mktemp("wheels")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "-w", str(tmp_path), str(plugin_dir)],
-        check=True, timeout=300,
+         "-w", str(wheels), *map(str, PLUGIN_DIRS)],
+        check=True, timeout=600,
     )
-    (wheel,) = tmp_path.glob("*.whl")
-    assert wheel.name.startswith(f"rlhf_plugin_{plugin_dir.name.replace('-', '_')}-")
+    return wheels
+
+
+@pytest.mark.parametrize("plugin_dir", PLUGIN_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, plugin_wheels: Path) -> None:
+    (wheel,) = plugin_wheels.glob(f"rlhf_plugin_{plugin_dir.name.replace('-', '_')}-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         entry_points = next(n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt"))

@@ -80,36 +80,39 @@ def test_an_actor_frozen_for_the_whole_run_saves_the_initial_weights(ray_cluster
     assert all(torch.equal(saved[name], tensor) for name, tensor in initial.items())
 
 
-def test_full_determinism_gives_bit_identical_runs(ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
-    """GAE with a critic grown from the actor: its new value head is drawn from the seeded RNG."""
-    def run(name: str) -> tuple[list[dict], dict]:
-        flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path / name, "hf", steps=2)
-        flags += ["--reward.remote_url", str(task_files["reward"]), "--rollout.n_samples_per_prompt", "2",
-                  "--train.batch_size", "8", "--train.full_determinism_enable", "--data.dataloader_num_workers", "2"]
-        assert main(["train", "ppo", *flags]) == 0
-        metrics = [{k: v for k, v in m.items() if not k.startswith("timing/")} for m in read_metrics(tmp_path / name / "out")]
-        return metrics, load_file(tmp_path / name / "out" / "model.safetensors")
+def gae_run(run: Path, task_files: dict[str, Path], model: Path, *extra: str) -> tuple[list[dict], Path]:
+    """2 steps of GAE with a critic grown from the actor (its new value head is drawn from the seeded RNG),
+    fully deterministic: the metrics without timings, and the saved model's directory."""
+    flags = [*base_flags(model, task_files["prompts"], run, "hf", steps=2), "--reward.remote_url", str(task_files["reward"]),
+             "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--train.full_determinism_enable",
+             "--data.dataloader_num_workers", "2", *extra]
+    assert main(["train", "ppo", *flags]) == 0
+    metrics = [{k: v for k, v in m.items() if not k.startswith("timing/")} for m in read_metrics(run / "out")]
+    return metrics, run / "out"
 
-    (first, first_model), (second, second_model) = run("first"), run("second")
+
+@pytest.fixture(scope="module")
+def one_rank_gae_run(ray_cluster, task_files, tiny_causal_lm_path, tmp_path_factory) -> tuple[list[dict], Path]:
+    """The run both the determinism and the tensor-parallel tests compare theirs against."""
+    return gae_run(tmp_path_factory.mktemp("gae-one-rank"), task_files, tiny_causal_lm_path)
+
+
+def test_full_determinism_gives_bit_identical_runs(one_rank_gae_run, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    (first, first_out), (second, second_out) = one_rank_gae_run, gae_run(tmp_path, task_files, tiny_causal_lm_path)
     assert "critic_loss" in first[0] and first == second  # every metric, bit for bit
+    first_model, second_model = load_file(first_out / "model.safetensors"), load_file(second_out / "model.safetensors")
     assert all(torch.equal(first_model[k], second_model[k]) for k in first_model)
 
 
-def test_tensor_parallel_actor_trains_as_one_rank(ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
-    """--ds.tensor_parallel_size 2 with 2 actor and 2 critic ranks (one AutoTP group each; GAE, the critic grown from
-    the actor): the metrics and model of 1 rank each."""
+def test_tensor_parallel_actor_trains_as_one_rank(one_rank_gae_run, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    """--ds.tensor_parallel_size 2 with 2 actor and 2 critic ranks (one AutoTP group each): the metrics and
+    model of 1 rank each."""
     from transformers import AutoModelForCausalLM
 
-    def run(name: str, *extra: str) -> tuple[list[dict], dict]:
-        flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path / name, "hf", steps=2),
-                 "--reward.remote_url", str(task_files["reward"]), "--rollout.n_samples_per_prompt", "2",
-                 "--train.batch_size", "8", *extra]
-        assert main(["train", "ppo", *flags]) == 0
-        return read_metrics(tmp_path / name / "out"), AutoModelForCausalLM.from_pretrained(tmp_path / name / "out").state_dict()
-
-    (one, one_model), (split, split_model) = run("one"), run("tp", "--actor.num_gpus_per_node", "2",
-                                                               "--critic.num_gpus_per_node", "2",
-                                                               "--ds.tensor_parallel_size", "2")
+    one, one_out = one_rank_gae_run
+    split, split_out = gae_run(tmp_path, task_files, tiny_causal_lm_path, "--actor.num_gpus_per_node", "2",
+                               "--critic.num_gpus_per_node", "2", "--ds.tensor_parallel_size", "2")
+    one_model, split_model = (AutoModelForCausalLM.from_pretrained(out).state_dict() for out in (one_out, split_out))
     for key in ("reward", "response_length", "policy_loss", "critic_loss", "value_mean", "kl"):
         assert [m[key] for m in split] == pytest.approx([m[key] for m in one], rel=1e-4, abs=1e-6), key
     assert set(split_model) == set(one_model)
