@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,10 +20,15 @@ PACKAGES = ("rlhf-plugin-echo", "rlhf-plugin-echo-shadow", "rlhf-plugin-broken",
 
 
 def pip_install_target(target: Path, *packages: str) -> None:
-    """``pip install --target`` fixture packages (no deps: rlhf-core is already installed)."""
+    """``pip install --target`` fixture packages (no deps: rlhf-core is already installed). pip builds in the
+    source tree (``build/``, ``*.egg-info``), so each install builds from its own copy: two xdist workers
+    installing the same package at once would otherwise race on those folders."""
+    sources = target.with_name(target.name + "-sources")
+    for package in packages:
+        shutil.copytree(FIXTURES / package, sources / package, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(target), *(str(FIXTURES / p) for p in packages)],
+         "--target", str(target), *(str(sources / p) for p in packages)],
         check=True, timeout=300, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
     )
 
