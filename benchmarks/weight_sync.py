@@ -58,9 +58,9 @@ class Sender:
 
 def measure(model_path: str, repeats: int) -> dict[str, float]:
     import ray
+    from rlhf_plugin_hf_generate.engine import HFEngine
 
     from rlhf.config.ppo import PPOConfig
-    from rlhf.runtime.rollout import HFEngine
 
     config = PPOConfig().model_dump(mode="json")
     sender = ray.remote(Sender).options(num_cpus=0).remote(model_path)

@@ -43,4 +43,10 @@ FIRST_PARTY_PROVIDERS: dict[tuple[K, str], str] = {
     (K.TRAINER, "prm"): "rlhf-plugin-prm",
     (K.TRAINER, "kd"): "rlhf-plugin-kd",
     (K.COMMAND, "generate"): "rlhf-plugin-best-of-n",
+    (K.ROLLOUT_ENGINE, "vllm"): "rlhf-plugin-vllm",
+    (K.ROLLOUT_ENGINE, "hf"): "rlhf-plugin-hf-generate",
+    (K.WEIGHT_SYNC_TRANSPORT, "ipc"): "rlhf-plugin-vllm",
+    (K.WEIGHT_SYNC_TRANSPORT, "object_store"): "rlhf-plugin-torch-sync",
+    (K.WEIGHT_SYNC_TRANSPORT, "gloo"): "rlhf-plugin-torch-sync",
+    (K.WEIGHT_SYNC_TRANSPORT, "nccl"): "rlhf-plugin-torch-sync",
 }
