@@ -74,12 +74,12 @@ class _Broadcast:
     def connect(self, actor: Any, engines: list[Any]) -> None:
         import ray
 
-        address, port = ray.get(actor.workers[0].weight_sync_call.remote(self, "address"))
+        address, port, layout = ray.get(actor.workers[0].weight_sync_call.remote(self, "address"))
         world = 1 + len(engines)
-        layouts = actor.call_async("weight_sync_call", self, "join", address, port, world)
-        layout = ray.get(layouts[0])
-        ray.get([*layouts, *[e.weight_sync_call.remote(self, "engine_join", address, port, 1 + i, world, layout)
-                             for i, e in enumerate(engines)]])
+        # every member at once: forming the group blocks each of them until all have joined
+        ray.get([*actor.call_async("weight_sync_call", self, "join", address, port, world),
+                 *[e.weight_sync_call.remote(self, "engine_join", address, port, 1 + i, world, layout)
+                   for i, e in enumerate(engines)]])
 
     def sync(self, actor: Any, engines: list[Any]) -> None:
         import ray
@@ -87,20 +87,19 @@ class _Broadcast:
         ray.get([*actor.call_async("weight_sync_call", self, "send"),
                  *[e.weight_sync_call.remote(self, "engine_receive") for e in engines]])
 
-    def address(self, source: Any) -> tuple[str, int]:
-        """Rank 0's host and a free port for the group's TCP store."""
+    def address(self, source: Any) -> tuple[str, int, list[Entry]]:
+        """Rank 0's host, a free port for the group's TCP store, and the layout the engines will receive."""
         import ray
 
         with socket.socket() as sock:
             sock.bind(("", 0))
             port = sock.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        return ray.util.get_node_ip_address(), port, source.layout()
 
-    def join(self, source: Any, address: str, port: int, world_size: int) -> list[Entry]:
-        """Actor side: rank 0 joins as the group's rank 0, the others only gather; returns the layout."""
+    def join(self, source: Any, address: str, port: int, world_size: int) -> None:
+        """Actor side: rank 0 joins as the group's rank 0, the others only gather."""
         source.state["group"] = BroadcastGroup(address, port, 0, world_size, self.backend) if source.rank == 0 else None
         source.state["layout"] = source.layout()
-        return source.state["layout"]
 
     def send(self, source: Any) -> None:
         send_weights(source, source.state["group"], source.state["layout"])
