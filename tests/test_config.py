@@ -134,6 +134,13 @@ def test_printed_config_loads_back_identically(host: PluginHost, tmp_path: Path,
          "Did you mean 'group_norm'? Installed: gae, group_norm."),
         (["--algo.advantage.estimator", "rloo"], "no advantage estimator of that name is installed"),
         (["--actor.optim", "muon"], "--actor.optim 'muon': no optimizer of that name is installed. Installed: adam."),
+        # every registrable kind is chosen by name; the hint comes from first_party.json
+        (["--algo.sample_filter", "dynamic_filtering"], "--algo.sample_filter 'dynamic_filtering': no sample filter of "
+         "that name is installed. Installed: (none). It is provided by rlhf-plugin-dapo: pip install rlhf-plugin-dapo"),
+        (["--data.processor", "vlm"], "--data.processor 'vlm': no processor of that name is installed. Installed: (none). "
+         "It is provided by rlhf-plugin-vlm"),
+        (["--train.model_loaders", "liger"], "--train.model_loaders 'liger': no model loader of that name is installed. "
+         "Installed: (none). It is provided by rlhf-plugin-liger"),
     ],
 )
 def test_bad_flags_get_errors_that_name_them(host: PluginHost, argv: list[str], message: str) -> None:
@@ -325,3 +332,17 @@ def test_async_and_agent_flags_are_implemented(host: PluginHost, caplog: pytest.
                     "--train.agent_func_path", "env.py", "--train.agent_executor", "openai_server")
     assert "not implemented" not in caplog.text
     assert cfg.train.agent_executor == "openai_server"  # an explicit executor wins over the agent file's default
+
+
+def test_a_sample_filter_is_chosen_by_name(tmp_path: Path) -> None:
+    """--algo.sample_filter builds the named filter, with the flag named when the name is wrong at build time."""
+    from rlhf.runtime.controller import PPOController
+
+    reward = tmp_path / "reward.py"
+    reward.write_text("def reward_func(queries, prompts, labels, **kwargs):\n    return [0.0] * len(queries)\n")
+    host = PluginHost.load(PluginSelection.parse("ppo,grpo,adamw,kl,dapo,single-turn,reward-func", strict=True))
+    config = parse(host, "--algo.sample_filter", "dynamic_filtering", "--rollout.n_samples_per_prompt", "4",
+                   "--algo.advantage.estimator", "group_norm", "--reward.remote_url", str(reward))
+    controller = PPOController(config, host, tmp_path / "out")
+    assert type(controller.sample_filter).__name__ == "DynamicFilter"
+    assert PPOController(parse(host, "--reward.remote_url", str(reward)), host, tmp_path / "out").sample_filter is None

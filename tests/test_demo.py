@@ -33,10 +33,13 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     env = child_env(RLHF_NO_PROGRESS="1")
     result = subprocess.run(
         [sys.executable, "-m", "rlhf", "demo", "--rl-steps", "15", "--run-dir", str(tmp_path), "--sft-target", "0.1",
-         "--engine", "hf", "--rewards", "math+format"],
+         "--engine", "hf", "--rewards", "math+format", "--verbose"],
         capture_output=True, text=True, timeout=900, env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # --verbose: library warnings on the console too (tests/test_console.py: without it, only in rlhf.log)
+    assert "WARNING DeepSpeed: Setting accelerator to CPU" in result.stderr, result.stderr[-3000:]
+    assert "INFO ray" not in result.stderr and "Setting accelerator to CPU" in (tmp_path / "seed0" / "rlhf.log").read_text()
     assert "after SFT" in result.stdout and "after GRPO" in result.stdout
     run = tmp_path / "seed0"
     assert (run / "reward_curve.png").stat().st_size > 10_000

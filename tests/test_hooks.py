@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 from pathlib import Path
 
@@ -234,3 +235,67 @@ def test_a_raising_lifecycle_hook_is_a_plugin_error_naming_plugin_and_hook(plugi
         plugin_host.train_end("cfg", tmp_path, "completed")
     plugin_host.step_end(1, {})  # the other hooks, and the other plugin's, still work
     assert recorder.calls[-1][0] == "step_end"
+
+
+def test_hook_rlhf_steer(plugin_host, register_plugin) -> None:
+    """Each plugin gets its own handle (requests name their plugin); a bad request blames its plugin."""
+    from rlhf.errors import PluginError
+    from rlhf.steering import SteeringView
+
+    class Curriculum:
+        rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+        @rlhf.hookimpl
+        def rlhf_steer(self, step, metrics, steering):
+            if metrics["reward"] > 0.5:
+                steering.set_prompt_weights([1, 3])
+                steering.set_coefficient("kl", 0.0)
+
+    class Stopper:
+        rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+        @rlhf.hookimpl
+        def rlhf_steer(self, step, steering):
+            if step >= 3:
+                steering.stop("enough")
+                steering.save_checkpoint()
+
+    register_plugin(Curriculum(), name="curriculum")
+    register_plugin(Stopper(), name="stopper")
+    view = SteeringView(prompt_datasets=("easy.jsonl", "hard.jsonl"), prompt_weights=(0.5, 0.5),
+                        coefficients={"kl": 0.01, "entropy": 0.0, "lr_scale": 1.0})
+    handles = plugin_host.steer(3, {"reward": 0.9}, view)
+    assert [h.plugin for h in handles] == ["stopper", "curriculum"]  # pluggy's order: the last registered first
+    second, first = handles
+    assert (first.plugin, first.prompt_weights, first.coefficients, first.stop_reason) == (
+        "curriculum", (0.25, 0.75), {"kl": 0.0}, None)
+    assert (second.plugin, second.stop_reason, second.checkpoint_reason, second.prompt_weights) == (
+        "stopper", "enough", "requested", None)
+    quiet = plugin_host.steer(1, {"reward": 0.1}, view)
+    assert [h.prompt_weights or h.stop_reason for h in quiet] == [None, None]
+
+    class Wrong:
+        rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+        @rlhf.hookimpl
+        def rlhf_steer(self, steering):
+            steering.set_prompt_weights([1.0])
+
+    register_plugin(Wrong(), name="wrong")
+    with pytest.raises(PluginError, match=r"plugin 'wrong' failed in its rlhf_steer hook: ValueError: set_prompt_weights "
+                                          r"got 1 weights for 2 prompt datasets \(easy.jsonl, hard.jsonl\)"):
+        plugin_host.steer(1, {"reward": 0.1}, view)
+
+
+@pytest.mark.parametrize("bad,message", [
+    (lambda s: s.set_coefficient("temperature", 1.0), "unknown coefficient 'temperature'; steerable: kl, entropy, lr_scale"),
+    (lambda s: s.set_coefficient("kl", float("nan")), "must be finite and >= 0"),
+    (lambda s: s.set_prompt_weights([0, 0]), "not all 0"),
+    (lambda s: s.stop(""), "needs a non-empty reason"),
+])
+def test_a_steering_request_out_of_range_is_refused(bad, message) -> None:
+    from rlhf.steering import Steering, SteeringView
+
+    handle = Steering("p", SteeringView(("a", "b"), (0.5, 0.5), {"kl": 0.0, "entropy": 0.0, "lr_scale": 1.0}))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        bad(handle)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import base_flags, crash_plugin
 
+from rlhf.runtime.session_watchdog import session_processes
 from rlhf.runtime.tracking import read_metrics
 from rlhf.testing.cli import assert_ok, child_env, run_rlhf
 
@@ -87,6 +88,9 @@ def test_actor_ranks_spread_over_two_nodes_train(task_files, tiny_causal_lm_path
 
 
 def _processes_mentioning(text: str) -> list[str]:
+    """Processes whose command line names ``text``, or that hold a file under it open: Ray's agents retitle
+    themselves (``ray::DashboardAgent``) but keep their log files in the session folder open."""
+    holding = set(session_processes(text, {os.getpid()}))
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and entry.name != str(os.getpid()):
@@ -94,7 +98,7 @@ def _processes_mentioning(text: str) -> list[str]:
                 command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:  # exited meanwhile, or not ours to read
                 continue
-            if text in command:
+            if text in command or int(entry.name) in holding:
                 found.append(f"{entry.name}: {command[:200]}")
     return found
 
@@ -125,7 +129,8 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
                                                  ray_tmpdir: str) -> None:
     """The driver of a running ``rlhf train ppo`` (its own local Ray) killed mid-training, as a
     scheduler or a user would: SIGTERM (``scancel``, ``kill``) or SIGKILL (out of memory). No raylet,
-    GCS or worker of that run outlives it."""
+    GCS, agent or worker of that run outlives it. SIGTERM ends the run as Ctrl-C does: one
+    ``rlhf: interrupted (SIGTERM)`` line naming the checkpoint to resume from, status 143."""
     out = tmp_path / "out"
     # Records the status the run ended with; after step 1 it says so and holds the driver inside its training loop,
     # so the signal lands mid-run however fast the steps are (a short run could otherwise finish before it lands).
@@ -135,12 +140,11 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
                         "    pathlib.Path(__file__).with_suffix('.running').touch()\n    time.sleep(600)\n\n"
                         "@rlhf.hookimpl\ndef rlhf_train_end(config, run_dir, status):\n"
                         "    pathlib.Path(__file__).with_suffix('.status').write_text(status)\n")
-    flags = ["--plugins", str(observer),
+    flags = ["--plugins", str(observer), "--ckpt.save_steps", "1",
              *base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=3), *_grpo(task_files)]
-    with (tmp_path / "driver.err").open("w") as err:
+    with (tmp_path / "driver.err").open("w") as err:  # with its progress bar, which must not be left half-drawn
         driver = subprocess.Popen([sys.executable, "-m", "rlhf", "train", "ppo", *flags], stdout=subprocess.DEVNULL,
-                                  stderr=err, env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1",
-                                                            RAY_TMPDIR=ray_tmpdir))
+                                  stderr=err, env=child_env(HF_HUB_OFFLINE="1", RAY_TMPDIR=ray_tmpdir))
         try:
             deadline = time.monotonic() + 600
             while not observer.with_suffix(".running").exists() and driver.poll() is None and time.monotonic() < deadline:
@@ -152,13 +156,18 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
         finally:
             if driver.poll() is None:
                 driver.kill()
-    status = observer.with_suffix(".status")
-    if signum == signal.SIGTERM:  # Ray's handler exits with the signal's number; the run ends as interrupted
-        assert (returncode, status.read_text()) == (signum, "interrupted"), (tmp_path / "driver.err").read_text()[-4000:]
+    status, stderr = observer.with_suffix(".status"), (tmp_path / "driver.err").read_text()
+    if signum == signal.SIGTERM:  # the run unwinds as on Ctrl-C, and says what there is to resume from
+        assert (returncode, status.read_text()) == (128 + signum, "interrupted"), stderr[-4000:]
         assert not list(out.glob(".staging-*")) and not (out / "model.safetensors").exists()  # nothing half-written
-    else:  # nothing of the driver runs any more: Ray's head processes go with it (fate sharing)
-        assert returncode == -signum and not status.exists()
-    deadline = time.monotonic() + 60  # Ray's processes exit shortly after their driver
+        checkpoint = tmp_path / "ckpt" / "global_step1"
+        assert stderr.count("rlhf: interrupted") == 1 and "SIGTERM received" not in stderr, stderr[-4000:]
+        assert stderr.rstrip("\n").split("\n")[-1] == (  # the last line, not after a half-drawn progress bar
+            f"rlhf: interrupted (SIGTERM); the last checkpoint is step 1 ({checkpoint}): resume with the same "
+            "command and --ckpt.load_enable"), stderr[-4000:]
+    else:  # nothing of the driver runs any more: Ray's head processes go with it (fate sharing), the rest with
+        assert returncode == -signum and not status.exists()  # the run's watchdog
+    deadline = time.monotonic() + 30  # Ray's agents lived 60-80 s after a SIGKILL without the watchdog
     while (left := _processes_mentioning(ray_tmpdir)) and time.monotonic() < deadline:
         time.sleep(1)
     assert left == []

@@ -243,6 +243,33 @@ def test_0_11_readme_pretrain_mode_spelling(capsys) -> None:
     assert old == dumped_config("sft", base + ["--model.pretrain_mode_enable"], capsys)
 
 
+def _readme_0_11_spelling(dotted: str) -> str:
+    """A dotted supervised command line as OpenRLHF 0.11's README writes its SFT/RM commands: PPO's actor
+    spellings for the model and gradient checkpointing, flat preference keys mixed in."""
+    for today, readme in (("--model.model_name_or_path", "--actor.model_name_or_path"),
+                          ("--train.gradient_checkpointing_enable", "--actor.gradient_checkpointing_enable"),
+                          ("--data.chosen_key", "--chosen_key"), ("--data.rejected_key", "--rejected_key")):
+        dotted = dotted.replace(today, readme)
+    return dotted
+
+
+@pytest.mark.parametrize(("trainer", "dotted"), [("sft", SFT_BASE_DOTTED), ("rm", PAIR_BASE_DOTTED),
+                                                 ("dpo", PAIR_BASE_DOTTED)])
+def test_0_11_readme_supervised_commands_run_with_one_warning(trainer: str, dotted: str, capsys, caplog) -> None:
+    readme = _readme_0_11_spelling(dotted)
+    assert "--actor.model_name_or_path" in readme and "--actor.gradient_checkpointing_enable" in readme
+    with caplog.at_level(logging.WARNING, logger="rlhf.config"):
+        old = dumped_config(trainer, shlex.split(readme), capsys)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "rlhf.config"]
+    caplog.clear()
+    assert old == dumped_config(trainer, shlex.split(dotted), capsys)
+    assert len(warnings) == 1, warnings
+    assert "--actor.model_name_or_path -> --model.model_name_or_path" in warnings[0]
+    assert "--actor.gradient_checkpointing_enable -> --train.gradient_checkpointing_enable" in warnings[0]
+    if trainer != "sft":
+        assert "--chosen_key -> --data.chosen_key" in warnings[0]
+
+
 def test_is_correction_type_without_enable_has_no_effect_as_in_openrlhf(capsys, caplog) -> None:
     base = shlex.split(PPO_BASE_DOTTED + REMOTE_DOTTED)
     dump = dumped_config("ppo", base + ["--algo.advantage.is_correction_type", "icepop"], capsys)

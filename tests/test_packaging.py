@@ -33,3 +33,24 @@ def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, tmp_path: 
         groups = archive.read(entry_points).decode()
     assert "Requires-Dist: rlhf-core<0.2,>=0.1" in requires  # every plugin targets the core with a range
     assert f"[rlhf.{plugin_dir.parent.name}]\n{plugin_dir.name} = " in groups
+
+
+def _requirement_name(requirement: str) -> str:
+    from packaging.requirements import Requirement
+
+    return Requirement(requirement).name
+
+
+def test_the_meta_distribution_depends_on_the_core_and_every_first_party_plugin() -> None:
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    plugins = {tomllib.loads((p / "pyproject.toml").read_text())["project"]["name"] for p in PLUGIN_DIRS}
+    assert sorted(map(_requirement_name, meta)) == sorted({"rlhf-core", *plugins})
+
+
+def test_the_install_hints_table_is_generated_from_the_plugins_registrations() -> None:
+    """core/src/rlhf/first_party.json (rlhf.catalogue's hints) equals what the installed plugins register."""
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_catalogue.py"), "--check"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr

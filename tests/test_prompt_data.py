@@ -132,6 +132,34 @@ def test_schedule_is_a_seeded_shuffle_per_episode_and_restores() -> None:
     assert [p["prompt"] for p in again.next_batch()] == batches[4]
 
 
+def test_prompts_carry_their_source_and_steered_weights_draw_by_source_and_restore(tmp_path: Path, tokenizer) -> None:
+    easy = write_jsonl(tmp_path / "easy.jsonl", [{"input": f"e{i}"} for i in range(20)])
+    hard = write_jsonl(tmp_path / "hard.jsonl", [{"input": f"h{i}"} for i in range(20)])
+    data = DataSection(prompt_dataset=f"{easy},{hard}", prompt_probs="0.5,0.5", max_samples=24)
+    prompts = build_prompts(load_prompt_rows(data, seed=0), data, tokenizer, "mix")
+    assert {p["prompt"][0] for p in prompts if p["prompt_source"] == 0} == {"e"}
+    assert {p["prompt"][0] for p in prompts if p["prompt_source"] == 1} == {"h"}
+
+    def hard_share(batch: list[dict]) -> float:
+        return sum(p["prompt_source"] for p in batch) / len(batch)
+
+    schedule = PromptSchedule(prompts, batch_size=8, num_episodes=4, seed=3)
+    schedule.next_batch()
+    schedule.set_weights((0.0, 1.0))
+    assert hard_share(schedule.next_batch()) == 1.0
+    assert len({p["prompt"] for p in schedule.take(5)}) == 5 and schedule.state()["weights"] == [0.0, 1.0]
+    schedule.set_weights((0.9, 0.1))
+    state = schedule.state()
+    drawn = [schedule.next_batch() for _ in range(6)]
+    assert sum(hard_share(b) for b in drawn) / len(drawn) < 0.4  # mostly easy now
+    assert all(len({p["prompt"] for p in b}) == len(b) for b in drawn)  # no repeat within a draw
+    resumed = PromptSchedule(prompts, batch_size=8, num_episodes=4, seed=3)
+    resumed.restore(state)
+    assert [[p["prompt"] for p in resumed.next_batch()] for _ in range(6)] == [[p["prompt"] for p in b] for b in drawn]
+    assert drawn[-1][-1]["data_state"]["weights"] == [0.9, 0.1]  # what async mode checkpoints
+    assert resumed.total_batches == schedule.total_batches == 4 * (len(prompts) // 8)
+
+
 def test_hub_names_with_dots_go_to_the_hub_and_paths_are_local(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

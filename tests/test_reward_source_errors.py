@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import httpx
@@ -148,6 +150,46 @@ def test_a_chunked_body_over_the_limit_is_a_413_while_it_streams(server_url: str
     answer = httpx.post(server_url, content=chunks())
     assert answer.request.headers["Transfer-Encoding"] == "chunked"
     assert answer.status_code == 413
+    assert answer.json()["error"].startswith("the request body is over this server's limit of 1000 bytes")
+
+
+FIFTY_MIB = 50 * 1024 * 1024
+
+
+def post_slowly(url: str, body: bytes, seconds: float) -> tuple[int, dict[str, str], bytes]:
+    """POST ``body`` with its Content-Length over a plain socket, spread over ``seconds`` (a slow link or a busy
+    client), then read the answer until the server closes: (status, headers, payload)."""
+    where = urllib.parse.urlsplit(url)
+    with socket.create_connection((where.hostname, where.port), timeout=30) as conn:
+        conn.sendall(f"POST {where.path} HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode())
+        pieces = 50
+        step = -(-len(body) // pieces)
+        for start in range(0, len(body), step):
+            conn.sendall(body[start:start + step])
+            time.sleep(seconds / pieces)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode().split("\r\n")
+    headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, payload
+
+
+def test_a_fifty_mib_body_sent_slowly_gets_the_413_not_a_reset(server_url: str) -> None:
+    """The server knows the answer from the headers while the client has ~6 s of body left to send (longer than
+    uvicorn's keep-alive wait): the client still gets the whole 413, then the server closes the connection."""
+    body = b'{"query": ["' + b"x" * FIFTY_MIB + b'"]}'
+    status, headers, payload = post_slowly(server_url, body, seconds=6.0)
+    assert status == 413 and headers["connection"] == "close"
+    assert "over this server's limit of 1000 bytes (--max_request_bytes)" in json.loads(payload)["error"]
+
+
+def test_a_fifty_mib_chunked_body_gets_the_413_and_a_closed_connection(server_url: str) -> None:
+    chunks = (b"x" * 2**20 for _ in range(50))  # no Content-Length: the limit is found while it streams
+    answer = httpx.post(server_url, content=chunks, headers={"Content-Type": "application/json"}, timeout=60)
+    assert answer.status_code == 413 and answer.headers["connection"] == "close"
     assert answer.json()["error"].startswith("the request body is over this server's limit of 1000 bytes")
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import base_flags
 
+from rlhf.console import RUN_LOG_NAME
 from rlhf.errors import DataError, PluginError, render_exit
 from rlhf.runtime.worker_group import free_port
 from rlhf.testing.cli import assert_user_error, run_rlhf
@@ -42,6 +43,11 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     return root
+
+
+def assert_nothing_but_the_log(run_dir: Path) -> None:
+    """A refused run leaves at most its log (rlhf.log: library warnings and logs of the attempt) in its dir."""
+    assert not run_dir.exists() or {p.name for p in run_dir.iterdir()} <= {RUN_LOG_NAME}
 
 
 def train(model: Path, prompts: Path, reward: Path, run: Path, *extra: str, engine: str = "hf", steps: int = 2):
@@ -105,7 +111,7 @@ def test_a_mistake_before_the_run_is_one_line(case, bad, tiny_causal_lm_path, ta
     extra = [e.format(bad=bad, prompts=task_files["prompts"]) for e in extra]
     result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, *extra)
     assert_user_error(result, *names)
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # refused before writing anything
+    assert_nothing_but_the_log(tmp_path / "out")  # refused before writing anything
 
 
 @pytest.mark.parametrize("form", ["host:port", "ray://host:port"])
@@ -121,7 +127,7 @@ def test_a_ray_address_where_nothing_listens_is_one_line(form, tiny_causal_lm_pa
     result = run_rlhf("train", "ppo", *flags, env={"RAY_ADDRESS": address}, timeout=60)
     assert_user_error(result, f"RAY_ADDRESS={address}", f":{port}", "nothing answers", "ray start --head",
                       "unset RAY_ADDRESS")
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert_nothing_but_the_log(tmp_path / "out")
 
 
 def test_debug_adds_the_traceback_and_keeps_the_exit_status(bad, tiny_causal_lm_path, task_files, tmp_path) -> None:
@@ -198,6 +204,37 @@ def test_a_dead_ray_worker_is_named_by_group_and_rank(tiny_causal_lm_path, task_
     assert_user_error(result, "Ray worker 'actor' rank 0", "died", "on node ", "read its log", "--ckpt.load_enable")
     log = re.search(r"read its log (\S+?)\);", result.stderr).group(1)
     assert "/logs/worker-" in log and log.endswith(".err")  # the dead rank's own log file in Ray's session folder
+
+
+# The actor dies inside its first weight sync: at its first broadcast, once the engine has had a moment
+# to wait in the same gloo collective. The engine then fails at once ("Connection reset/closed by peer"), well
+# before Ray declares the actor's own call failed; the error must still name the dead actor.
+DIES_IN_SYNC = """
+import os, time
+import rlhf
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+@rlhf.hookimpl
+def rlhf_worker_init(role, rank, config):
+    if role == "actor":
+        from rlhf.runtime.weight_sync import BroadcastGroup
+
+        def die(self, tensor):
+            time.sleep(1)
+            os._exit(9)
+
+        BroadcastGroup.broadcast = die
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_dying_in_the_middle_of_a_weight_sync_is_named_not_its_peers_error(tiny_causal_lm_path, task_files,
+                                                                                      tmp_path) -> None:
+    plugin = tmp_path / "dies_in_sync.py"
+    plugin.write_text(DIES_IN_SYNC)
+    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin),
+                   "--vllm.sync_backend", "gloo")
+    assert_user_error(result, "Ray worker 'actor' rank 0", "died", "--ckpt.load_enable")
 
 
 @pytest.mark.slow

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
 
 # Ray "already running" (start_ray has nothing to wait for), then the controller's own work for a
 # moment, then its tokenizer import. Without start_ray joining the import thread, transformers'
@@ -39,8 +48,6 @@ ray.shutdown()
 
 def test_a_local_clusters_workers_run_at_normal_priority_unless_the_user_says_otherwise() -> None:
     """Ray's own default would start them at niceness 15, behind every other process on the machine."""
-    import os
-
     for given, expected in ((None, 0), ("7", 7)):
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_worker_niceness")}
         if given is not None:
@@ -48,3 +55,80 @@ def test_a_local_clusters_workers_run_at_normal_priority_unless_the_user_says_ot
         done = subprocess.run([sys.executable, "-c", WORKER_NICENESS], capture_output=True, text=True, timeout=300, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"niceness {expected}" in done.stdout
+
+
+# A driver of its own local cluster, with one actor running; it prints the cluster's session folder, then waits
+# to be killed, or with "stop" shuts its Ray down and says so.
+DRIVER = """
+import os, sys, time
+import ray
+from rlhf.runtime.ray_start import start_ray, stop_ray
+
+assert start_ray() is True
+worker = ray.remote(num_cpus=0)(type("Idle", (), {"pid": lambda self: os.getpid()})).remote()
+ray.get(worker.pid.remote())
+print(ray._private.worker._global_node.get_session_dir_path(), flush=True)
+if sys.argv[1] == "stop":
+    stop_ray()
+    print("stopped", flush=True)
+time.sleep(600)
+"""
+
+
+def _holding_files_under(folder: str, but: int = 0) -> list[str]:
+    """The processes (but ``but``) that hold a file under ``folder`` open (every Ray process keeps its logs
+    open there, whatever its process title says), with their titles."""
+    from rlhf.runtime.session_watchdog import session_processes
+
+    found = []
+    for pid in session_processes(folder, {os.getpid(), but}):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:120]
+            found.append(f"{pid}: {title!r}")
+        except OSError:  # exited meanwhile
+            continue
+    return found
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Iterator[Callable[[str], tuple[subprocess.Popen, str]]]:
+    started: list[subprocess.Popen] = []
+    folders: list[str] = []
+
+    def start(mode: str) -> tuple[subprocess.Popen, str]:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rlhf-ray-", dir="/tmp")  # short: Ray's socket paths
+        folders.append(env["RAY_TMPDIR"])
+        process = subprocess.Popen([sys.executable, "-c", DRIVER, mode], stdout=subprocess.PIPE, text=True, env=env,
+                                   stderr=(tmp_path / "driver.err").open("w"))
+        started.append(process)
+        session = process.stdout.readline().strip()
+        assert session, (tmp_path / "driver.err").read_text()[-3000:]
+        return process, session
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_nothing_of_a_local_cluster_outlives_its_driver_killed_with_sigkill(driver) -> None:
+    """Ray's DashboardAgent and RuntimeEnvAgent lived 60-80 s after their driver's SIGKILL (reporting the
+    raylet's death to a GCS that is gone too); the run's watchdog ends them at once."""
+    process, session = driver("wait")
+    assert any("DashboardAgent" in p for p in _holding_files_under(session))
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 30  # far more than the watchdog needs, far less than the agents lived without it
+    while (left := _holding_files_under(session)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left == []
+
+
+def test_stop_ray_leaves_nothing_of_the_local_cluster(driver) -> None:
+    process, session = driver("stop")
+    assert process.stdout.readline().strip() == "stopped"
+    assert process.poll() is None  # the driver itself is spared (its core worker's log is in the folder too)
+    assert _holding_files_under(session, but=process.pid) == []  # gone when stop_ray returns

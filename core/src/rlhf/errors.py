@@ -62,6 +62,11 @@ class StorageError(UserError):
     """Writing a file failed: disk full, no permission (names the path; nothing half-written is left)."""
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a training run; the message says whether a checkpoint was written and
+    how to resume from it, or that none was (the CLI puts it on its ``rlhf: interrupted`` line)."""
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse whose usage errors are :class:`ConfigError` (one ``rlhf: error:`` line, exit 2)
     instead of a usage block; ``--help`` still prints the full usage."""

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     )
     from rlhf.plugin_options import OptionsRegister
     from rlhf.registry import Register
+    from rlhf.steering import Steering
 
 
 # ---------------------------------------------------------------- registration
@@ -250,8 +251,25 @@ def rlhf_step_end(step: int, metrics: dict[str, float]) -> None:
 
 
 @hookspec
+def rlhf_steer(step: int, metrics: dict[str, float], steering: Steering) -> None:
+    """Steer the run between steps: read this step's ``metrics`` and ask, through ``steering``
+    (:class:`rlhf.steering.Steering`, one handle per plugin), to stop, checkpoint, evaluate, change
+    the prompt datasets' sampling weights or set a coefficient (``kl``, ``entropy``, ``lr_scale``).
+
+    The controller applies the requests after every plugin returned, logs each (console and
+    ``steer/…`` keys of this step's ``metrics.jsonl`` record) and keeps the state they set in
+    the checkpoint. ``metrics`` is the step's record so far (read it; do not modify it).
+    When: after each global step (and its evaluation, if due), before it is logged and checkpointed.
+    Process: the controller. How often: once per global step.
+    Shapes: scalars only; no tensors cross this hook.
+    Raising stops the run with one ``rlhf: error:`` line naming the plugin and this hook.
+    """
+
+
+@hookspec
 def rlhf_train_end(config: Any, run_dir: Path, status: str) -> None:
-    """A training run ended; ``status`` is ``completed``, ``interrupted`` or ``failed``.
+    """A training run ended; ``status`` is ``completed``, ``stopped`` (a plugin's ``rlhf_steer`` asked),
+    ``interrupted`` or ``failed``.
 
     When: end of ``rlhf train``, also on failure. Process: the controller. How often: once per run.
     Shapes: none.

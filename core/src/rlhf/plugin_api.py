@@ -24,6 +24,7 @@ from typing import Any
 PUBLIC_MODULES = (
     "rlhf",
     "rlhf.hookspecs",
+    "rlhf.steering",
     "rlhf.components",
     "rlhf.registry",
     "rlhf.ops",

@@ -31,6 +31,7 @@ from rlhf.errors import PluginError, UserError
 from rlhf.plugin_options import OptionsRegister, PluginOptions
 from rlhf.plugin_selection import BLOCKED, FAILED, OK, PluginRecord, PluginSelection, canonical, file_plugin_name
 from rlhf.registry import ComponentKind, ComponentRegistry, Register
+from rlhf.steering import Steering, SteeringView
 
 log = logging.getLogger("rlhf.plugins")
 
@@ -291,7 +292,7 @@ class PluginHost:
         try:
             self._notify("rlhf_train_end", config=config, run_dir=run_dir, status=status)
         except PluginError as exc:
-            if status == "completed":
+            if status in ("completed", "stopped"):  # a run that ended normally: the hook's error is the error
                 raise
             log.warning("%s (the run had already ended: %s)", exc, status)
 
@@ -301,22 +302,41 @@ class PluginHost:
     def checkpoint_load(self, step: int, checkpoint_dir: Path, state: dict[str, Any]) -> None:
         self._notify("rlhf_checkpoint_load", step=step, checkpoint_dir=checkpoint_dir, state=state)
 
+    def steer(self, step: int, metrics: dict[str, float], view: SteeringView) -> list[Steering]:
+        """Call each plugin's ``rlhf_steer`` with a handle of its own (in pluggy's call order), so that
+        every request names its plugin; the handles that asked for something come back."""
+        caller = self._pm.hook.rlhf_steer
+        handles = []
+        for impl in reversed(caller.get_hookimpls()):  # pluggy calls the last registered first
+            handle = Steering(impl.plugin_name, view)
+            arguments = {"step": step, "metrics": dict(metrics), "steering": handle}
+            try:
+                impl.function(**{name: arguments[name] for name in impl.argnames})
+            except Exception as exc:
+                raise self._hook_error("rlhf_steer", [impl], exc) from exc
+            handles.append(handle)
+        return handles
+
     def _notify(self, hook_name: str, **kwargs: Any) -> None:
         """Call a lifecycle hook; an implementation that raises becomes a :class:`PluginError`
-        naming the plugin and the hook (its traceback with ``--debug``). A :class:`UserError` it
-        raises keeps its message (the user's fix), prefixed with the plugin and hook."""
+        naming the plugin and the hook (its traceback with ``--debug``)."""
         caller = getattr(self._pm.hook, hook_name)
         try:
             caller(**kwargs)
         except Exception as exc:
-            plugin = _raising_plugin(caller.get_hookimpls(), exc) or "?"
-            if isinstance(exc, UserError):  # the plugin reports the user's mistake: its message is the fix
-                raise PluginError(f"plugin {plugin!r} ({hook_name}): {exc}") from exc
-            record = next((r for r in self.records if r.name == plugin), None)
-            leave_out = (f"remove {record.target} from --plugins" if record is not None and record.source in {"file", "module"}
-                         else f"leave it out with --plugins no:{plugin}")
-            raise PluginError(f"plugin {plugin!r} failed in its {hook_name} hook: {type(exc).__name__}: {exc}; "
-                              f"fix the plugin or {leave_out}") from exc
+            raise self._hook_error(hook_name, caller.get_hookimpls(), exc) from exc
+
+    def _hook_error(self, hook_name: str, impls: list[pluggy.HookImpl], exc: Exception) -> PluginError:
+        """The error naming the plugin whose hook raised; a :class:`UserError` it raised keeps its
+        message (the user's fix), prefixed with the plugin and hook."""
+        plugin = _raising_plugin(impls, exc) or "?"
+        if isinstance(exc, UserError):  # the plugin reports the user's mistake: its message is the fix
+            return PluginError(f"plugin {plugin!r} ({hook_name}): {exc}")
+        record = next((r for r in self.records if r.name == plugin), None)
+        leave_out = (f"remove {record.target} from --plugins" if record is not None and record.source in {"file", "module"}
+                     else f"leave it out with --plugins no:{plugin}")
+        return PluginError(f"plugin {plugin!r} failed in its {hook_name} hook: {type(exc).__name__}: {exc}; "
+                           f"fix the plugin or {leave_out}")
 
 
 def _raising_plugin(impls: list[pluggy.HookImpl], exc: BaseException) -> str | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
+from rlhf.catalogue import first_party_providers
 from rlhf.errors import ConfigError
 
 T = TypeVar("T")
@@ -131,9 +132,9 @@ class ComponentRegistry:
     def __init__(self) -> None:
         self._by_kind: dict[ComponentKind, dict[str, Registration]] = {kind: {} for kind in ComponentKind}
         # name -> distribution that would provide it, for "did you install…" hints
-        from rlhf.catalogue import FIRST_PARTY_PROVIDERS
-
-        self.known_providers: dict[tuple[ComponentKind, str], str] = dict(FIRST_PARTY_PROVIDERS)
+        kinds = {kind.value: kind for kind in ComponentKind}
+        self.known_providers: dict[tuple[ComponentKind, str], str] = {
+            (kinds[kind], name): distribution for (kind, name), distribution in first_party_providers().items() if kind in kinds}
 
     def add(self, registration: Registration) -> None:
         table = self._by_kind[registration.kind]

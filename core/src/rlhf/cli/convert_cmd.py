@@ -49,23 +49,28 @@ class FoundCommand:
     argv: list[str]
 
 
-def build_convert_parser() -> argparse.ArgumentParser:
-    parser = OneLineArgumentParser(
-        prog="rlhf config convert", usage=USAGE, allow_abbrev=False,
+CONFIG_HELP = "config tools: rlhf config convert SCRIPT.sh | -- OPENRLHF COMMAND (old flags -> dotted flags and YAML)"
+
+
+def add_config_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``rlhf config ACTION``: the one parser of the command, in ``rlhf --help``'s tree and run on its own."""
+    config = sub.add_parser("config", help=CONFIG_HELP, description=CONFIG_HELP, allow_abbrev=False)
+    actions = config.add_subparsers(dest="config_action", metavar="ACTION")
+    convert = actions.add_parser(
+        "convert", usage=USAGE, allow_abbrev=False, help="OpenRLHF command lines -> dotted flags and a YAML config",
         description="Translate OpenRLHF command lines (flat <= 0.9 flags, 0.11 README spellings) into today's dotted "
                     "flags and a YAML config for --config.")
-    parser.add_argument("script", nargs="?", help="a shell script holding OpenRLHF commands ('-': stdin)")
-    parser.add_argument("--trainer", help="the trainer of a bare flag list (ppo, sft, rm, dpo, kto, prm, kd)")
-    parser.add_argument("--yaml", metavar="PATH", help="also write the YAML config here (PATH-2.yaml… for more commands)")
-    return parser
+    convert.add_argument("script", nargs="?", help="a shell script holding OpenRLHF commands ('-': stdin)")
+    convert.add_argument("--trainer", help="the trainer of a bare flag list (ppo, sft, rm, dpo, kto, prm, kd)")
+    convert.add_argument("--yaml", metavar="PATH", help="also write the YAML config here (PATH-2.yaml… for more commands)")
+    return config
 
 
 def run_config_command(host: PluginHost, argv: list[str]) -> int:
-    if not argv or argv[0] != "convert":
-        raise ConfigError(f"rlhf config: unknown action {argv[0] if argv else '(none)'!r}; usage: {USAGE}")
-    argv = argv[1:]
-    split = argv.index("--") if "--" in argv else len(argv)
-    args = build_convert_parser().parse_args(argv[:split])
+    split = argv.index("--") if "--" in argv else len(argv)  # what follows `--` is an old command line, not ours
+    args = add_config_parser(OneLineArgumentParser(prog="rlhf").add_subparsers()).parse_args(argv[:split])
+    if args.config_action is None:
+        raise ConfigError("rlhf config: give an action, e.g. rlhf config convert train.sh (see rlhf config --help)")
     command_line = argv[split + 1:]
     if bool(args.script) == bool(command_line):
         raise ConfigError(f"rlhf config convert: give a script or a command line after --, not {'both' if args.script else 'neither'}")

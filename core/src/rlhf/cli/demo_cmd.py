@@ -20,9 +20,11 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_demo_command(host: PluginHost, args: argparse.Namespace) -> int:
+    from rlhf.console import attach_run_log
     from rlhf.demo.run import plot_rewards, report, run_demo
 
     run_dir = Path(args.run_dir) / f"seed{args.seed}"
+    attach_run_log(run_dir)
     result = run_demo(run_dir, seed=args.seed, rl_steps=args.rl_steps, engine=args.engine,
                       sft_target=args.sft_target, plugins=host, rewards=args.rewards)
     plot_rewards(run_dir, run_dir / "reward_curve.png")

@@ -8,10 +8,10 @@ trainers, component names and option namespaces to those flags. Heavy libraries
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from rlhf import __version__
+from rlhf.console import configure_console
 from rlhf.errors import ConfigError, OneLineArgumentParser, debug_requested, render_exit
 from rlhf.plugin_selection import ENV_PLUGINS, ENV_STRICT, PluginSelection
 from rlhf.plugins import PluginHost
@@ -37,11 +37,12 @@ def _selection_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plugins", dest="plugins_spec", default=None)
     parser.add_argument("--strict-plugins", action="store_true")
     parser.add_argument("--debug", action="store_true")
+    parser.add_argument("--verbose", action="store_true")
     return parser
 
 
 def split_plugin_args(argv: list[str]) -> tuple[PluginSelection, list[str]]:
-    """Take ``--plugins``/``--strict-plugins``/``--debug`` from anywhere in argv (before or after the subcommand)."""
+    """Take ``--plugins``/``--strict-plugins``/``--debug``/``--verbose`` from anywhere in argv (before or after the subcommand)."""
     known, rest = _selection_parser().parse_known_args(argv)
     try:
         return PluginSelection.from_cli(known.plugins_spec, known.strict_plugins), rest
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plugins", dest="plugins_spec", metavar="SPEC", help="plugin selection, see below")
     parser.add_argument("--strict-plugins", action="store_true", help="any plugin failure is an error")
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error (also RLHF_DEBUG=1)")
+    parser.add_argument("--verbose", action="store_true", help="also show library warnings and logs (always in the "
+                        "run's rlhf.log; also RLHF_VERBOSE=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     plugins = sub.add_parser("plugins", help="list installed plugins, their components and status")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
@@ -79,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rlhf.cli.plugin_cmd import add_plugin_parser
 
     add_plugin_parser(sub)
-    sub.add_parser("config", help="config tools: rlhf config convert SCRIPT.sh | -- OPENRLHF COMMAND (old flags -> "
-                                  "dotted flags and YAML)", add_help=False)
+    from rlhf.cli.convert_cmd import add_config_parser
+
+    add_config_parser(sub)
     return parser
 
 
@@ -106,14 +110,16 @@ def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_console(verbose="--verbose" in argv)
+    from rlhf.cli.interrupts import handle_sigterm, report_interrupt
+
+    handle_sigterm()
     try:
         return _dispatch(argv)
     except SystemExit:
         raise
-    except KeyboardInterrupt:
-        print("rlhf: interrupted", file=sys.stderr)
-        return 130  # the shell's convention for SIGINT
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, status 130 or 143
+        return report_interrupt(exc)
     except BaseException as exc:  # noqa: BLE001 - every error leaves through one renderer
         return render_exit(exc, debug_requested(argv))
 

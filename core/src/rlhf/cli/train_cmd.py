@@ -32,6 +32,9 @@ def run_train(host: PluginHost, trainer_name: str | None, argv: list[str]) -> in
         return 0
     from pathlib import Path
 
+    from rlhf.console import attach_run_log
+
     run_dir = Path(getattr(getattr(config, "ckpt", None), "output_dir", ".") or ".")
+    attach_run_log(run_dir)
     trainer_cls(config, host, run_dir).run()
     return 0

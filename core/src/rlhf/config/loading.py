@@ -171,9 +171,11 @@ def check_components(config: BaseModel, host: PluginHost, prefix: str = "") -> N
             check_components(value, host, f"{prefix}{name}.")
             continue
         kind = cli_extra(field).get("component")
-        if kind and value is not None:
+        if not kind or value is None:
+            continue
+        for item in value if isinstance(value, list) else [value]:  # a list field names several
             try:
-                host.registry.registration(ComponentKind(kind), value, flag=f"--{prefix}{name}")
+                host.registry.registration(ComponentKind(kind), item, flag=f"--{prefix}{name}")
             except ComponentError as exc:
                 raise ConfigError(str(exc)) from None
 

@@ -78,8 +78,12 @@ README_0_11_PPO: dict[str, Entry] = {
     f"{_IS}_enable": Switch(IS_CORRECTION_TYPES["tis"], unless=f"{_IS}_type"),  # 0.11.0's default type is tis
     f"{_IS}_type": Choice(IS_CORRECTION_TYPES, requires=f"{_IS}_enable"),
 }
+#: Its SFT/RM commands spell the trained model as PPO's actor; the supervised trainers call it ``model``
+#: (and put gradient checkpointing under ``train``). Flat ``--chosen_key``/``--rejected_key`` are in SUPERVISED.
 README_0_11_SUPERVISED: dict[str, Entry] = {
     "--actor.pretrain_mode_enable": Rename("--model.pretrain_mode_enable"),
+    "--actor.model_name_or_path": Rename("--model.model_name_or_path"),
+    "--actor.gradient_checkpointing_enable": Rename("--train.gradient_checkpointing_enable"),
 }
 
 #: DeepSpeed, LoRA, packing and logging flags: the same in every 0.9 trainer.

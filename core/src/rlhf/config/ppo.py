@@ -71,6 +71,8 @@ class TrainSection(Section):
     agent_func_path: str | None = flag(None, "Agent file (AgentInstance or AgentExecutor class, OpenRLHF's contract)")
     agent_executor: str | None = flag(
         None, "Registered agent executor (rlhf plugins); default multi_turn with --train.agent_func_path, else single_turn")
+    model_loaders: list[str] = flag([], "Registered model loaders to apply to every model, in order (besides those whose "
+                                    "flags are set)", nargs="+", component=K.MODEL_LOADER)
 
 
 class AdamSection(Section):
@@ -159,6 +161,8 @@ class AlgoSection(Section):
     advantage: AdvantageSection = Field(default_factory=AdvantageSection)
     kl: KLSection = Field(default_factory=KLSection)
     dynamic_filtering_enable: bool = flag(False, "DAPO dynamic filtering", switch=True)
+    sample_filter: str | None = flag(None, "Registered sample filter for each prompt's sample group "
+                                     "(--algo.dynamic_filtering_enable: dynamic_filtering)", component=K.SAMPLE_FILTER)
     dynamic_filtering_range: list[float] = flag([0.0, 1.0], "Dynamic filtering score range", nargs=2)
 
 
@@ -241,6 +245,8 @@ class DataSection(Section):
         "filter", "Empty prompts and prompts with no room for a response within max_len: filter (counted) or error")
     input_template: str | None = flag(None, "Prompt template with one {}")
     apply_chat_template: bool = flag(False, "Use the tokenizer's chat template", switch=True)
+    processor: str | None = flag(None, "Registered processor that turns each prompt row into ids (default: the one of "
+                                 "the model plugin whose flags are set, if any)", component=K.PROCESSOR)
     image_key: str = plugin_flag("vlm", "images", "Dataset key for image paths/URLs")
     max_images_per_prompt: int = plugin_flag("vlm", 0, "Max images per prompt (0 = text-only)")
 

@@ -1,8 +1,10 @@
 """Prompt datasets for RL: local json/jsonl/parquet files or saved dataset dirs, via ``datasets``.
 
-Each row becomes ``{"prompt": str, "prompt_ids": list[int], "label": Any}``. The
-order is a seeded shuffle per episode, so a resumed run continues with exactly
-the batches an uninterrupted run would have seen.
+Each row becomes ``{"prompt": str, "prompt_ids": list[int], "label": Any, "prompt_source": int}``
+(``prompt_source``: the index of its ``--data.prompt_dataset`` source). The order is a seeded
+shuffle per episode, so a resumed run continues with exactly the batches an uninterrupted run
+would have seen. Once a steering plugin sets the sources' weights, each batch is drawn by them
+instead (still seeded by its position, so a resume draws the same).
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ log = logging.getLogger("rlhf.data")
 def load_prompt_rows(data_cfg: Any, seed: int) -> list[dict[str, Any]]:
     """Load, mix (``--data.prompt_probs``) and truncate (``--data.max_samples``) the prompt datasets."""
     return load_mixed(data_cfg.prompt_dataset, data_cfg.prompt_probs, data_cfg.prompt_split, data_cfg.max_samples, seed,
-                      "--data.prompt_dataset", "--data.prompt_probs")
+                      "--data.prompt_dataset", "--data.prompt_probs", source_column=SOURCE_COLUMN)
+
+
+#: The column :func:`load_prompt_rows` adds: the row's source index in ``--data.prompt_dataset``.
+SOURCE_COLUMN = "_rlhf_prompt_source"
 
 
 def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, source: str,
@@ -67,6 +73,8 @@ _ROWS_PER_TASK = 256
 def _prepare(index: int, row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: str,
              processor: Any) -> tuple[str | None, Any]:
     """``(None, prompt)`` for a usable row, ``(why, None)`` for an invalid one; a missing key raises."""
+    row = dict(row)
+    source_index = row.pop(SOURCE_COLUMN, 0)  # ours, not the user's: kept out of messages and processors
     value = text_value(row, data_cfg.input_key, "--data.input_key", source, index)
     if data_cfg.label_key:
         row_value(row, data_cfg.label_key, "--data.label_key", source, index)
@@ -84,7 +92,7 @@ def _prepare(index: int, row: dict[str, Any], data_cfg: Any, tokenizer: Any, sou
     if len(ids) >= data_cfg.max_len:
         return f"with at least --data.max_len {data_cfg.max_len} tokens", None
     label = row.get(data_cfg.label_key) if data_cfg.label_key else None
-    return None, {"prompt": text, "prompt_ids": ids, "label": label, **extra}
+    return None, {"prompt": text, "prompt_ids": ids, "label": label, "prompt_source": source_index, **extra}
 
 
 def _has_text(value: Any) -> bool:
@@ -105,6 +113,11 @@ class PromptSchedule:
     :meth:`next_batch` hands out ``--rollout.batch_size`` prompts (an episode's last partial
     batch is dropped); :meth:`take` hands out single replacements (dynamic filtering refills),
     crossing into the next episode when one ends.
+
+    With :attr:`weights` set (:meth:`set_weights`, by a steering plugin), the prompts at each
+    position are drawn instead: each slot picks a source by weight, then a prompt of that source
+    (no repeats within one draw while the source has enough), seeded by (seed, episode, position).
+    Episodes keep their length, so the number of steps does not change.
     """
 
     def __init__(self, prompts: list[dict[str, Any]], batch_size: int, num_episodes: int, seed: int) -> None:
@@ -113,17 +126,29 @@ class PromptSchedule:
         self.prompts, self.batch_size, self.num_episodes, self.seed = prompts, batch_size, num_episodes, seed
         self.batches_per_episode = len(prompts) // batch_size
         self.episode, self.position = 0, 0
+        self.weights: tuple[float, ...] | None = None
+        self.by_source: dict[int, list[int]] = {}
+        for index, prompt in enumerate(prompts):
+            self.by_source.setdefault(prompt.get("prompt_source", 0), []).append(index)
         self._shuffled: tuple[int, list[int]] = (-1, [])  # (episode, its order)
 
     @property
     def total_batches(self) -> int:
         return self.batches_per_episode * self.num_episodes
 
-    def state(self) -> dict[str, int]:
-        return {"episode": self.episode, "position": self.position}
+    def set_weights(self, weights: tuple[float, ...]) -> None:
+        """Draw the following batches by these per-source weights (one per ``--data.prompt_dataset`` source)."""
+        self.weights = tuple(weights)
 
-    def restore(self, state: dict[str, int]) -> None:
+    def state(self) -> dict[str, Any]:
+        return {"episode": self.episode, "position": self.position, **self._weights_state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
         self.episode, self.position = state["episode"], state["position"]
+        self.weights = tuple(state["weights"]) if state.get("weights") is not None else None
+
+    def _weights_state(self) -> dict[str, Any]:
+        return {} if self.weights is None else {"weights": list(self.weights)}
 
     def _order(self) -> list[int]:
         """This episode's seeded permutation, shuffled once per episode (not once per batch)."""
@@ -133,12 +158,28 @@ class PromptSchedule:
             self._shuffled = (self.episode, order)
         return self._shuffled[1]
 
+    def _chosen(self, position: int, count: int) -> list[int]:
+        """The prompt indices for positions ``position …`` (``count`` of them) of this episode."""
+        if self.weights is None:
+            return self._order()[position : position + count]
+        rng = random.Random(f"{self.seed}:{self.episode}:{position}")
+        sources = [s for s in sorted(self.by_source) if s < len(self.weights) and self.weights[s] > 0]
+        if not sources:  # every weighted source lost all its prompts to filtering
+            return self._order()[position : position + count]
+        picked = rng.choices(sources, weights=[self.weights[s] for s in sources], k=count)
+        chosen: list[int] = []
+        for source in sources:
+            pool, wanted = self.by_source[source], picked.count(source)
+            chosen += rng.sample(pool, wanted) if wanted <= len(pool) else rng.choices(pool, k=wanted)
+        rng.shuffle(chosen)
+        return chosen
+
     def next_batch(self) -> list[dict[str, Any]] | None:
         if self.position + self.batch_size > len(self.prompts):
             self.episode, self.position = self.episode + 1, 0
         if self.episode >= self.num_episodes:
             return None
-        chosen = self._order()[self.position : self.position + self.batch_size]
+        chosen = self._chosen(self.position, self.batch_size)
         self.position += self.batch_size
         return self._handed_out(chosen, self.position - len(chosen))
 
@@ -149,27 +190,31 @@ class PromptSchedule:
             if self.position >= len(self.prompts):
                 self.episode, self.position = self.episode + 1, 0
                 continue
-            order = self._order()
-            chosen = order[self.position : self.position + count - len(out)]
+            chosen = self._chosen(self.position, min(count - len(out), len(self.prompts) - self.position))
             out += self._handed_out(chosen, self.position)
             self.position += len(chosen)
         return out
 
     def _handed_out(self, chosen: list[int], first_position: int) -> list[dict[str, Any]]:
-        """The prompts at ``chosen`` (this episode's order from ``first_position`` on), each with its
+        """The prompts at ``chosen`` (this episode's positions from ``first_position`` on), each with its
         ``data_state``: the schedule's position just after it, where a resume must start so that this
         prompt and every one before it are not handed out again (async mode checkpoints it)."""
-        return [{**self.prompts[i], "data_state": {"episode": self.episode, "position": first_position + k + 1}}
+        return [{**self.prompts[i], "data_state": {"episode": self.episode, "position": first_position + k + 1,
+                                                   **self._weights_state()}}
                 for k, i in enumerate(chosen)]
 
 
 def prompt_processor(config: Any, registry: Any) -> Any:
-    """The :class:`rlhf.components.Processor` of the model plugins this run switched on (a VLM's), or None:
-    a plugin that registered both a model loader and a processor under one name provides it."""
+    """The :class:`rlhf.components.Processor` named by ``--data.processor``, else the one of the model plugins
+    this run switched on (a VLM's), or None: a plugin that registered both a model loader and a processor
+    under one name provides it."""
     from rlhf.components import build
     from rlhf.engines.model_extensions import flagged_fields
     from rlhf.registry import ComponentKind
 
+    chosen = getattr(config.data, "processor", None)
+    if chosen:
+        return build(registry.get(ComponentKind.PROCESSOR, chosen, flag="--data.processor"), config)
     for _dotted, plugin, changed in flagged_fields(config):
         if changed and plugin in registry.names(ComponentKind.PROCESSOR):
             return build(registry.get(ComponentKind.PROCESSOR, plugin), config)

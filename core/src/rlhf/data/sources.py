@@ -87,8 +87,9 @@ def _unreadable(path: Path, suffix: str, flag: str, exc: Exception) -> DataError
 
 
 def load_mixed(spec: str | None, probs: str | None, split: str, max_samples: int, seed: int,
-               flag: str, probs_flag: str) -> list[dict[str, Any]]:
-    """Rows of the comma-separated sources in ``spec``, interleaved by ``probs`` when there are several."""
+               flag: str, probs_flag: str, source_column: str | None = None) -> list[dict[str, Any]]:
+    """Rows of the comma-separated sources in ``spec``, interleaved by ``probs`` when there are several;
+    with ``source_column`` and several sources, each row also holds the index of its source there."""
     import datasets
 
     if not spec:
@@ -96,6 +97,8 @@ def load_mixed(spec: str | None, probs: str | None, split: str, max_samples: int
     sources = [s.strip() for s in spec.split(",") if s.strip()]
     probabilities = parse_probabilities(probs, len(sources), probs_flag, flag)
     parts = [load_source(s, split, flag) for s in sources]
+    if source_column and len(parts) > 1:
+        parts = [part.add_column(source_column, [index] * len(part)) for index, part in enumerate(parts)]
     if len(parts) > 1:
         mixed = datasets.interleave_datasets(parts, probabilities=probabilities, seed=seed)
     else:

@@ -48,6 +48,8 @@ def active(config: Any, registry: Any) -> list[Any]:
     for dotted, plugin, changed in flagged_fields(config):
         if changed:
             flags.setdefault(plugin, f"--{dotted}")
+    for name in getattr(getattr(config, "train", None), "model_loaders", None) or []:
+        flags.setdefault(name, "--train.model_loaders")
     return [build(registry.get(ComponentKind.MODEL_LOADER, name, flag=flag), config) for name, flag in flags.items()]
 
 

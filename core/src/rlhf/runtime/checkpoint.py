@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlhf.errors import STORAGE_ERRNOS, CheckpointError, UserError, exception_chain, storage_error
+from rlhf.errors import STORAGE_ERRNOS, CheckpointError, RunInterrupted, UserError, exception_chain, storage_error
 
 PATTERN = re.compile(r"^global_step(\d+)$")
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
@@ -186,6 +186,18 @@ def resume(root: Path, load: Callable[[Path, dict[str, Any]], None], keys: tuple
     load(directory, state)
     log.warning("--ckpt.load_enable: resumed from %s (step %d)", directory, state["step"])
     return state
+
+
+def interrupted(root: Path) -> RunInterrupted:
+    """What a run stopped by Ctrl-C or SIGTERM tells the user: the checkpoint under ``root`` (``--ckpt.path``)
+    that ``--ckpt.load_enable`` would resume from, or that there is none."""
+    found = checkpoints(root)
+    if not found:
+        return RunInterrupted(f"no checkpoint was written under {root}, so a new run starts from step 0 "
+                              "(--ckpt.save_steps N writes one every N steps)")
+    step, directory = found[-1]
+    return RunInterrupted(f"the last checkpoint is step {step} ({directory}): resume with the same command "
+                          "and --ckpt.load_enable")
 
 
 def load_state(directory: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:

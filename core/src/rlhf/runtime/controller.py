@@ -20,8 +20,10 @@ from rlhf.runtime import checkpoint
 from rlhf.runtime.batch import Sample, worker_payload
 from rlhf.runtime.best_checkpoint import BestCheckpoint
 from rlhf.runtime.kl_control import KLController, observed_kl
-from rlhf.runtime.ray_start import start_ray
+from rlhf.runtime.ray_start import start_ray, stop_ray
 from rlhf.runtime.rewarding import RewardStage
+from rlhf.runtime.steering_control import prompt_mix_metrics, steer
+from rlhf.runtime.tracking import record_status
 
 log = logging.getLogger("rlhf.runtime")
 
@@ -46,9 +48,12 @@ class PPOController:
         self.rewards = RewardStage(config, registry, agent_rewards=getattr(self.executor, "provides_rewards", False))
         self.kl = KLController(config.algo.kl.init_coef, config.algo.kl.target, config.algo.kl.horizon)
         self.sample_filter = None
-        if config.algo.dynamic_filtering_enable:
-            self.sample_filter = build(registry.get(K.SAMPLE_FILTER, "dynamic_filtering", flag="--algo.dynamic_filtering_enable"), config)
+        if config.algo.sample_filter or config.algo.dynamic_filtering_enable:
+            chosen, flag = ((config.algo.sample_filter, "--algo.sample_filter") if config.algo.sample_filter
+                            else ("dynamic_filtering", "--algo.dynamic_filtering_enable"))
+            self.sample_filter = build(registry.get(K.SAMPLE_FILTER, chosen, flag=flag), config)
         self.step = 0
+        self.steered: dict[str, float] = {}  # coefficients a steering plugin set, but β: entropy, lr_scale
         self.best = BestCheckpoint.from_config(config)
         # async mode (runtime/async_pipeline.py): weight syncs so far, the engines' lock, the trained batch's data position
         self.policy_version, self.engine_lock, self.trained_data = 0, contextlib.nullcontext(), None
@@ -97,6 +102,7 @@ class PPOController:
         rows, processor = load_prompt_rows(cfg.data, cfg.train.seed), prompt_processor(cfg, self.plugins.registry)
         prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset,
                                 cfg.data.dataloader_num_workers, processor)
+        self.prompt_sources = tuple(s.strip() for s in cfg.data.prompt_dataset.split(",") if s.strip())
         self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
         self.eval_prompts: list[dict[str, Any]] = []
         if cfg.eval.dataset:
@@ -169,6 +175,7 @@ class PPOController:
             self.step = state["step"]
             self.schedule.restore(state["data"])
             self.kl.value = state["kl_coef"]
+            self.steered = state.get("steering", {})
             self.best.value = state.get("best_metric")
             self.plugins.checkpoint_load(self.step, directory, state.get("plugins", {}))
             self.sync_weights()
@@ -236,7 +243,7 @@ class PPOController:
 
         cfg = self.config
         n = cfg.rollout.n_samples_per_prompt
-        metrics: dict[str, float] = {}
+        metrics: dict[str, float] = prompt_mix_metrics(prompts, len(self.prompt_sources))
         start = time.perf_counter()
         samples, extra = self._rollout(prompts, metrics) if rolled is None else (rolled.samples, rolled.extra)
         metrics.update(rolled.metrics if rolled is not None else {})
@@ -271,7 +278,8 @@ class PPOController:
                 if cfg.ds.enable_sleep:  # one model's states awake at a time: the critic fits first (OpenRLHF)
                     metrics.update(_mean_dicts(wait(critic_pending)))
                     critic_pending = []
-            pending = (self.actor.call_split_async("train", train_payload, step=self.step, kl_coef=self.kl.value)
+            pending = (self.actor.call_split_async("train", train_payload, step=self.step, kl_coef=self.kl.value,
+                                                 coefficients=self.steered)
                        if actor_trains else [])
             actor_metrics = _mean_dicts(wait(pending))
             if critic_pending:
@@ -305,8 +313,11 @@ class PPOController:
         """A checkpoint of this step under ``root`` (``--ckpt.path``), keeping the newest ``keep`` (``--ckpt.max_num``)."""
         cfg = self.config
         plugin_state: dict[str, Any] = {}
-        state = {"step": self.step, "data": self.trained_data or self.schedule.state(), "kl_coef": self.kl.value,
-                 "best_metric": self.best.value,
+        data = dict(self.trained_data or self.schedule.state())
+        if self.schedule.weights is not None:  # the newest (async mode trained a batch drawn before the last change)
+            data["weights"] = list(self.schedule.weights)
+        state = {"step": self.step, "data": data, "kl_coef": self.kl.value,
+                 "steering": self.steered, "best_metric": self.best.value,
                  "plugin_set": cfg.plugin_set, "plugins": plugin_state}
 
         def write(staging: Path) -> None:
@@ -324,7 +335,6 @@ class PPOController:
     # -------------------------------------------------------------------- run
 
     def run(self) -> None:
-        import ray
         import yaml
 
         from rlhf.runtime.async_pipeline import rollout_batches
@@ -339,11 +349,11 @@ class PPOController:
             self._check_data()
         except BaseException:
             if started_ray:
-                ray.shutdown()
+                stop_ray()
             raise
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-        status = "failed"
+        status, reason, tracker = "failed", None, None
         try:
             self._setup()
             write_whereabouts(self.run_dir / "workers.json", [self.actor, self.ref, self.critic, *self.rewards.reward_models],
@@ -354,25 +364,40 @@ class PPOController:
             for prompts, rolled in rollout_batches(self):
                 self.step += 1
                 metrics = self.train_step(prompts, rolled)
-                if self.eval_prompts and cfg.eval.steps > 0 and self.step % cfg.eval.steps == 0:
+                evaluating = self.eval_prompts and cfg.eval.steps > 0 and self.step % cfg.eval.steps == 0
+                if evaluating:
                     metrics.update(self.evaluate())
+                requests = steer(self, metrics)
+                if requests.evaluate and not evaluating:  # steer() drops the request without --eval.dataset
+                    metrics.update(self.evaluate())
+                if evaluating or requests.evaluate:
                     self.best.offer(self.step, metrics, self.save_checkpoint)
                 tracker.log(self.step, metrics)
-                if cfg.ckpt.save_steps > 0 and self.step % cfg.ckpt.save_steps == 0:
+                for note in requests.notes:
+                    tracker.note(note)
+                if (cfg.ckpt.save_steps > 0 and self.step % cfg.ckpt.save_steps == 0) or requests.checkpoint:
                     self.save_checkpoint()
                 self.plugins.step_end(self.step, metrics)
-            tracker.close()
+                if requests.stop:
+                    reason = requests.stop
+                    break
             self.actor.call("save_hf", str(self.run_dir))
             if self.critic is not None and cfg.critic.save_value_network:  # OpenRLHF's <save_path>_critic
                 self.critic.call("save_hf", str(self.run_dir.with_name(self.run_dir.name + "_critic")))
-            status = "completed"
-        except (KeyboardInterrupt, SystemExit):  # Ctrl-C; SIGTERM (Ray's handler exits with the signal number)
+            status = "completed" if reason is None else "stopped"
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the CLI's handler
+            status = "interrupted"
+            raise checkpoint.interrupted(Path(cfg.ckpt.path)) from exc
+        except SystemExit:  # SIGTERM through Ray's own handler (a run started outside the CLI)
             status = "interrupted"
             raise
         finally:
+            if tracker is not None:  # the progress bar ends its line before anything else is printed
+                tracker.close()
+            record_status(self.run_dir, {"status": status, "reason": reason, "step": self.step})
             self.plugins.train_end(cfg, self.run_dir, status)
             if started_ray:
-                ray.shutdown()
+                stop_ray()
 
 
 def _gpu() -> bool:

@@ -10,6 +10,7 @@ are built inside the worker. Per-token tensors are ``(B, T)`` over response toke
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any
@@ -245,13 +246,16 @@ class PolicyWorker(_CausalLMWorker):
             self.ema = ParameterEMA(self.engine.module, cfg.train.ema_beta)
 
     @while_awake
-    def train(self, payload: dict[str, list], step: int, kl_coef: float) -> dict[str, float]:
+    def train(self, payload: dict[str, list], step: int, kl_coef: float,
+              coefficients: dict[str, float] | None = None) -> dict[str, float]:
         """``max_epochs`` passes of the actor objective over this rank's share of the rollout batch.
 
         Per micro-batch, ``policy_objective``: agg(c·ℓ) + β·token_mean(KL) [KL as loss]
         − c_H·token_mean(H) [entropy], plus the MoE auxiliary loss. Only the policy term follows
         ``--actor.loss_agg_mode`` (per-sequence when the loss is not token-level); every mean
         uses the normalisers of the whole optimizer step; c is the IS correction coefficient.
+        ``coefficients`` (set by steering plugins, rlhf.steering): ``entropy`` replaces c_H,
+        ``lr_scale`` multiplies the scheduled learning rate of this step's optimizer steps.
         """
         import torch
 
@@ -260,7 +264,10 @@ class PolicyWorker(_CausalLMWorker):
         from rlhf.runtime.policy_objective import StepNormalisers, policy_objective
 
         cfg = self.config
+        coefficients = coefficients or {}
         settings = self.settings
+        if "entropy" in coefficients:
+            settings = dataclasses.replace(settings, entropy_coef=coefficients["entropy"])
         sums: dict[str, float] = {}
         count = 0
         for rows, tokens, sequences, weight in self._training_groups(payload, step, salt=0):
@@ -286,6 +293,9 @@ class PolicyWorker(_CausalLMWorker):
                 metrics["aux_loss"] = output.aux_loss.detach()
             self._backward(loss * weight)
             optimizer_steps = self.engine.global_steps
+            if "lr_scale" in coefficients and self.engine.lr_scheduler is not None:
+                for group, scheduled in zip(self.engine.optimizer.param_groups, self.engine.lr_scheduler.get_last_lr()):
+                    group["lr"] = scheduled * coefficients["lr_scale"]  # the scheduler sets its own again after the step
             self.engine.step()
             if self.ema is not None and self.engine.global_steps != optimizer_steps:
                 self.ema.update()

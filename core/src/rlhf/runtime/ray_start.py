@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
+from typing import Any
 
 #: how long the reachability check waits for the cluster's port to accept a connection
 REACH_TIMEOUT_S = float(os.environ.get("RLHF_RAY_CONNECT_TIMEOUT_S", "5"))
+
+#: the :class:`~rlhf.runtime.session_watchdog.Watchdog` of the local cluster this process started, if any
+_watchdog: Any = None
 
 
 def start_ray(import_meanwhile: tuple[str, ...] = ()) -> bool:
@@ -15,20 +20,53 @@ def start_ray(import_meanwhile: tuple[str, ...] = ()) -> bool:
     this call started or joined it. ``import_meanwhile``: modules imported on a thread while Ray starts,
     done when this returns (see :func:`import_in_background`)."""
     importing = import_in_background(*import_meanwhile)
+    before = signal.getsignal(signal.SIGTERM)
     try:
         return _start_ray()
     finally:
+        _own_sigterm(before)
         importing.join()
+
+
+def _own_sigterm(before: Any) -> None:
+    """``ray.init`` sets a Python SIGTERM handler in the driver (``sys.exit(15)``), and then Ray's C++ core
+    worker a crash handler over it that prints "*** SIGTERM received … PC: @" lines and can abort the
+    process (status 134). The handler from ``before`` ray.init stays (the CLI's: one line, status 143);
+    without one, Ray's Python handler stays, without the C++ one."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    handler = before if callable(before) else signal.getsignal(signal.SIGTERM)
+    if callable(handler):
+        signal.signal(signal.SIGTERM, handler)
+
+
+def stop_ray() -> None:
+    """Shut down the Ray this process started with :func:`start_ray`: its local cluster, if it started
+    one, is gone when this returns (the watchdog ends what Ray's own shutdown leaves)."""
+    import ray
+
+    global _watchdog
+    ray.shutdown()
+    if _watchdog is not None:
+        _watchdog.stop()
+        _watchdog = None
 
 
 def _start_ray() -> bool:
     import ray
+    from ray._private import ray_constants
 
+    from rlhf.console import WORKER_ENV, WORKER_SETUP_HOOK, hand_back_library_loggers
     from rlhf.errors import WorkerError
 
+    hand_back_library_loggers()  # Ray's own console handler, installed as `ray` imported
     if ray.is_initialized():
         return False
     env = {"TOKENIZERS_PARALLELISM": "false", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
+    # each worker routes its output as it starts (rlhf.console); Ray turns a module-path hook into this
+    # variable, which local workers inherit without the per-worker cost of a job runtime_env
+    env[ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR] = WORKER_SETUP_HOOK
+    env.update({key: os.environ[key] for key in WORKER_ENV if key in os.environ})  # the run log, --verbose
     if address := os.environ.get("RAY_ADDRESS"):
         check_reachable(address)
         # the cluster's own authentication applies: `ray start` clusters want a token, which a client sends
@@ -48,6 +86,10 @@ def _start_ray() -> bool:
         os.environ.update(env)  # local workers inherit it; a runtime_env would cost ~0.5 s per worker start
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
                  object_store_memory=int(os.environ.get("RLHF_RAY_OBJECT_STORE_BYTES", str(1 << 30))))
+        from rlhf.runtime.session_watchdog import Watchdog
+
+        global _watchdog
+        _watchdog = Watchdog(ray._private.worker._global_node.get_session_dir_path())
     return True
 
 

@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlhf.errors import storage_error
+from rlhf.errors import StorageError, storage_error
+from rlhf.runtime.checkpoint import write_text_atomically
 
 SHOWN = ("reward", "kl", "response_length", "timing/step_total")
 
@@ -23,15 +24,12 @@ log = logging.getLogger("rlhf.tracking")
 class MetricsTracker:
     def __init__(self, config: Any, run_dir: Path, total_steps: int, initial_step: int = 0, *, desc: str = "rl steps",
                  shown: tuple[str, ...] = SHOWN) -> None:
-        from tqdm import tqdm
-
         self.config = config
         self.every = max(1, config.logger.logging_steps)
         self.shown = shown
         self.path = run_dir / "metrics.jsonl"
         _keep_records_up_to(self.path, initial_step)
-        self.bar = tqdm(total=total_steps, initial=initial_step, desc=desc, dynamic_ncols=True,
-                        disable=os.environ.get("RLHF_NO_PROGRESS") == "1")
+        self.bar = progress_bar(total_steps, initial_step, desc)
         self.tensorboard = None
         if config.logger.tensorboard_dir:
             from torch.utils.tensorboard import SummaryWriter
@@ -53,8 +51,9 @@ class MetricsTracker:
                                     mode=mode, reinit=True)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        # drawn by update(), at most once per refresh interval
+        self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in self.shown if k in metrics}, refresh=False)
         self.bar.update(1)
-        self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in self.shown if k in metrics})
         if step % self.every:
             return
         complete = self.path.stat().st_size if self.path.exists() else 0
@@ -71,12 +70,45 @@ class MetricsTracker:
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
 
+    def note(self, message: str) -> None:
+        """One console line above the progress bar (e.g. a steering plugin's effect)."""
+        self.bar.write(message)
+
     def close(self) -> None:
         self.bar.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def progress_bar(total: int, initial: int, desc: str) -> Any:
+    """A tqdm bar on stderr. In a terminal it redraws in place; in a file or a pipe (CI, SLURM, nohup) it
+    writes one plain line at most every ``RLHF_PROGRESS_INTERVAL_S`` seconds (30) and when it closes.
+    ``RLHF_NO_PROGRESS=1``: none."""
+    import sys
+
+    from tqdm import tqdm
+
+    class PlainLines(tqdm):
+        def display(self, msg: str | None = None, pos: int | None = None) -> bool:  # tqdm's override point
+            self.fp.write(f"{msg or self}\n")
+            self.fp.flush()
+            return True
+
+        def close(self) -> None:
+            if not self.disable:  # the last line, whole; tqdm's own close would end it with "\r" or an empty line
+                if self.last_print_n != self.n:
+                    self.display()
+                self._decr_instances(self)
+                self.disable = True
+
+    disable = os.environ.get("RLHF_NO_PROGRESS") == "1"
+    if sys.stderr.isatty():
+        return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True, disable=disable)
+    interval = float(os.environ.get("RLHF_PROGRESS_INTERVAL_S", "30"))
+    return PlainLines(total=total, initial=initial, desc=desc, mininterval=interval, disable=disable,
+                      bar_format="{desc}: {n_fmt}/{total_fmt} ({percentage:.0f} %) [{elapsed}<{remaining}, {rate_fmt}{postfix}]")
 
 
 def _reachable(host: str) -> bool:
@@ -115,3 +147,14 @@ def _step_of(line: str) -> int | None:
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def record_status(run_dir: Path, status: dict[str, Any]) -> None:
+    """``run_dir/run_status.json``: how the run ended (status, a steering plugin's reason, the step). A
+    failure to write it after a failed run is a warning, so that it does not hide what ended the run."""
+    try:
+        write_text_atomically(run_dir / "run_status.json", json.dumps(status) + "\n", "run status")
+    except StorageError as exc:
+        if status["status"] in ("completed", "stopped"):
+            raise
+        log.warning("%s", exc)

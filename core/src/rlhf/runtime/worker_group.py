@@ -12,7 +12,7 @@ import re
 import socket
 from typing import Any
 
-from rlhf.errors import WorkerError
+from rlhf.errors import WorkerError, find_user_error
 
 TIMEOUT_S = float(os.environ.get("RLHF_RAY_TIMEOUT", "1800"))
 
@@ -60,10 +60,15 @@ def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
     write_text_atomically(Path(path), json.dumps(rows, indent=1, default=str) + "\n", "workers.json")
 
 
+#: how long a failed call waits for its other workers' results, to find a dead one among them
+DEATH_GRACE_S = float(os.environ.get("RLHF_DEATH_GRACE_S", "30"))
+
+
 def wait(refs: Any) -> Any:
     """``ray.get`` with the run's timeout; a dead or silent worker is a :class:`WorkerError` naming
     its group and rank. An exception raised inside a worker method passes through unchanged (the
-    CLI finds a user error in its cause)."""
+    CLI finds a user error in its cause), unless another worker of the same call died: see
+    :func:`_dead_peer`."""
     import ray
 
     try:
@@ -73,6 +78,38 @@ def wait(refs: Any) -> Any:
     except ray.exceptions.GetTimeoutError as exc:
         raise WorkerError(f"Ray workers did not answer within {TIMEOUT_S:.0f} s: a worker is stuck or the cluster lacks "
                           "resources (`ray status`); raise RLHF_RAY_TIMEOUT for slow steps") from exc
+    except ray.exceptions.RayError as exc:
+        if find_user_error(exc) is not None:
+            raise
+        dead = _dead_peer(refs if isinstance(refs, list) else [refs])
+        if dead is None:
+            raise
+        raise _death(dead) from exc
+
+
+def _dead_peer(refs: list[Any]) -> Any:
+    """The :class:`ray.exceptions.ActorDiedError` of a worker of ``refs`` that died, or None.
+
+    When a worker dies in the middle of a collective (the gloo weight sync, DeepSpeed's all-reduce), its
+    peers fail at once ("Connection reset by peer", "Connection closed by peer"), while Ray declares
+    the dead one's own call failed only once its raylet and the GCS have noticed: the first error
+    ``ray.get`` meets is then the peer's, and names the wrong cause. So the call's other results are
+    awaited (up to :data:`DEATH_GRACE_S`, until each is in): a death among them is the cause."""
+    import time
+
+    import ray
+
+    pending, deadline = list(refs), time.monotonic() + DEATH_GRACE_S
+    while pending and (left := deadline - time.monotonic()) > 0:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+        for ref in ready:
+            try:
+                ray.get(ref, timeout=0)
+            except ray.exceptions.ActorDiedError as exc:
+                return exc
+            except Exception:  # noqa: BLE001 - another peer's failure, or a result: keep looking
+                continue
+    return None
 
 
 def _death(exc: Any) -> Exception:

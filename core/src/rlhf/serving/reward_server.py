@@ -6,7 +6,9 @@
 
 Every refusal is a JSON body ``{"error": "<the reason in words>"}``, so a client can show it:
 413 for a body over ``--max_request_bytes`` (checked on ``Content-Length`` and counted while a
-chunked body streams in, so no oversized body is held in memory), 422 for a body that does not
+chunked body streams in, so no oversized body is held in memory; the rest of it is read and dropped, up to
+``DISCARD_MAX_BYTES``, before the 413 and a closed connection, so a client still sending reads the answer
+instead of a reset), 422 for a body that does not
 fit the protocol, 500 when the reward raises or returns NaN/infinity (JSON cannot carry them).
 """
 
@@ -27,6 +29,7 @@ from rlhf.reward_output import non_finite_samples
 log = logging.getLogger("rlhf.serving")
 
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+DISCARD_MAX_BYTES = 1024**3  # past this much of a refused body, the connection is dropped without an answer
 PROTOCOL = '{"query": [str], "prompts": [str] (optional), "labels": [...] (optional)}'
 
 
@@ -90,16 +93,32 @@ async def read_body(request: Any, limit: int) -> bytes:
     fix = "send smaller batches, or restart the server with a larger --max_request_bytes"
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
+        await _discard(request, 0)
         raise RequestRefused(413, f"the request body of {int(declared)} bytes is over this server's limit of "
                                   f"{limit} bytes (--max_request_bytes); {fix}")
     chunks, size = [], 0
     async for chunk in request.stream():  # a chunked body has no Content-Length: count it as it arrives
         size += len(chunk)
         if size > limit:
+            await _discard(request, size)
             raise RequestRefused(413, f"the request body is over this server's limit of {limit} bytes "
                                       f"(--max_request_bytes); {fix}")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _discard(request: Any, received: int) -> None:
+    """Read the rest of a refused body and drop it. Answering while the client still sends lets the server close
+    a connection with unread bytes: the client's kernel sees a reset and the client never reads the 413."""
+    from starlette.requests import ClientDisconnect
+
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > DISCARD_MAX_BYTES:
+                return
+    except ClientDisconnect:  # the client gave up: nobody is left to answer
+        return
 
 
 def parse_request(body: bytes) -> RewardRequest:
@@ -166,7 +185,9 @@ def build_app(reward: Any, name: str, source: str | None = None,
         try:
             parsed = parse_request(await read_body(request, max_request_bytes))
         except RequestRefused as refused:
-            return JSONResponse({"error": str(refused)}, status_code=refused.status)
+            # after a refused body the connection's state is the client's guess: answer, then close it
+            headers = {"Connection": "close"} if refused.status == 413 else None
+            return JSONResponse({"error": str(refused)}, status_code=refused.status, headers=headers)
         # reward functions are synchronous and may be slow: keep them off the event loop
         status, answer = await run_in_threadpool(score, reward, source, parsed)
         return JSONResponse(answer, status_code=status)

@@ -207,6 +207,11 @@ class SupervisedTrainer:
 
             save_final(self.engine, self.tokenizer, Path(cfg.ckpt.output_dir), self.rank, self.final_config_updates())
             status = "completed"
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say what there is to resume from
+            from rlhf.runtime.checkpoint import interrupted
+
+            status = "interrupted"
+            raise interrupted(Path(cfg.ckpt.path)) from exc
         finally:
             if tracker is not None:
                 tracker.close()

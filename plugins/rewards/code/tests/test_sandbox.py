@@ -11,10 +11,12 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import sysconfig
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -253,6 +255,55 @@ def test_host_files_cannot_be_read(isolation: str, path: str) -> None:
     readable = isolation == "weak"  # only the weak fallback shows the host's files
     assert (result.passed, result.tests_passed) == (readable, int(readable))
     assert (target.read_text()[:200] in result.stdout) == readable
+
+
+@pytest.fixture
+def home_secret() -> Iterator[Path]:
+    """A file in the trainer's home directory ($HOME), removed afterwards."""
+    secret = Path.home() / f".rlhf-sandbox-probe-{uuid.uuid4().hex}"
+    secret.write_text("a credential in the trainer's home")
+    yield secret
+    secret.unlink(missing_ok=True)
+
+
+def test_a_file_in_the_trainers_home_cannot_be_read(isolation: str, home_secret: Path) -> None:
+    result = run(f"print(open({str(home_secret)!r}).read())\n", limits(isolation))
+    readable = isolation == "weak"  # only the weak fallback shows the host's files
+    assert ("a credential in the trainer's home" in result.stdout) == readable
+    assert result.passed == readable
+
+
+def test_the_trainers_environment_is_not_passed_on(isolation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLHF_TRAINER_SECRET", "trainer-token-123")
+    program = (f"import os\nprint('env', os.environ.get('RLHF_TRAINER_SECRET'))\ntry:\n"
+               f"    print(open('/proc/{os.getpid()}/environ', 'rb').read())\nexcept OSError as exc:\n    print('refused', exc)\n")
+    result = run(program, limits(isolation))
+    assert result.passed and "env None" in result.stdout
+    if isolation != "weak":  # the weak fallback shares the host's /proc: the trainer's own environ can be read there
+        assert "trainer-token-123" not in result.stdout and "refused" in result.stdout
+
+
+def test_the_view_shows_no_home_and_no_installed_packages(strong: str) -> None:
+    """The interpreter's prefix may sit in a home directory (pyenv, conda, uv); only its bin/ and lib/ are shown,
+    at /python, and its site-packages (pytest, the trainer's libraries) are covered."""
+    prefix = os.path.realpath(sys.base_prefix)
+    if prefix == "/usr" or prefix.startswith("/usr/"):
+        pytest.skip(f"the interpreter lives in {prefix}, shown where it is")
+    relative_site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    site_packages = Path(prefix) / relative_site
+    installed = next((p for p in sorted(site_packages.rglob("*.py")) if p.stat().st_size > 0), None)
+    home = str(Path.home())
+    program = ("import os, sys\n"
+               f"print('home', os.path.exists({home!r}) and {home!r} not in ('/', '/usr'))\n"
+               f"print('prefix', os.path.exists({prefix!r}))\n"
+               f"print('packages', os.listdir(sys.prefix + '/' + {relative_site!r}))\n"
+               + "try:\n    import pytest\n    print('imported pytest')\nexcept ImportError:\n    print('no pytest')\n")
+    if installed is not None:
+        program += f"print('read', os.path.exists({str(installed)!r}))\n"
+    result = run(program, limits(strong))
+    assert result.passed, result.stderr
+    assert "home False" in result.stdout and "prefix False" in result.stdout and "packages []" in result.stdout
+    assert "no pytest" in result.stdout and "read True" not in result.stdout
 
 
 def test_proc_writes_have_no_effect_outside(strong: str) -> None:

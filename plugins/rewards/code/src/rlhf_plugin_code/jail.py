@@ -66,11 +66,12 @@ def _column() -> int:
     return ARCHES[machine][0]
 
 
-def confine(root: str, binds: list, links: list, devices: list, tmpfs_bytes: int) -> None:
+def confine(root: str, binds: list, links: list, covered: list, devices: list, tmpfs_bytes: int) -> None:
     """Turn this process (root of fresh user, mount, pid and network namespaces) into the sandbox.
 
-    A tmpfs root holding read-only binds of what the interpreter needs, symlinks (merged /usr), the device
-    nodes, and a size-capped tmpfs ``/sandbox`` as the only writable place; the old root is detached.
+    A tmpfs root holding read-only binds of what the interpreter needs, an empty read-only tmpfs over each
+    ``covered`` directory, symlinks (merged /usr), the device nodes, and a size-capped tmpfs ``/sandbox`` as the
+    only writable place; the old root is detached.
     """
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for source, target in binds:
@@ -79,6 +80,8 @@ def confine(root: str, binds: list, links: list, devices: list, tmpfs_bytes: int
         _mount(source, inside, None, MS_BIND | MS_REC)
         kept = sum(flag for st, flag in KEEP_FLAGS.items() if os.statvfs(inside).f_flag & st)
         _mount(None, inside, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | kept)
+    for path in covered:
+        _mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
     for target, path in links:
         os.symlink(target, root + path)
     os.makedirs(root + "/dev")

@@ -88,6 +88,22 @@ def plain(value, depth: int = 0):
     raise TypeError(f"a {type(value).__name__} has no literal form to compare")
 
 
+def relocate(host_prefix: str, sandbox_prefix: str) -> None:
+    """This harness started on the host's paths; after the pivot its interpreter's prefix lives elsewhere."""
+    def moved(path: str) -> str:
+        return sandbox_prefix + path[len(host_prefix):] if path == host_prefix or path.startswith(host_prefix + "/") else path
+
+    sys.path[:] = [moved(path) for path in sys.path]
+    sys.path_importer_cache.clear()
+    for module in list(sys.modules.values()):  # packages already imported (encodings…) import their submodules later
+        if isinstance(getattr(module, "__path__", None), list):
+            module.__path__[:] = [moved(path) for path in module.__path__]
+        if isinstance(getattr(module, "__file__", None), str):
+            module.__file__ = moved(module.__file__)
+    sys.prefix, sys.exec_prefix, sys.executable = moved(sys.prefix), moved(sys.exec_prefix), moved(sys.executable)
+    sys.base_prefix, sys.base_exec_prefix = moved(sys.base_prefix), moved(sys.base_exec_prefix)
+
+
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
@@ -105,7 +121,9 @@ def main() -> None:
             data = data[os.write(result_fd, data):]
 
     if job["confine"]:
+        host_prefix, sandbox_prefix = job["confine"].pop("prefix")
         jail.confine(**job["confine"])
+        relocate(host_prefix, sandbox_prefix)
     devnull = os.open("/dev/null", os.O_RDONLY)
     os.dup2(devnull, 0)  # the job file is no business of the program's
     os.close(devnull)

@@ -37,6 +37,12 @@ log = logging.getLogger(__name__)
 RUNNER = Path(__file__).with_name("runner.py")
 INTERPRETER = os.path.realpath(sys.executable)  # the base interpreter: a venv's python is a symlink to it
 PREFIX = os.path.realpath(sys.base_prefix)
+# An interpreter installed outside /usr (pyenv, conda, uv: often under a home directory) appears at /python, so
+# the sandbox shows nothing of the path it lives at; its bin/ and lib/ only, with site-packages covered.
+RELOCATED = not (PREFIX == "/usr" or PREFIX.startswith("/usr/")) and INTERPRETER.startswith(PREFIX + "/bin/")
+SANDBOX_PREFIX = "/python" if RELOCATED else PREFIX
+SANDBOX_INTERPRETER = SANDBOX_PREFIX + INTERPRETER[len(PREFIX):] if RELOCATED else INTERPRETER
+SITE_PACKAGES = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 ROOT_DIRS = ("/bin", "/lib", "/lib64")  # symlinks into /usr on merged-/usr systems, directories elsewhere
 SANDBOX_UID = "65534"  # "nobody" inside bubblewrap's user namespace: exec leaves it no capabilities
@@ -101,7 +107,8 @@ def _choose(choice: str) -> tuple[str, str | None]:
             return name, None
         problems.append(problem)
     log.warning("code sandbox: %s; using weaker isolation (rlimits, audit hook, no network): a hostile program "
-                "can read and delete host files", "; ".join(problems))
+                "can read and delete host files (home directories, the grader's tests) and read the trainer's environment "
+                "through /proc", "; ".join(problems))
     return "weak", None
 
 
@@ -128,10 +135,16 @@ def _weak_namespaces() -> tuple[str, ...]:
     return ()
 
 
-def _view() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Read-only binds (source, target) and symlinks (target, path) that make the interpreter run."""
+def _view() -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[str]]:
+    """Read-only binds (source, target), symlinks (target, path) and covered directories (an empty read-only
+    tmpfs over each) that make the interpreter run: no home, no /etc, no installed packages of the interpreter."""
     binds = [("/usr", "/usr")]
-    if not PREFIX.startswith("/usr/"):
+    covered = []
+    if RELOCATED:
+        binds += [(f"{PREFIX}/bin", f"{SANDBOX_PREFIX}/bin"), (f"{PREFIX}/lib", f"{SANDBOX_PREFIX}/lib")]
+        if os.path.isdir(f"{PREFIX}/{SITE_PACKAGES}"):
+            covered.append(f"{SANDBOX_PREFIX}/{SITE_PACKAGES}")
+    elif PREFIX != "/usr" and not PREFIX.startswith("/usr/"):
         binds.append((PREFIX, PREFIX))
     links = []
     for path in ROOT_DIRS:
@@ -139,12 +152,21 @@ def _view() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
             links.append((os.readlink(path), path))
         elif os.path.isdir(path):
             binds.append((path, path))
-    return binds, links
+    return binds, links, covered
+
+
+def _environment(name: str, workdir: Path) -> dict[str, str]:
+    """The program's whole environment: nothing of the trainer's (API keys, tokens, paths) is passed on."""
+    home = str(workdir) if name == "weak" else "/sandbox"
+    env = {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
+    if RELOCATED and name != "weak":  # the interpreter's RUNPATH names libpython's host directory, absent inside
+        env["LD_LIBRARY_PATH"] = f"{SANDBOX_PREFIX}/lib"
+    return env
 
 
 def _command(name: str, tmpfs_bytes: int) -> tuple[list[str], dict | None]:
     """argv, and the ``confine`` job for a runner that builds its own view."""
-    binds, links = _view()
+    binds, links, covered = _view()
     if name == "bwrap":
         argv = [shutil.which("bwrap"), "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                 "--new-session", "--uid", SANDBOX_UID, "--gid", SANDBOX_UID, "--hostname", "sandbox"]
@@ -152,16 +174,21 @@ def _command(name: str, tmpfs_bytes: int) -> tuple[list[str], dict | None]:
             argv += ["--ro-bind", source, target]
         for target, path in links:
             argv += ["--symlink", target, path]
+        for path in covered:
+            argv += ["--tmpfs", path, "--remount-ro", path]
         for device in DEVICES:
             argv += ["--dev-bind", device, device]
         argv += ["--ro-bind", str(RUNNER.parent), "/runner", "--size", str(tmpfs_bytes), "--tmpfs", "/sandbox",
-                 "--chdir", "/sandbox", "--remount-ro", "/"]
-        return [*argv, INTERPRETER, "-I", "-B", "/runner/runner.py"], None
+                 "--chdir", "/sandbox", "--remount-ro", "/", "--clearenv"]
+        for key, value in _environment(name, Path("/sandbox")).items():  # a setuid bwrap would drop LD_* itself
+            argv += ["--setenv", key, value]
+        return [*argv, SANDBOX_INTERPRETER, "-I", "-B", "/runner/runner.py"], None
     if name == "unshare":
         argv = [shutil.which("unshare"), "--user", "--map-root-user", "--mount", "--net", "--pid", "--ipc", "--uts",
                 "--fork", "--kill-child"]
         # /tmp is only the mount point of the new root, inside the private mount namespace; the host's is untouched
-        confine = {"root": "/tmp", "binds": binds, "links": links, "devices": list(DEVICES), "tmpfs_bytes": tmpfs_bytes}
+        confine = {"root": "/tmp", "binds": binds, "links": links, "covered": covered, "devices": list(DEVICES),
+                   "tmpfs_bytes": tmpfs_bytes, "prefix": [PREFIX, SANDBOX_PREFIX]}
         return [*argv, INTERPRETER, "-I", "-B", str(RUNNER)], confine
     return [*_weak_namespaces(), INTERPRETER, "-I", "-B", str(RUNNER)], None
 
@@ -176,11 +203,10 @@ def _execute(name: str, program: str, plan: list[Step], limits: SandboxLimits) -
                "steps": [step.job() for step in plan],
                "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_mb * 2**20, "file_bytes": file_cap}}
         (workdir / "job.json").write_text(json.dumps(job))
-        home = str(workdir) if name == "weak" else "/sandbox"
         with open(workdir / "job.json", "rb") as stdin, open(workdir / "stdout", "wb") as out, \
                 open(workdir / "stderr", "wb") as err:
             process = subprocess.Popen(argv, cwd=workdir, stdin=stdin, stdout=out, stderr=err, pass_fds=(write_fd,),
-                                       env={"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"},
+                                       env=_environment(name, workdir),
                                        start_new_session=True)
         os.close(write_fd)  # the sandbox holds the only write end now: EOF means it is gone
         write_fd = -1

@@ -1,0 +1,62 @@
+"""What a run prints: rlhf's own lines and its progress on the console, library noise in the run's rlhf.log.
+
+(``--verbose`` putting the library lines back on the console is asserted by tests/test_demo.py's run.)
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from rlhf_test_support import base_flags
+
+from rlhf.testing.cli import assert_ok, child_env
+
+GRPO = ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
+        "--algo.kl.init_coef", "0"]
+BAR = "import sys; from rlhf.runtime.tracking import progress_bar\n" \
+      "bar = progress_bar(40, 0, 'rl steps')\n" \
+      "for i in range(40):\n    bar.set_postfix({'reward': i}, refresh=False); bar.update(1)\nbar.close()\n"
+
+
+def _bar_to_pipe(interval: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", BAR], capture_output=True, text=True, timeout=60,
+                          env=child_env(RLHF_PROGRESS_INTERVAL_S=interval))
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stderr  # no redraws in a pipe
+    return done.stderr.splitlines()
+
+
+def test_progress_into_a_pipe_is_plain_lines_at_the_interval() -> None:
+    every_step = _bar_to_pipe("0")
+    assert every_step[0].startswith("rl steps: 0/40 (0 %)")
+    assert [int(re.match(r"rl steps: (\d+)/40", line).group(1)) for line in every_step] == list(range(41))
+    assert every_step[-1].endswith("reward=39]")
+    # an interval longer than the run: the first line and the last, nothing between
+    assert [line.split(" [")[0] for line in _bar_to_pipe("3600")] == ["rl steps: 0/40 (0 %)", "rl steps: 40/40 (100 %)"]
+
+
+#: what rlhf itself writes to stderr: its progress, its log records, its error lines
+RLHF_LINE = re.compile(r"^(rl steps: \d+/\d+ |(DEBUG|INFO|WARNING|ERROR|CRITICAL) rlhf[.:]|rlhf: )")
+
+
+@pytest.mark.slow
+def test_a_run_prints_only_its_own_lines_and_logs_the_libraries(tiny_causal_lm_path, task_files, tmp_path) -> None:
+    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "vllm", 2)
+    done = subprocess.run([sys.executable, "-m", "rlhf", "train", "ppo", *flags, "--reward.remote_url",
+                           str(task_files["reward"]), *GRPO], capture_output=True, text=True, timeout=600,
+                          env=child_env(HF_HUB_OFFLINE="1", RLHF_PROGRESS_INTERVAL_S="0"))
+    assert_ok(done)
+    assert "\r" not in done.stderr
+    foreign = [line for line in done.stderr.splitlines() if not RLHF_LINE.match(line)]
+    assert not foreign, "\n".join(foreign)
+    assert re.search(r"^rl steps: 2/2 \(100 %\)", done.stderr, re.MULTILINE), done.stderr
+    log = (tmp_path / "out" / "rlhf.log").read_text()
+    for noise in ("Setting accelerator to CPU",  # DeepSpeed, in the driver and the policy worker
+                  "Started a local Ray instance",  # Ray's driver logger
+                  "FutureWarning: `torch.distributed.reduce_op`",  # a Python warning in the vLLM engine's worker
+                  "NUMA binding",  # torch's C++ warning in that worker
+                  "vllm.config"):  # vLLM's own log records
+        assert noise in log, noise
