@@ -59,8 +59,9 @@ def test_an_engine_written_from_its_docs_page_passes_the_kit_and_trains_two_step
         check_rollout_engine(StepwiseEngine, tiny_causal_lm_path)
     finally:
         sys.path.remove(str(source))
-    argv = [*run_flags(task_files, tiny_causal_lm_path, tmp_path, 2), "--plugins", "rlhf_plugin_stepwise",
-            "--rollout.engine", "stepwise"]
+    # a file item adds the package's hooks to the installed plugins (a bare name would be an allow-list)
+    argv = [*run_flags(task_files, tiny_causal_lm_path, tmp_path, 2),
+            "--plugins", str(source / "rlhf_plugin_stepwise" / "__init__.py"), "--rollout.engine", "stepwise"]
     result = assert_ok(run_rlhf("train", "ppo", *argv, env={"PYTHONPATH": str(source), "RAY_ADDRESS": ""}, timeout=900))
     metrics = read_metrics(tmp_path / "out")
     assert [m["step"] for m in metrics] == [1, 2], result.stderr[-2000:]
