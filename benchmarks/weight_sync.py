@@ -4,9 +4,9 @@
     python benchmarks/weight_sync.py --repeats 3
 
 Two Ray actors on this machine: a sender holding the model in fp32 (as the actor's rank 0 does
-outside DeepSpeed) and one HF rollout engine (``rlhf.runtime.rollout.HFEngine``) that loads what
-arrives, both through the functions the run uses (``full_state``-style state dict into the object
-store, or ``rlhf.runtime.weight_sync.send_weights``/``WeightReceiver.receive_weights``). A sync is
+outside DeepSpeed) and one HF rollout engine (rlhf-plugin-hf-generate) in the core's engine actor that
+loads what arrives, both through the functions the run uses (``full_state``-style state dict into the
+object store, or the ``gloo`` transport's ``send_weights`` and its engine half). A sync is
 timed from the controller's call to both ends done, median of the repeats after one warm-up.
 
 A benchmark, not a test: figures depend on the machine and its load.
@@ -46,34 +46,43 @@ class Sender:
         return module_layout(self.model)
 
     def join(self, address: str, port: int) -> None:
-        from rlhf.runtime.weight_sync import BroadcastGroup
+        from rlhf_plugin_torch_sync.broadcast import BroadcastGroup
 
         self.group = BroadcastGroup(address, port, 0, 2, "gloo")
 
     def broadcast(self) -> None:
-        from rlhf.runtime.weight_sync import module_layout, send_weights
+        import types
 
-        send_weights(self.model, self.group, module_layout(self.model))
+        from rlhf_plugin_torch_sync.broadcast import send_weights
+
+        from rlhf.runtime.weight_sync import gathered_buckets, module_layout
+
+        source = types.SimpleNamespace(gathered_buckets=lambda layout: gathered_buckets(self.model, layout))
+        send_weights(source, self.group, module_layout(self.model))
 
 
 def measure(model_path: str, repeats: int) -> dict[str, float]:
     import ray
+    from rlhf_plugin_hf_generate.engine import HFEngine
+    from rlhf_plugin_torch_sync.broadcast import GlooBroadcast
 
     from rlhf.config.ppo import PPOConfig
-    from rlhf.runtime.rollout import HFEngine
+    from rlhf.runtime.rollout import EngineActor
 
     config = PPOConfig().model_dump(mode="json")
     sender = ray.remote(Sender).options(num_cpus=0).remote(model_path)
-    engine = ray.remote(HFEngine).options(num_cpus=0).remote(model_path, "fp32", 128, 0, config)
+    engine = ray.remote(EngineActor).options(num_cpus=0).remote(HFEngine, model_path, "fp32", 128, 0, config)
+    transport = GlooBroadcast()
     address, port = ray.get(sender.address.remote())
     layout = ray.get(sender.layout.remote())
-    ray.get([sender.join.remote(address, port), engine.join_weight_group.remote(address, port, 1, 2, "gloo", layout)])
+    ray.get([sender.join.remote(address, port),
+             engine.weight_sync_call.remote(transport, "engine_join", address, port, 1, 2, layout)])
 
     def object_store() -> None:
         ray.get(engine.load_weights.remote(sender.full_state.remote()))
 
     def gloo() -> None:
-        ray.get([sender.broadcast.remote(), engine.receive_weights.remote()])
+        ray.get([sender.broadcast.remote(), engine.weight_sync_call.remote(transport, "engine_receive")])
 
     result = {"parameters": ray.get(sender.parameters.remote())}
     for name, sync in (("object_store", object_store), ("gloo", gloo)):

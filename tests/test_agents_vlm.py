@@ -31,12 +31,12 @@ class AgentInstance(AgentInstanceBase):
 
 
 def test_an_image_in_the_feedback_is_appended_through_the_vlm_processor(tiny_vlm_path: Path, tmp_path: Path) -> None:
+    from rlhf_plugin_hf_generate.engine import HFEngine
     from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
     from rlhf_plugin_vlm.processor import ImagePromptProcessor
 
     from rlhf.agents import load_agent_class
     from rlhf.runtime.batch import collate_media
-    from rlhf.runtime.rollout import HFEngine
 
     env = tmp_path / "picture_env.py"
     env.write_text(ENV)
@@ -74,10 +74,10 @@ def test_an_image_in_the_feedback_is_appended_through_the_vlm_processor(tiny_vlm
 
 
 def test_environment_images_without_a_vlm_processor_fail_the_episode(tiny_causal_lm_path: Path, tmp_path: Path) -> None:
+    from rlhf_plugin_hf_generate.engine import HFEngine
     from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
 
     from rlhf.agents import load_agent_class
-    from rlhf.runtime.rollout import HFEngine
 
     env = tmp_path / "picture_env.py"
     env.write_text(ENV)
@@ -109,12 +109,12 @@ class AgentExecutor(AgentExecutorBase):
 
 
 def test_an_agent_executor_gets_the_prompts_images_and_its_calls_send_them(tiny_vlm_path: Path, tmp_path: Path) -> None:
+    from rlhf_plugin_hf_generate.engine import HFEngine
     from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
     from rlhf_plugin_vlm.processor import ImagePromptProcessor
 
     from rlhf.agents import load_agent_class
     from rlhf.runtime.batch import collate_media
-    from rlhf.runtime.rollout import HFEngine
 
     Image.new("RGB", (56, 56), (200, 20, 20)).save(tmp_path / "red.png")
     processor = ImagePromptProcessor(str(tiny_vlm_path), "input", "images", max_images=2)

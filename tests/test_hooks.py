@@ -64,6 +64,14 @@ def test_hook_rlhf_register_commands(plugin_host, register_plugin) -> None:
     check_registration(ComponentKind.COMMAND, plugin_host, register_plugin)
 
 
+def test_hook_rlhf_register_rollout_engines(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.ROLLOUT_ENGINE, plugin_host, register_plugin)
+
+
+def test_hook_rlhf_register_weight_sync_transports(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.WEIGHT_SYNC_TRANSPORT, plugin_host, register_plugin)
+
+
 def test_hook_rlhf_register_reward_functions(plugin_host, register_plugin) -> None:
     check_registration(ComponentKind.REWARD_FUNCTION, plugin_host, register_plugin)
 

@@ -136,10 +136,11 @@ def test_resume_continues_exactly_where_it_stopped(ray_cluster, task_files, tiny
 def test_rollout_logprobs_follow_the_sampling_temperature(engine, ray_cluster, tiny_causal_lm_path) -> None:
     """Engines report log-probs of the temperature-scaled distribution, the trainer's convention."""
     import ray
+    from rlhf_plugin_hf_generate.engine import HFEngine
+    from rlhf_plugin_vllm.engine import VLLMEngine
     from transformers import AutoModelForCausalLM
 
     from rlhf.config.ppo import PPOConfig
-    from rlhf.runtime.rollout import HFEngine, VLLMEngine
 
     config = PPOConfig()
     config.ds.param_dtype = "fp32"

@@ -65,9 +65,8 @@ def test_the_vllm_weight_check_compares_a_padded_vocabulary(ray_cluster, tiny_id
     """vLLM pads the embedding and lm_head rows to a multiple of 64 (519 -> 576 here): the check compares the
     tokenizer's rows and leaves vLLM's padding alone."""
     import ray
+    from rlhf_plugin_vllm.engine import VLLMEngine
     from transformers import AutoModelForImageTextToText
-
-    from rlhf.runtime.rollout import VLLMEngine
 
     config = {"vllm": {"num_engines": 1, "enforce_eager": True, "enable_prefix_caching": False, "gpu_memory_utilization": 0.5,
                        "tensor_parallel_size": 1}, "data": {"max_images_per_prompt": 1}}

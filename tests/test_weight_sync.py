@@ -1,18 +1,22 @@
-"""Weight sync backends (runtime/weight_sync.py): bucketing, the gloo broadcast itself, and engines
-that end up computing identical log-probs whichever backend synced them."""
+"""Weight-sync transports (runtime/weight_sync.py picks them; rlhf-plugin-torch-sync and rlhf-plugin-vllm
+implement them): bucketing, the gloo broadcast itself, and engines that end up computing identical
+log-probs whichever transport synced them."""
 
 from __future__ import annotations
 
 import random
 import threading
+import types
 from typing import Any
 
 import pytest
 import torch
+from rlhf_plugin_torch_sync.broadcast import BroadcastGroup, receive_weights, send_weights
 from rlhf_test_support import base_flags
 
-from rlhf.runtime.weight_sync import BroadcastGroup, buckets, module_layout, receive_weights, send_weights
+from rlhf.runtime.weight_sync import gathered_buckets, module_layout
 from rlhf.runtime.worker_group import free_port
+from rlhf.weight_buckets import buckets
 
 
 def test_buckets_keep_order_one_dtype_each_and_the_size_limit() -> None:
@@ -49,7 +53,8 @@ def test_broadcast_delivers_every_parameter_exactly(backend) -> None:
 
     thread = threading.Thread(target=engine)
     thread.start()
-    send_weights(module, BroadcastGroup("127.0.0.1", port, 0, 2, backend), layout)
+    source = types.SimpleNamespace(gathered_buckets=lambda layout: gathered_buckets(module, layout))  # an unsharded rank
+    send_weights(source, BroadcastGroup("127.0.0.1", port, 0, 2, backend), layout)
     thread.join(timeout=60)
     expected = module.state_dict()
     assert received.keys() == expected.keys()

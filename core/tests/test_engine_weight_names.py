@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from rlhf.runtime.rollout import HFEngine
+from rlhf_plugin_hf_generate.engine import HFEngine
 
 CONFIG = {"vllm": {"num_engines": 0}}
 

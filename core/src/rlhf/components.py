@@ -257,3 +257,122 @@ class SchedulerFactory(Protocol):
     """Builds the learning-rate schedule for one optimizer inside its worker, once per model."""
 
     def build(self, optimizer: Any, num_training_steps: int, section: Any) -> Any: ...
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """Generates rollouts token-in/token-out and holds a copy of the policy's weights.
+
+    Selected with ``--rollout.engine NAME`` (default ``auto``: ``vllm`` when ``--vllm.num_engines``
+    is above 0, else ``hf``). ``max(1, --vllm.num_engines)`` engines are built per run.
+
+    Where it lives (trait ``in_training_rank``): False — each engine is built inside a Ray actor of
+    its own (the core's :class:`rlhf.runtime.rollout.EngineActor`), once per run, after the core has
+    given the actor its share of the CPU threads; True — inside a training rank of the actor
+    (generation in the trainer's own process). Every method below runs where the engine lives.
+
+    Constructor: ``(model_path, param_dtype, max_model_len, seed, config, cpu_sharers=None)`` —
+    an HF model directory, ``"bf16" | "fp16" | "fp32"``, the longest prompt + response in tokens,
+    the engine's seed (``--train.seed`` + engine index), the run's dumped config as a dict (or a
+    part of it: read optional keys with ``.get``) and how many processes compute beside it.
+
+    Optional classmethod the core calls before anything starts (in the CLI process, once):
+    ``check_config(config) -> None`` raising :class:`rlhf.errors.ConfigError` for a run it cannot serve.
+    """
+
+    in_training_rank: ClassVar[bool]
+
+    def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        """One result per request, in request order; once per generation batch (a rollout batch's
+        share, a dynamic-filtering refill, an eval batch, or one agent turn).
+
+        A request holds ``prompt_ids`` (list[int]), ``max_tokens`` (int), ``seed`` (int) and optionally
+        ``media`` (a VLM's encoded images: ``{"images": [bytes, …]}``). A result holds ``response_ids``
+        (list[int], at most ``max_tokens``), ``logprobs`` (list[float], one per response token: the
+        log-prob of the sampled token under the distribution actually sampled, i.e. the logits divided
+        by ``temperature``, before top-p) and ``finish_reason`` (``"stop"`` at EOS, else ``"length"``).
+        """
+        ...
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        """Replace the weights: ``state`` maps HF parameter names to CPU or device tensors (the
+        trained dtype); a VLM's frozen parts may be missing. Once per weight sync."""
+        ...
+
+    def sleep(self) -> None:
+        """Free device memory between generations (``--vllm.enable_sleep``); a no-op where there is none."""
+        ...
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Restore what :meth:`sleep` freed: ``["weights"]`` before a sync, None (everything) before generating."""
+        ...
+
+    def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
+        """Log-prob of every token after the first under the current weights (temperature 1); for checks."""
+        ...
+
+    def max_weight_difference(self, state: dict[str, Any]) -> tuple[float, int]:
+        """Largest ``|engine weight - state[name]|`` and how many tensors were compared; for checks."""
+        ...
+
+
+@runtime_checkable
+class WeightSource(Protocol):
+    """What a weight-sync transport sees of one actor training rank (built by the core, in that rank)."""
+
+    rank: int
+    world_size: int
+    #: the transport's own per-rank storage, kept between calls (e.g. a process group)
+    state: dict[str, Any]
+
+    def layout(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """Every tensor a sync sends, in order: ``(HF name, full shape, torch dtype name)``."""
+        ...
+
+    def gathered_buckets(self, layout: list[tuple[str, tuple[int, ...], str]]) -> Any:
+        """Iterate ``(bucket, tensors)``: consecutive runs of ``layout`` of one dtype (at most
+        ``RLHF_SYNC_BUCKET_MB``, default 64 MiB) with their full tensors, valid until the next
+        iteration. Every rank must iterate it (sharded weights are gathered collectively)."""
+        ...
+
+    def full_state(self) -> dict[str, Any] | None:
+        """Every rank calls it; rank 0 gets the full CPU state dict under HF names, the others None."""
+        ...
+
+
+@runtime_checkable
+class WeightSyncTransport(Protocol):
+    """Moves the actor's weights into every rollout engine after each training step.
+
+    Selected with ``--vllm.sync_backend NAME``; ``auto`` takes, of the installed transports that
+    can run for the config, the one with the highest ``auto_preference``. Built with
+    :func:`build` in the controller, once per run; the instance is pickled to the actor ranks and
+    the engine actors for its other halves.
+
+    Three halves, by process:
+
+    * controller: :meth:`connect` once before the first sync, :meth:`sync` once per step (and on resume);
+    * actor ranks: methods the transport calls through ``actor.call_async("weight_sync_call", self,
+      "method", *args)``; the core runs ``getattr(self, "method")(source, *args)`` in every rank with a
+      :class:`WeightSource`;
+    * engines: ``engine_actor.weight_sync_call.remote(self, "method", *args)`` runs
+      ``getattr(self, "method")(engine, state, *args)`` in the engine's actor with the
+      :class:`RolloutEngine` and a dict kept between calls.
+    """
+
+    auto_preference: ClassVar[int]
+
+    @classmethod
+    def unavailable_reason(cls, config: Any, cuda: bool) -> str | None:
+        """Why this transport cannot run for ``config`` (a :class:`rlhf.config.ppo.PPOConfig`) on a
+        machine with or without CUDA, naming the flag to change; None when it can. In the CLI process."""
+        ...
+
+    def connect(self, actor: Any, engines: list[Any]) -> None:
+        """Controller, once: set up (form a group, exchange the layout). ``actor`` is the actor's
+        worker group (``call_async(method, *args)`` -> one Ray ref per rank), ``engines`` the engine actors."""
+        ...
+
+    def sync(self, actor: Any, engines: list[Any]) -> None:
+        """Controller, once per sync: return when every engine holds the actor's current weights."""
+        ...

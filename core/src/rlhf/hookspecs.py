@@ -36,9 +36,11 @@ if TYPE_CHECKING:
         Processor,
         RewardFunction,
         RewardShaper,
+        RolloutEngine,
         SampleFilter,
         SchedulerFactory,
         Trainer,
+        WeightSyncTransport,
     )
     from rlhf.plugin_options import OptionsRegister
     from rlhf.registry import Register
@@ -155,6 +157,25 @@ def rlhf_register_schedulers(register: Register[type[SchedulerFactory]]) -> None
 
     When: at plugin load. Process: every process that loads plugins. How often: once per process.
     Shapes: none.
+    """
+
+
+@hookspec
+def rlhf_register_rollout_engines(register: Register[type[RolloutEngine]]) -> None:
+    """Register rollout engines (vLLM, HF ``generate``…), selected by ``--rollout.engine NAME``.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; see :class:`rlhf.components.RolloutEngine` for what an engine receives and returns.
+    """
+
+
+@hookspec
+def rlhf_register_weight_sync_transports(register: Register[type[WeightSyncTransport]]) -> None:
+    """Register weight-sync transports (object store, gloo/NCCL broadcast, CUDA IPC…), selected by
+    ``--vllm.sync_backend NAME`` (``auto``: the most preferred one that can run for the config).
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; see :class:`rlhf.components.WeightSyncTransport`.
     """
 
 

@@ -33,6 +33,7 @@ PUBLIC_MODULES = (
     "rlhf.runtime.agent_engine",
     "rlhf.errors",
     "rlhf.reward_output",
+    "rlhf.weight_buckets",
     "rlhf.config.base",
     "rlhf.testing",
     "rlhf.testing.cli",

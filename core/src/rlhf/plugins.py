@@ -36,7 +36,7 @@ from rlhf.steering import Steering, SteeringView
 log = logging.getLogger("rlhf.plugins")
 
 #: Entry-point groups, one per plugin kind.
-PLUGIN_KINDS = ("algorithms", "rewards", "agents", "models", "optimizers")
+PLUGIN_KINDS = ("algorithms", "rewards", "agents", "models", "optimizers", "backends")
 ENTRY_POINT_GROUPS = tuple(f"rlhf.{kind}" for kind in PLUGIN_KINDS)
 
 #: Core modules registered as plugins before anything else; they cannot be blocked.

@@ -38,6 +38,8 @@ class ComponentKind(str, Enum):
     SCHEDULER = "scheduler"
     PRESET = "preset"
     COMMAND = "command"
+    ROLLOUT_ENGINE = "rollout_engine"
+    WEIGHT_SYNC_TRANSPORT = "weight_sync_transport"
 
     @property
     def hook_name(self) -> str:

@@ -55,6 +55,10 @@ KINDS: dict[str, TemplateKind] = {k.name: k for k in (
     TemplateKind("scheduler", ComponentKind.SCHEDULER, "optimizers", "scheduler", "SchedulerKit", "Scheduler", "scheduler.md", "rlhf train ppo --actor.lr_scheduler {name} --critic.lr_scheduler {name} …"),
     TemplateKind("model-loader", ComponentKind.MODEL_LOADER, "models", "loader", "ModelLoaderKit", "Loader", "model-loader.md", "registered; see docs/plugins/model-loader.md"),
     TemplateKind("processor", ComponentKind.PROCESSOR, "models", "processor", "ProcessorKit", "Processor", "processor.md", "registered; see docs/plugins/processor.md"),
+    TemplateKind("rollout-engine", ComponentKind.ROLLOUT_ENGINE, "backends", "engine", "RolloutEngineKit", "Engine",
+                 "rollout-engine.md", "rlhf train ppo --rollout.engine {name} …"),
+    TemplateKind("weight-sync-transport", ComponentKind.WEIGHT_SYNC_TRANSPORT, "backends", "transport", "WeightSyncTransportKit",
+                 "Transport", "weight-sync-transport.md", "rlhf train ppo --vllm.sync_backend {name} …"),
     TemplateKind("observer", None, "algorithms", "observer", "LifecycleObserverKit", "Observer", "observer.md", "every run calls its hooks once it is installed (rlhf --plugins no:{name} … leaves it out)"),
 )}
 

@@ -125,7 +125,7 @@ class CriticSection(TrainedModel):
 class VllmSection(Section):
     num_engines: int | None = flag(None, "Number of vLLM engines; 0 disables vLLM (HF generate)")
     tensor_parallel_size: int = flag(1, "Tensor parallel size of each vLLM engine")
-    sync_backend: str = flag("auto", "Trainer -> vLLM weight sync backend: ipc, nccl, gloo, object_store; auto = "
+    sync_backend: str = flag("auto", "Trainer -> engines weight sync transport: ipc, nccl, gloo, object_store; auto = "
                                       "ipc with --train.colocate_all on CUDA, else nccl on CUDA, gloo on CPU, "
                                       "object_store with LoRA/AutoTP")
     sync_with_ray: bool = flag(False, "Sync weights through Ray collectives", switch=True)
@@ -252,6 +252,8 @@ class DataSection(Section):
 
 
 class RolloutSection(Section):
+    engine: str = flag("auto", "Rollout engine by name (rlhf plugins lists them); auto = vllm when "
+                               "--vllm.num_engines > 0, else hf")
     max_tokens_per_gpu: int | None = flag(None, "Token budget per device for rollout forward passes")
     batch_size: int = flag(1024, "Prompts per rollout batch")
     vllm_generate_batch_size: int | None = flag(None, "Prompts per vLLM generate call (default: rollout.batch_size)")

@@ -142,17 +142,10 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         raise ConfigError(str(exc)) from None
 
     from rlhf.engines.deepspeed_strategy import check_options
-    from rlhf.runtime.weight_sync import SYNC_BACKENDS
 
     check_options(cfg.ds)
-    if cfg.vllm.sync_backend not in SYNC_BACKENDS:
-        raise ConfigError(f"--vllm.sync_backend {cfg.vllm.sync_backend!r} is not one of {', '.join(SYNC_BACKENDS)}")
-    if cfg.vllm.sync_backend == "gloo" and cfg.ds.tensor_parallel_size > 1:
-        raise ConfigError("--vllm.sync_backend gloo sends rank 0's parameters and cannot gather "
-                          "--ds.tensor_parallel_size shards yet: use --vllm.sync_backend object_store")
-    if cfg.vllm.sync_backend == "gloo" and cfg.ds.lora.rank > 0:
-        raise ConfigError("--vllm.sync_backend gloo broadcasts the base parameters, not LoRA-merged weights: "
-                          "use --vllm.sync_backend object_store with --ds.lora.rank")
+    if cfg.vllm.sync_backend != "auto":  # whether it can run for this config: the controller's input check
+        host.registry.registration(ComponentKind.WEIGHT_SYNC_TRANSPORT, cfg.vllm.sync_backend, flag="--vllm.sync_backend")
     if cfg.ds.load_in_4bit:
         from rlhf.engines.lora import check_4bit
 

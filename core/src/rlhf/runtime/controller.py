@@ -70,10 +70,12 @@ class PPOController:
         """Model directories and the resumed ``state.json``, in the CLI process before Ray starts, so a
         wrong path costs one line and a second. Caps ``--data.max_len`` at the actor's positions."""
         from rlhf.engines.hf_models import check_model_source
+        from rlhf.runtime.rollout import rollout_engine_class
         from rlhf.runtime.weight_sync import backend_for
 
         cfg = self.config
-        backend_for(cfg)  # an explicit --vllm.sync_backend that cannot run here fails before Ray starts
+        rollout_engine_class(cfg, self.plugins.registry)  # an engine that is not installed fails before Ray starts
+        backend_for(cfg, registry=self.plugins.registry)  # so does a --vllm.sync_backend that cannot run here
         actor_path = cfg.actor.model_name_or_path
         if not actor_path:
             raise ConfigError("--actor.model_name_or_path is required")
@@ -123,7 +125,7 @@ class PPOController:
         with_ref, with_critic, reward_paths = cfg.algo.kl.init_coef > 0, self.estimator.needs_critic, self.rewards.reward_model_paths
         self.placement = Placement.for_run(cfg, with_ref=with_ref, with_critic=with_critic, reward_models=len(reward_paths),
                                            gpu=_gpu())
-        self.engines = RolloutEngines(cfg, cfg.actor.model_name_or_path, self.placement)  # first: vLLM boots longest
+        self.engines = RolloutEngines(cfg, cfg.actor.model_name_or_path, self.placement, self.plugins.registry)  # first: vLLM boots longest
 
         def ranks(section: Any) -> int:
             return section.num_nodes * section.num_gpus_per_node
@@ -187,7 +189,7 @@ class PPOController:
         from rlhf.runtime.weight_sync import WeightSync
 
         if getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
-            self.weight_sync = WeightSync(self.config, self.actor, self.engines)
+            self.weight_sync = WeightSync(self.config, self.actor, self.engines, self.plugins.registry)
         with self.engine_lock, self.engines.sleep.awake(tags=["weights"]):  # --vllm.enable_sleep: weights only
             self.weight_sync.sync()
             self.policy_version += 1

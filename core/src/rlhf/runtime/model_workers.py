@@ -325,31 +325,14 @@ class PolicyWorker(_CausalLMWorker):
                 state = {name: value for name, value in state.items() if name not in frozen}
         return state if self.rank == 0 else None
 
-    def weight_layout(self) -> list[tuple[str, tuple[int, ...], str]]:
-        """What a broadcast weight sync sends (see :mod:`rlhf.runtime.weight_sync`); asked of rank 0 once."""
-        from rlhf.runtime.weight_sync import module_layout
+    def weight_sync_call(self, transport: Any, method: str, *args: Any) -> Any:
+        """The weight-sync transport's actor-side ``method(source, *args)``, in every rank (see
+        :class:`rlhf.components.WeightSyncTransport`); ``source`` keeps the transport's state between calls."""
+        from rlhf.runtime.weight_sync import ActorWeights
 
-        return module_layout(self.engine.module)
-
-    def join_weight_group(self, address: str, port: int, world_size: int, backend: str) -> None:
-        """Rank 0 joins the broadcast group with the engines as its rank 0; the other ranks only gather."""
-        from rlhf.runtime.weight_sync import BroadcastGroup, module_layout
-
-        self._weight_group = BroadcastGroup(address, port, 0, world_size, backend) if self.rank == 0 else None
-        self._weight_layout = module_layout(self.engine.module)
-
-    def broadcast_weights(self) -> None:
-        """All ranks call this each sync (ZeRO-3 gathers one bucket at a time); rank 0 broadcasts."""
-        from rlhf.runtime.weight_sync import send_weights
-
-        send_weights(self.engine.module, self._weight_group, self._weight_layout)
-
-    def send_weights_ipc(self, engines: list[Any]) -> None:
-        """``--vllm.sync_backend ipc``: all ranks call this each sync; rank 0 hands the handles to ``engines``."""
-        from rlhf.runtime.ipc_weight_sync import send_weights_ipc
-        from rlhf.runtime.weight_sync import module_layout
-
-        send_weights_ipc(self.engine.module, module_layout(self.engine.module), engines, is_sender=self.rank == 0)
+        if not hasattr(self, "_sync_state"):
+            self._sync_state: dict[str, Any] = {}
+        return getattr(transport, method)(ActorWeights(self, self._sync_state), *args)
 
     @while_awake
     def save_checkpoint(self, directory: str) -> None:

@@ -15,7 +15,7 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0}
 
 @pytest.fixture(scope="module")
 def engine(tiny_causal_lm_path):
-    from rlhf.runtime.rollout import HFEngine
+    from rlhf_plugin_hf_generate.engine import HFEngine
 
     return HFEngine(str(tiny_causal_lm_path), "fp32", 256, 0, {"vllm": {}})
 

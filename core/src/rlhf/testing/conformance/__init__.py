@@ -19,6 +19,12 @@ the property, the smallest input that shows it, and what went wrong.
 """
 
 from rlhf.testing.conformance._core import ComponentKit, ConformanceFailure, check_import_is_light, check_picklable
+from rlhf.testing.conformance.backends import (
+    RolloutEngineKit,
+    WeightSyncTransportKit,
+    check_rollout_engine,
+    check_weight_sync_transport,
+)
 from rlhf.testing.conformance.estimators import AdvantageEstimatorKit, check_advantage_estimator
 from rlhf.testing.conformance.losses import KLEstimatorKit, PolicyLossKit, check_kl_estimator, check_policy_loss
 from rlhf.testing.conformance.parts import (
@@ -47,6 +53,10 @@ from rlhf.testing.conformance.programs import (
 from rlhf.testing.conformance.rewards import RewardFunctionKit, RewardShaperKit, check_reward_function, check_reward_shaper
 
 __all__ = [
+    "RolloutEngineKit",
+    "WeightSyncTransportKit",
+    "check_rollout_engine",
+    "check_weight_sync_transport",
     "AdvantageEstimatorKit",
     "AgentExecutorKit",
     "CommandKit",

@@ -100,7 +100,7 @@ class GenerateCommand:
 
     def run(self, host: Any, args: argparse.Namespace) -> int:
         check_args(args)
-        return score_command(args) if args.score_only else generate_command(args)
+        return score_command(args) if args.score_only else generate_command(args, host)
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -146,7 +146,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--output {args.output} is a directory; name a .jsonl file")
 
 
-def generate_command(args: argparse.Namespace) -> int:
+def generate_command(args: argparse.Namespace, host: Any) -> int:
     """Sample, score, post-process and write; prints a one-line summary. Returns the exit status."""
     from transformers import AutoConfig, AutoTokenizer
 
@@ -163,7 +163,7 @@ def generate_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--model {args.model}: {exc}") from exc
     max_len = min(args.max_len, positions or args.max_len)
     prompts = load_prompts(args, tokenizer, max_len)
-    completions = generate(prompts, args, tokenizer, max_len)
+    completions = generate(prompts, args, tokenizer, max_len, host)
     generated = time.perf_counter()
     rows = [{"input": p.value, "output": c.text, "reward": None, "prompt_index": p.index}
             for p, samples in zip(prompts, completions) for c in samples]

