@@ -58,4 +58,7 @@ def _decode(text: str, item: str, key: str) -> bytes:
 
 
 def _short(item: str) -> str:
-    return repr(item if len(item) <= 60 else item[:57] + "...")
+    """At most 60 characters: a data URI keeps its head (the media type), a path or URL its tail (the file name)."""
+    if len(item) <= 60:
+        return repr(item)
+    return repr(item[:57] + "..." if item.startswith("data:") else "..." + item[-57:])
