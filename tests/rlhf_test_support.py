@@ -7,9 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rlhf.testing.cli import child_env
 
@@ -77,32 +75,6 @@ def base_flags(model: Path, prompts: Path, run: Path, engine: str, steps: int) -
         "--reward.num_gpus_per_node", "1", "--vllm.num_engines", "1" if engine == "vllm" else "0",
         "--ckpt.output_dir", str(run / "out"), "--ckpt.path", str(run / "ckpt"),
     ]
-
-
-def refused_in_process(capsys: Any, trainer: str, *argv: str,
-                       then: Callable[[Any, Any], None] | None = None) -> subprocess.CompletedProcess[str]:
-    """``rlhf train TRAINER ARGV`` in this process as far as its config (the CLI's plugin and flag parsing,
-    the trainer's config rules), then ``then(config, host)``: it must be refused. The refusal as the CLI
-    prints it (``render_exit``), for :func:`rlhf.testing.cli.assert_user_error`."""
-    import pytest
-
-    from rlhf.cli.main import split_plugin_args
-    from rlhf.cli.train_cmd import train_config
-    from rlhf.errors import render_exit
-    from rlhf.plugins import PluginHost
-
-    capsys.readouterr()
-    try:
-        selection, rest = split_plugin_args(list(argv))
-        host = PluginHost.load(selection)
-        _, config, _ = train_config(host, trainer, rest)
-        if then is not None:
-            then(config, host)
-    except Exception as exc:  # noqa: BLE001 - rendered as the CLI renders it
-        status = render_exit(exc, debug=False)
-    else:
-        pytest.fail(f"rlhf train {trainer} {' '.join(argv)} was not refused")
-    return subprocess.CompletedProcess(argv, status, "", capsys.readouterr().err)
 
 
 def truncate(states: Path) -> None:

@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import refused_in_process
 
 from rlhf.config.supervised import SupervisedConfig
 from rlhf.engines.deepspeed_strategy import on_gpu, train_config
 from rlhf.runtime.tracking import read_metrics
-from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_rlhf
+from rlhf.testing.cli import assert_ok, assert_user_error, child_env, refused_in_process, run_rlhf
 
 
 def _ds_block(**ds: object) -> dict:

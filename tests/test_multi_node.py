@@ -107,8 +107,9 @@ def _processes_mentioning(text: str) -> list[str]:
 def test_no_ray_process_of_a_run_survives_its_exit(outcome, task_files, tiny_causal_lm_path: Path, tmp_path: Path,
                                                     ray_tmpdir: str) -> None:
     """A run that starts its own Ray (no RAY_ADDRESS) leaves no raylet, GCS or worker behind,
-    whether it completes or fails mid-run."""
-    flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=2), *_grpo(task_files)]
+    whether it completes (one step is a whole run) or fails mid-run (after step 1 of 2)."""
+    steps = 1 if outcome == "completed" else 2
+    flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=steps), *_grpo(task_files)]
     if outcome == "failed":
         flags = ["--plugins", str(crash_plugin(tmp_path, 1)), *flags]
     result = run_rlhf("train", "ppo", *flags, env={"RAY_TMPDIR": ray_tmpdir}, timeout=900)
@@ -120,7 +121,7 @@ def test_no_ray_process_of_a_run_survives_its_exit(outcome, task_files, tiny_cau
     assert len(sessions) == 1  # the run's own Ray started there, so its processes name that folder
     deadline = time.monotonic() + 60  # Ray's processes exit shortly after the driver's shutdown
     while (left := _processes_mentioning(ray_tmpdir)) and time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.2)
     assert left == []
 
 
@@ -148,7 +149,7 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
         try:
             deadline = time.monotonic() + 600
             while not observer.with_suffix(".running").exists() and driver.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.5)  # until step 1 is done: Ray, every worker and the engine are up and training
+                time.sleep(0.2)  # until step 1 is done: Ray, every worker and the engine are up and training
             assert driver.poll() is None, (tmp_path / "driver.err").read_text()[-4000:]
             assert _processes_mentioning(ray_tmpdir)  # the run's raylet, GCS and workers, found by their folder
             driver.send_signal(signum)
@@ -169,5 +170,5 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
         assert returncode == -signum and not status.exists()  # the run's watchdog
     deadline = time.monotonic() + 30  # Ray's agents lived 60-80 s after a SIGKILL without the watchdog
     while (left := _processes_mentioning(ray_tmpdir)) and time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.2)
     assert left == []

@@ -16,12 +16,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags, refused_in_process
+from rlhf_test_support import base_flags
 
 from rlhf.console import RUN_LOG_NAME
 from rlhf.errors import DataError, PluginError, render_exit
 from rlhf.runtime.worker_group import free_port
-from rlhf.testing.cli import assert_user_error, run_rlhf
+from rlhf.testing.cli import assert_user_error, refused_in_process, run_rlhf
 
 GRPO = ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
         "--algo.kl.init_coef", "0"]

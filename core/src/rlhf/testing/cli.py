@@ -1,7 +1,8 @@
 """Running the real ``rlhf`` command in a subprocess from tests, as a user would.
 
 Trainers initialise torch.distributed and DeepSpeed process-wide, so tests run them in
-their own process; this helper gives every such test the same clean environment.
+their own process; this helper gives every such test the same clean environment. A refusal
+found in the config (flags, config rules) needs no process of its own: :func:`refused_in_process`.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 #: Variables a launcher (torchrun, an outer test) may have set that would make a child join the wrong group.
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -48,3 +50,29 @@ def assert_user_error(result: subprocess.CompletedProcess[str], *names: str) -> 
     missing = [name for name in names if name not in lines[0]]
     assert not missing, f"the error line does not name {missing}: {lines[0]}"
     return lines[0]
+
+
+def refused_in_process(capsys: Any, trainer: str, *argv: str,
+                       then: Callable[[Any, Any], None] | None = None) -> subprocess.CompletedProcess[str]:
+    """``rlhf train TRAINER ARGV`` in this process as far as its config (the CLI's plugin and flag parsing,
+    the trainer's config rules), then ``then(config, host)``: it must be refused. The refusal as the CLI
+    prints it (``render_exit``), for :func:`rlhf.testing.cli.assert_user_error`."""
+    import pytest
+
+    from rlhf.cli.main import split_plugin_args
+    from rlhf.cli.train_cmd import train_config
+    from rlhf.errors import render_exit
+    from rlhf.plugins import PluginHost
+
+    capsys.readouterr()
+    try:
+        selection, rest = split_plugin_args(list(argv))
+        host = PluginHost.load(selection)
+        _, config, _ = train_config(host, trainer, rest)
+        if then is not None:
+            then(config, host)
+    except Exception as exc:  # noqa: BLE001 - rendered as the CLI renders it
+        status = render_exit(exc, debug=False)
+    else:
+        pytest.fail(f"rlhf train {trainer} {' '.join(argv)} was not refused")
+    return subprocess.CompletedProcess(argv, status, "", capsys.readouterr().err)

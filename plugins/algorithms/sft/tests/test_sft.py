@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlhf.config.supervised import SupervisedDataSection
 from rlhf.data.conversations import pretrain_text, prompt_response
 from rlhf.supervised.batch import collate, token_logprobs
-from rlhf.testing.cli import assert_ok, run_rlhf
+from rlhf.testing.cli import assert_ok, assert_user_error, refused_in_process, run_rlhf
 
 
 def write_rows(path: Path, count: int, seed: int = 0) -> Path:
@@ -130,11 +130,10 @@ def test_missing_output_key_names_file_row_and_flag(tmp_path, tiny_causal_lm_pat
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only error")
-def test_4bit_on_cpu_is_a_clear_error_before_anything_loads(tmp_path) -> None:
-    result = run_rlhf("train", "sft", "--model.model_name_or_path", "unused",
-                  "--data.dataset", "unused.jsonl", "--ds.load_in_4bit", "--ds.lora.rank", "8")
-    assert result.returncode == 2
-    assert "--ds.load_in_4bit needs a CUDA GPU" in result.stderr
+def test_4bit_on_cpu_is_a_clear_error_before_anything_loads(capsys) -> None:
+    result = refused_in_process(capsys, "sft", "--model.model_name_or_path", "unused",
+                                "--data.dataset", "unused.jsonl", "--ds.load_in_4bit", "--ds.lora.rank", "8")
+    assert_user_error(result, "--ds.load_in_4bit needs a CUDA GPU")
 
 
 @pytest.mark.slow
