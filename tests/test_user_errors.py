@@ -249,7 +249,7 @@ rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
 @rlhf.hookimpl
 def rlhf_worker_init(role, rank, config):
     if role == "actor":
-        from rlhf.runtime.weight_sync import BroadcastGroup
+        from rlhf_plugin_torch_sync.broadcast import BroadcastGroup
 
         def die(self, tensor):
             time.sleep(1)

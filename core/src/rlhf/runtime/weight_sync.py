@@ -123,7 +123,16 @@ class WeightSync:
         self.backend = backend_for(config, registry=registry)
         self.actor, self.engines = actor, engines
         self.transport = build(registry.get(ComponentKind.WEIGHT_SYNC_TRANSPORT, self.backend), config)
-        self.transport.connect(actor, engines.engines)
+        with self._naming_dead_workers():
+            self.transport.connect(actor, engines.engines)
 
     def sync(self) -> None:
-        self.transport.sync(self.actor, self.engines.engines)
+        with self._naming_dead_workers():
+            self.transport.sync(self.actor, self.engines.engines)
+
+    def _naming_dead_workers(self) -> Any:
+        """A transport waits for its Ray calls itself: a rank or engine that died in them is named, not
+        the peer whose collective failed first."""
+        from rlhf.runtime.worker_group import naming_dead_workers
+
+        return naming_dead_workers([*self.actor.workers, *self.engines.engines])

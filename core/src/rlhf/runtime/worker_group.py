@@ -7,9 +7,11 @@ run's exact plugin set (``plugin_set`` of the config) before anything else.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 from rlhf.errors import WorkerError, find_user_error
@@ -73,18 +75,47 @@ def wait(refs: Any) -> Any:
 
     try:
         return ray.get(refs, timeout=TIMEOUT_S)
-    except ray.exceptions.ActorDiedError as exc:
-        raise _death(exc) from exc
     except ray.exceptions.GetTimeoutError as exc:
         raise WorkerError(f"Ray workers did not answer within {TIMEOUT_S:.0f} s: a worker is stuck or the cluster lacks "
                           "resources (`ray status`); raise RLHF_RAY_TIMEOUT for slow steps") from exc
     except ray.exceptions.RayError as exc:
-        if find_user_error(exc) is not None:
+        death = _worker_death(exc, refs if isinstance(refs, list) else [refs])
+        if death is None:
             raise
-        dead = _dead_peer(refs if isinstance(refs, list) else [refs])
-        if dead is None:
+        raise death from exc
+
+
+@contextlib.contextmanager
+def naming_dead_workers(handles: list[Any]) -> Iterator[None]:
+    """Around Ray calls a component waits for itself (a weight-sync transport's ``ray.get``): a failure
+    that a dead worker among ``handles`` caused is raised as :func:`wait` would, naming that worker."""
+    import ray
+
+    try:
+        yield
+    except ray.exceptions.RayError as exc:
+        death = _worker_death(exc, [handle.__ray_call__.remote(_answer) for handle in handles])
+        if death is None:
             raise
-        raise _death(dead) from exc
+        raise death from exc
+
+
+def _answer(_: Any) -> None:
+    """What a worker runs to show it is alive (see :func:`naming_dead_workers`)."""
+
+
+def _worker_death(exc: Exception, refs: list[Any]) -> Exception | None:
+    """The :class:`WorkerError` naming the dead worker that made a call fail with ``exc``, or None where
+    none did (``exc`` then stands: a worker's own exception, a user error). ``refs``: the call's other
+    results, awaited for a death among them (see :func:`_dead_peer`)."""
+    import ray
+
+    if isinstance(exc, ray.exceptions.ActorDiedError):
+        return _death(exc)
+    if find_user_error(exc) is not None:
+        return None
+    dead = _dead_peer(refs)
+    return None if dead is None else _death(dead)
 
 
 def _dead_peer(refs: list[Any]) -> Any:
