@@ -42,10 +42,9 @@ def measure(model_dir: str, stage: int) -> dict[str, float]:
     import deepspeed
     import deepspeed.ops
     import torch
+    from rlhf_plugin_deepspeed.sleep import SleepingStates
     from transformers import AutoModelForCausalLM
     from transformers.integrations import HfDeepSpeedConfig
-
-    from rlhf.engines.deepspeed_sleep import SleepingStates
 
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend="gloo")

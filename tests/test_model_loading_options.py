@@ -24,7 +24,7 @@ def tiny_moe_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_trained_and_frozen_models_use_the_chosen_experts_implementation(tiny_moe_path: Path, implementation: str) -> None:
     from rlhf.config.supervised import SupervisedConfig
     from rlhf.engines.hf_models import load_value_model
-    from rlhf.supervised.engines import load_trained
+    from rlhf.supervised.models import load_trained
 
     config = SupervisedConfig()
     config.model.model_name_or_path = str(tiny_moe_path)
@@ -42,8 +42,10 @@ def test_local_rank_sets_the_device_index_when_the_launcher_did_not() -> None:
     import subprocess
     import sys
 
-    program = ("import os; from rlhf.supervised.engines import join_process_group; "
-               "print(join_process_group({}), os.environ['LOCAL_RANK'])")
+    program = ("import os; from rlhf.supervised.models import join_process_group; "
+               "from rlhf.config.supervised import SupervisedConfig; "
+               "from rlhf_plugin_deepspeed.backend import DeepSpeedBackend; "
+               "print(join_process_group(DeepSpeedBackend(SupervisedConfig()), {}), os.environ['LOCAL_RANK'])")
     env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}}
     for local_rank, launcher_env, expected in ((1, {}, "1"), (-1, {}, "0"), (1, {"LOCAL_RANK": "0"}, "0")):
         result = subprocess.run([sys.executable, "-c", program.format(local_rank)], capture_output=True, text=True,

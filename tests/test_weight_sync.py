@@ -4,6 +4,7 @@ log-probs whichever transport synced them."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import types
@@ -41,7 +42,10 @@ def test_broadcast_delivers_every_parameter_exactly(backend) -> None:
     module[2].to(torch.bfloat16)  # a second dtype: its own bucket
     if backend == "nccl":
         module.to("cuda:0")
-    layout = module_layout(module)
+    live = module.state_dict(keep_vars=True)
+    unsharded = types.SimpleNamespace(module=module, full_shape=lambda t: tuple(t.shape),  # one whole-weights rank
+                                      full_tensors=lambda names: contextlib.nullcontext([live[n] for n in names]))
+    layout = module_layout(unsharded)
     port = free_port()
     received: dict[str, torch.Tensor] = {}
 
@@ -53,7 +57,7 @@ def test_broadcast_delivers_every_parameter_exactly(backend) -> None:
 
     thread = threading.Thread(target=engine)
     thread.start()
-    source = types.SimpleNamespace(gathered_buckets=lambda layout: gathered_buckets(module, layout))  # an unsharded rank
+    source = types.SimpleNamespace(gathered_buckets=lambda layout: gathered_buckets(unsharded, layout))
     send_weights(source, BroadcastGroup("127.0.0.1", port, 0, 2, backend), layout)
     thread.join(timeout=60)
     expected = module.state_dict()

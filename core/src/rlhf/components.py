@@ -376,3 +376,145 @@ class WeightSyncTransport(Protocol):
     def sync(self, actor: Any, engines: list[Any]) -> None:
         """Controller, once per sync: return when every engine holds the actor's current weights."""
         ...
+
+
+@runtime_checkable
+class TrainedModel(Protocol):
+    """One model wrapped by a :class:`TrainingBackend` for training, in the process that built it.
+
+    Returned by :meth:`TrainingBackend.trained`. Every method runs in that process; a method that
+    says "every rank" must be called by every rank of the group in the same order (a sharded
+    backend runs collectives inside it). Called per micro-batch: ``__call__``, :meth:`backward`,
+    :meth:`step`; per optimizer step or less often: the rest.
+    """
+
+    #: the HF model (``torch.nn.Module``) being trained; under sharding its parameters may be shards
+    module: Any
+    #: the ``torch.device`` inputs go to
+    device: Any
+    #: the torch optimizer and LR scheduler built from the selected components (their param groups are read
+    #: and an ``lr_scale`` steering coefficient rescales ``param_groups[i]["lr"]`` before a step)
+    optimizer: Any
+    lr_scheduler: Any
+
+    def __call__(self, **inputs: Any) -> Any:
+        """The HF forward of ``module`` (``input_ids (B, L)``, ``attention_mask``, …): its output object."""
+        ...
+
+    def train(self) -> None:
+        """Training mode (dropout on); before a fit."""
+        ...
+
+    def eval(self) -> None:
+        """Evaluation mode; before no-grad forwards."""
+        ...
+
+    def accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step with fixed micro-batches: ``train.batch_size //
+        (train.micro_batch_size × data-parallel ranks)``, at least 1."""
+        ...
+
+    def backward(self, loss: Any, boundary: bool | None = None) -> None:
+        """Accumulate the gradient of ``loss`` (a scalar tensor, this rank's micro-batch), every rank.
+
+        ``boundary=None`` (fixed micro-batches): the loss is divided by :meth:`accumulation_steps` and
+        every :meth:`accumulation_steps`-th :meth:`step` is an optimizer step. A bool (token-budget
+        micro-batches, whose count varies): no division, and True marks the last micro-batch of an
+        optimizer step. Either way the gradient is averaged over the data-parallel ranks, and every
+        rank calls it as often as the others (the core pads a short rank with a zero-weight pass), so a
+        backend may reduce gradients inside each call.
+        """
+        ...
+
+    def step(self) -> bool:
+        """After every :meth:`backward`, every rank. At an optimizer-step boundary: clip the global
+        gradient norm to ``max_norm``, step the optimizer and the scheduler, zero the gradients and
+        return True; otherwise return False."""
+        ...
+
+    def learning_rate(self) -> float:
+        """The current learning rate of the first parameter group."""
+        ...
+
+    def state_dict(self, copy: bool = True) -> dict[str, Any] | None:
+        """Every rank: the full (unsharded) state dict of ``module`` on the CPU under HF names, or None on
+        ranks that do not receive it (only rank 0 is guaranteed one). ``copy=False`` may return live
+        tensors where they are whole already, for a caller that serialises them before the next step."""
+        ...
+
+    def gathered(self) -> Any:
+        """Every rank: a context manager in which ``module``'s parameters are whole, for reading (a LoRA
+        merge reads them); a no-op where nothing is sharded."""
+        ...
+
+    def full_tensors(self, names: list[str]) -> Any:
+        """Every rank: a context manager yielding the whole tensors of these ``module.state_dict()``
+        entries, in order, valid inside the block only (a weight sync reads one bucket at a time, so
+        no rank holds the whole model unsharded)."""
+        ...
+
+    def full_shape(self, tensor: Any) -> tuple[int, ...]:
+        """The unsharded shape of one of ``module.state_dict(keep_vars=True)``'s tensors."""
+        ...
+
+    def save_checkpoint(self, directory: str, tag: str) -> None:
+        """Every rank: write the model, optimizer and scheduler states (each rank its shard) under
+        ``directory/tag`` for an exact resume. ``directory`` is a staging dir the core commits."""
+        ...
+
+    def load_checkpoint(self, directory: str, tag: str) -> None:
+        """Every rank: load what :meth:`save_checkpoint` wrote; a missing, damaged or mismatched
+        checkpoint raises :class:`rlhf.errors.CheckpointError` naming the directory and what to do."""
+        ...
+
+    def awake(self, phase: str) -> Any:
+        """A context manager around a fit or a checkpoint (``phase`` names it): with sleep on, the
+        optimizer states are on the device inside and offloaded again after; otherwise a no-op."""
+        ...
+
+    def sleep_history(self) -> list[tuple[str, float]]:
+        """With sleep on, this rank's ``("offload" | "reload" | phase, wall-clock time)`` events in order."""
+        ...
+
+
+@runtime_checkable
+class TrainingBackend(Protocol):
+    """Trains and evaluates the models of one process of a distributed group (DeepSpeed ZeRO, FSDP2…).
+
+    Selected with ``--train.backend NAME`` (default ``deepspeed``). Built with :func:`build` once
+    per process that holds a model: every rank of a PPO run's actor, critic, reference and
+    reward-model Ray worker groups, and every rank of a supervised run (``rlhf train sft|rm|dpo…``,
+    one process per device). ``config`` is the run's (``PPOConfig`` or a supervised config): a
+    backend reads ``config.ds`` (``param_dtype``, ``zero_stage``, offload flags…) and
+    ``config.train`` (``micro_batch_size``, ``batch_size``, ``max_norm`` via the optimizer section).
+
+    Optional classmethods: ``check_config(config) -> None``, called in the CLI process once before
+    anything starts, raising :class:`rlhf.errors.ConfigError` for flags it cannot honour; and
+    ``preload() -> None``, called in each model worker as it is created, for slow imports that can
+    overlap the controller's start-up.
+    """
+
+    def init_distributed(self) -> None:
+        """Join the default ``torch.distributed`` group from ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``
+        and ``MASTER_PORT`` (set by the core or a launcher): gloo on CPU, NCCL on CUDA. Once per
+        process, before any model; a no-op when the group exists."""
+        ...
+
+    def trained(self, load: Any, optimizer: OptimizerFactory, scheduler: SchedulerFactory, section: Any,
+                data_parallel_size: int, num_training_steps: int) -> TrainedModel:
+        """Every rank, once per trained model (actor, critic, the supervised model): call ``load()``
+        (returns the HF ``torch.nn.Module``, with LoRA applied if asked) where weights may be sharded as
+        they are created, wrap it, and build the optimizer and the scheduler from the selected
+        components (``section``: the optimizer section, with ``max_norm`` for clipping)."""
+        ...
+
+    def evaluated(self, load: Any, offload: bool, micro_batch_size: int) -> Any:
+        """Every rank, once per inference-only model (reference, reward model, teacher): ``load()`` it
+        as :meth:`trained` does and return a callable forward module with ``.module`` (the HF model),
+        ``.device`` and ``eval()``; ``offload``: keep its weights off the device between forwards."""
+        ...
+
+    def gathered(self, module: Any) -> Any:
+        """Every rank: a context manager in which ``module``'s parameters are whole and writes to them
+        made on every rank persist (same values everywhere); for initialising a part at load time."""
+        ...

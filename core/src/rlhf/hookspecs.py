@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         SampleFilter,
         SchedulerFactory,
         Trainer,
+        TrainingBackend,
         WeightSyncTransport,
     )
     from rlhf.plugin_options import OptionsRegister
@@ -176,6 +177,15 @@ def rlhf_register_weight_sync_transports(register: Register[type[WeightSyncTrans
 
     When: at plugin load. Process: every process that loads plugins. How often: once per process.
     Shapes: none here; see :class:`rlhf.components.WeightSyncTransport`.
+    """
+
+
+@hookspec
+def rlhf_register_training_backends(register: Register[type[TrainingBackend]]) -> None:
+    """Register training backends (DeepSpeed ZeRO, torch FSDP2…), selected by ``--train.backend NAME``.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; see :class:`rlhf.components.TrainingBackend` and :class:`rlhf.components.TrainedModel`.
     """
 
 

@@ -40,6 +40,7 @@ class ComponentKind(str, Enum):
     COMMAND = "command"
     ROLLOUT_ENGINE = "rollout_engine"
     WEIGHT_SYNC_TRANSPORT = "weight_sync_transport"
+    TRAINING_BACKEND = "training_backend"
 
     @property
     def hook_name(self) -> str:

@@ -59,6 +59,8 @@ KINDS: dict[str, TemplateKind] = {k.name: k for k in (
                  "rollout-engine.md", "rlhf train ppo --rollout.engine {name} …"),
     TemplateKind("weight-sync-transport", ComponentKind.WEIGHT_SYNC_TRANSPORT, "backends", "transport", "WeightSyncTransportKit",
                  "Transport", "weight-sync-transport.md", "rlhf train ppo --vllm.sync_backend {name} …"),
+    TemplateKind("training-backend", ComponentKind.TRAINING_BACKEND, "backends", "backend", "TrainingBackendKit",
+                 "Backend", "training-backend.md", "rlhf train ppo --train.backend {name} …   (and rlhf train sft|rm|dpo …)"),
     TemplateKind("observer", None, "algorithms", "observer", "LifecycleObserverKit", "Observer", "observer.md", "every run calls its hooks once it is installed (rlhf --plugins no:{name} … leaves it out)"),
 )}
 

@@ -71,6 +71,8 @@ class TrainSection(Section):
     agent_func_path: str | None = flag(None, "Agent file (AgentInstance or AgentExecutor class, OpenRLHF's contract)")
     agent_executor: str | None = flag(
         None, "Registered agent executor (rlhf plugins); default multi_turn with --train.agent_func_path, else single_turn")
+    backend: str = flag("deepspeed", "Training backend by name (rlhf plugins lists them): deepspeed (ZeRO, the --ds.* "
+                        "flags) or another installed one", component=K.TRAINING_BACKEND)
     model_loaders: list[str] = flag([], "Registered model loaders to apply to every model, in order (besides those whose "
                                     "flags are set)", nargs="+", component=K.MODEL_LOADER)
 

@@ -45,6 +45,8 @@ class SupervisedTrainSection(Section):
     max_norm: float = flag(1.0, "Gradient clipping norm")
     gradient_checkpointing_enable: bool = flag(False, "Gradient checkpointing", switch=True)
     gradient_checkpointing_reentrant: bool = flag(False, "Reentrant gradient checkpointing", switch=True)
+    backend: str = flag("deepspeed", "Training backend by name (rlhf plugins lists them): deepspeed (ZeRO, the --ds.* "
+                        "flags) or another installed one", component=K.TRAINING_BACKEND)
     model_loaders: list[str] = flag([], "Registered model loaders to apply to every model, in order (besides those whose "
                                     "flags are set)", nargs="+", component=K.MODEL_LOADER)
 

@@ -11,6 +11,37 @@ from rlhf.errors import ConfigError
 log = logging.getLogger("rlhf.models")
 
 
+def torch_dtype(name: str) -> Any:
+    """``--ds.param_dtype`` value (``bf16``, ``fp16``, ``fp32``) -> torch dtype."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def dtype_of(config: Any) -> Any:
+    """The dtype a run's models load in (``--ds.param_dtype``)."""
+    return torch_dtype(config.ds.param_dtype)
+
+
+def seed_process(seed: int, full_determinism: bool) -> None:
+    """Seed python, numpy and torch in this process (OpenRLHF's ``set_seed`` on every rank), so
+    random initialisations (a critic's new value head) repeat from run to run.
+
+    ``--train.full_determinism_enable`` also switches torch to deterministic algorithms, with
+    the CUDA settings they need (``transformers.enable_full_determinism``: cuDNN deterministic
+    and without benchmarking, a fixed cuBLAS workspace, deterministic flash-attention backward,
+    and ``CUDA_LAUNCH_BLOCKING=1``, which serialises kernel launches: expect GPU steps to be
+    markedly slower). An op without a deterministic implementation then raises instead of
+    running.
+    """
+    import transformers
+
+    if full_determinism:
+        transformers.enable_full_determinism(seed)
+    else:
+        transformers.set_seed(seed)
+
+
 def attn_implementation(requested: str) -> str:
     """flash-attn is GPU-only; fall back to sdpa (same numbers, slower) when it cannot run here."""
     import torch
@@ -111,14 +142,15 @@ def load_generative(path: str, dtype: Any, **kwargs: Any) -> Any:
 
 
 def load_value_model(path: str, dtype: Any, attn: str, head: str = "score", *, require_head: bool = False,
-                     experts: str | None = None, **kwargs: Any) -> Any:
+                     experts: str | None = None, gathered: Any = None, **kwargs: Any) -> Any:
     """A sequence-regression model whose ``head`` maps every hidden state to one value.
 
     A causal-LM checkpoint (e.g. the actor used as critic, or an SFT model becoming a
     reward model) gets a fresh bias-free head drawn from N(0, 1/(d+1)), as OpenRLHF's.
     ``require_head``: a checkpoint without a trained head is an error (reward models must have one).
-    ``experts``: ``--ds.experts_implementation``; ``kwargs``: more ``from_pretrained`` arguments (a 4-bit
-    quantization config).
+    ``experts``: ``--ds.experts_implementation``; ``gathered``: the training backend's
+    :meth:`~rlhf.components.TrainingBackend.gathered` when the weights may be sharded at load;
+    ``kwargs``: more ``from_pretrained`` arguments (a 4-bit quantization config).
     """
     from transformers import AutoModelForSequenceClassification
 
@@ -133,16 +165,16 @@ def load_value_model(path: str, dtype: Any, attn: str, head: str = "score", *, r
         if require_head:
             raise ValueError(f"{path} has no trained value head {head!r}, so its rewards would be random; "
                              "pass a reward model trained with `rlhf train rm` (or set --ds.value_head_prefix)")
-        _init_value_head(getattr(model, head), model.config.hidden_size)
+        _init_value_head(getattr(model, head), model.config.hidden_size, gathered)
     return model
 
 
-def _init_value_head(head: Any, hidden_size: int) -> None:
+def _init_value_head(head: Any, hidden_size: int, gathered: Any) -> None:
+    import contextlib
+
     import torch
 
-    from rlhf.engines.deepspeed_strategy import gathered
-
-    with gathered(head), torch.no_grad():  # under ZeRO-3 the head is partitioned at load
+    with gathered(head) if gathered is not None else contextlib.nullcontext(), torch.no_grad():
         head.weight.normal_(mean=0.0, std=1.0 / (hidden_size + 1) ** 0.5)
 
 

@@ -18,7 +18,6 @@ import json
 import logging
 import math
 import os
-import pickle
 import re
 import shutil
 import tempfile
@@ -32,7 +31,7 @@ from rlhf.errors import STORAGE_ERRNOS, CheckpointError, RunInterrupted, UserErr
 PATTERN = re.compile(r"^global_step(\d+)$")
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 #: What the user can do about a checkpoint that cannot be resumed, after "delete <dir>".
-_WAY_OUT = "to resume from the checkpoint before it (or start fresh), or drop --ckpt.load_enable"
+WAY_OUT = "to resume from the checkpoint before it (or start fresh), or drop --ckpt.load_enable"
 
 log = logging.getLogger("rlhf.checkpoint")
 
@@ -206,7 +205,7 @@ def load_state(directory: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
     path = directory / "state.json"
     if not path.exists():
         raise CheckpointError(f"checkpoint {directory} has no state.json, so it is incomplete or damaged; "
-                              f"delete {directory} {_WAY_OUT}")
+                              f"delete {directory} {WAY_OUT}")
     try:
         state = json.loads(path.read_text())
         if not isinstance(state, dict) or not isinstance(state.get("step"), int):
@@ -215,50 +214,5 @@ def load_state(directory: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
         if missing:
             raise ValueError(f"no {', '.join(missing)}")
     except (OSError, ValueError) as exc:  # ValueError: bad JSON, bad bytes, a missing key
-        raise CheckpointError(f"checkpoint {path} is unreadable ({exc}); delete {directory} {_WAY_OUT}") from exc
+        raise CheckpointError(f"checkpoint {path} is unreadable ({exc}); delete {directory} {WAY_OUT}") from exc
     return state
-
-
-def load_engine(engine: Any, directory: Path, tag: str, *, universal: bool = False) -> None:
-    """Load the DeepSpeed states under ``directory/tag`` (model, optimizer, scheduler) into ``engine``;
-    ``universal`` (``--ds.use_universal_ckpt``): through DeepSpeed's universal form, on any number of ranks.
-
-    Every way this fails is a :class:`CheckpointError` naming the states dir and what to do:
-    a missing dir (DeepSpeed would return ``(None, None)`` and train on from the initial weights),
-    a missing, truncated or corrupt file, or the states of a model of another size.
-    """
-    states = directory / tag
-    if not any(states.glob("*model_states.pt")):
-        raise CheckpointError(f"checkpoint {states} holds no DeepSpeed model states (a damaged checkpoint, or one saved "
-                              f"with --ckpt.disable_ds); delete {directory} {_WAY_OUT}")
-    try:
-        if universal:
-            from rlhf.engines.universal_checkpoint import convert
-
-            tag = convert(directory, tag)
-        loaded, _ = engine.load_checkpoint(str(directory), tag=tag, load_optimizer_states=True,
-                                           load_lr_scheduler_states=True)
-    except Exception as exc:  # noqa: BLE001 - whatever DeepSpeed or torch.load raise here is about these files
-        raise CheckpointError(f"checkpoint {states} cannot be loaded: {_load_failure(exc, directory)}") from exc
-    if loaded is None:
-        raise CheckpointError(f"checkpoint {states} cannot be loaded: DeepSpeed found no states; "
-                              f"delete {directory} {_WAY_OUT}")
-
-
-_SIZE_MISMATCH = re.compile(r"size mismatch for (\S+): copying a param with shape torch.Size\((\[.*?\])\) from checkpoint, "
-                            r"the shape in current model is torch.Size\((\[.*?\])\)")
-
-
-def _load_failure(exc: BaseException, directory: Path) -> str:
-    """Why DeepSpeed could not load the checkpoint in ``directory``, and what to do, in a few words."""
-    if isinstance(exc, FileNotFoundError):
-        return f"{exc.filename} is missing; delete {directory} {_WAY_OUT}"
-    mismatch = _SIZE_MISMATCH.search(str(exc))
-    if mismatch:
-        name, saved, current = mismatch.groups()
-        return (f"it holds a model of another size ({name} is {saved} there, {current} in the model being trained); "
-                f"resume with the model it was trained from, or drop --ckpt.load_enable")
-    detail = str(exc).strip().split("\n")[0].split(". ")[0][:200]
-    unreadable = "PytorchStreamReader" in detail or isinstance(exc, (EOFError, pickle.UnpicklingError))
-    verdict = "a file is truncated or corrupt" if unreadable else "it is damaged or does not fit this run"
-    return f"{type(exc).__name__}: {detail}; {verdict}: delete {directory} {_WAY_OUT}"

@@ -15,7 +15,6 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from rlhf.engines.deepspeed_sleep import SleepingStates, while_awake
 from rlhf.engines.hf_models import token_id
 from rlhf.runtime.worker_group import BaseWorker
 
@@ -42,13 +41,27 @@ def _sample_lengths(payload: dict[str, list]) -> list[int]:
     return [len(p) + len(r) for p, r in zip(payload["prompt_ids"], payload["response_ids"])]
 
 
+def while_awake(method: Any) -> Any:
+    """Decorate a worker method (a fit, a checkpoint save or load) to run with its trained model awake
+    (:meth:`rlhf.components.TrainedModel.awake`: its offloaded states back on the device)."""
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self.model.awake(method.__name__):
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class _ModelWorker(BaseWorker):
     """Micro-batch loops shared by every model worker."""
 
-    engine: Any
+    #: the trained model (:class:`rlhf.components.TrainedModel`) or the evaluated one of this rank
+    model: Any
     pad_id: int
     #: ranks per AutoTP group (--ds.tensor_parallel_size) of a trained model; they get the same samples
     tp = 1
+    #: the current micro-batch's accumulation boundary with dynamic batches (None: fixed micro-batches)
+    _boundary: bool | None = None
 
     def _load(self, role: str, path: str, default: Any) -> Any:
         """The model of ``role`` through the model plugins this run switched on (Liger, ring attention, VLM)."""
@@ -80,7 +93,7 @@ class _ModelWorker(BaseWorker):
         budget = (cfg.rollout.max_tokens_per_gpu or cfg.train.max_tokens_per_gpu) if cfg.train.dynamic_batch_enable else None
         responses = payload["response_ids"]
         out: list[list[float]] = []
-        self.engine.eval()
+        self.model.eval()
         with torch.no_grad():
             for idx in plan(list(range(len(responses))), _sample_lengths(payload), cfg.rollout.micro_batch_size, budget,
                             self.world_size):
@@ -109,9 +122,9 @@ class _ModelWorker(BaseWorker):
         cfg = self.config
         n = len(payload["prompt_ids"])
         micro, dynamic = cfg.train.micro_batch_size, cfg.train.dynamic_batch_enable
-        per_step = micro * self.engine.gradient_accumulation_steps()
+        per_step = micro * self.model.accumulation_steps()
         lengths = _sample_lengths(payload)
-        self.engine.train()
+        self.model.train()
         for epoch in range(cfg.train.max_epochs):
             seed = cfg.train.seed * 100003 + step * 101 + epoch + salt
             order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
@@ -123,26 +136,17 @@ class _ModelWorker(BaseWorker):
                     counts = counts / self.tp  # the ranks of a tensor-parallel group counted the same samples
                 batches = plan(group, lengths, micro, cfg.train.max_tokens_per_gpu if dynamic else None, self.world_size)
                 for k, rows in enumerate(batches):
-                    if dynamic:
-                        self.engine.set_gradient_accumulation_boundary(k == len(batches) - 1)
+                    self._boundary = (k == len(batches) - 1) if dynamic else None
                     yield rows or group[:1], counts[0].clamp(min=1.0), counts[1].clamp(min=1.0), float(bool(rows))
 
     def _backward(self, loss: Any) -> None:
         """Backward of one micro-batch's share of the step loss (already divided by :meth:`_scale`)."""
-        self.engine.backward(loss, scale_wrt_gas=not self.config.train.dynamic_batch_enable)
+        self.model.backward(loss, boundary=self._boundary)
 
-    def _training_engine(self, role: str, load_model: Any, num_training_steps: int) -> None:
-        """DeepSpeed training engine for ``config.<role>`` (actor or critic): the registered
-        optimizer and scheduler, ZeRO-3 partitioning at load time when the stage asks for it."""
-        import deepspeed
-
+    def _trained_model(self, role: str, load_model: Any, num_training_steps: int) -> None:
+        """The trained model of ``config.<role>`` (actor or critic) through the training backend, with the
+        registered optimizer and scheduler."""
         from rlhf.components import build
-        from rlhf.engines.deepspeed_strategy import (
-            compile_if_asked,
-            optimizer_train_config,
-            skip_lone_rank_allreduce,
-            zero3_context,
-        )
         from rlhf.registry import ComponentKind as K
 
         section = getattr(self.config, role)
@@ -150,33 +154,21 @@ class _ModelWorker(BaseWorker):
         optimizer = build(registry.get(K.OPTIMIZER, section.optim, flag=f"--{role}.optim"), self.config)
         scheduler = build(registry.get(K.SCHEDULER, section.lr_scheduler, flag=f"--{role}.lr_scheduler"), self.config)
         self.tp = self.config.ds.tensor_parallel_size
-        ds_config = optimizer_train_config(self.config, optimizer, section, self.world_size // self.tp)
-        self._zero3 = zero3_context(ds_config)  # must outlive from_pretrained
-        model = load_model()
-        self.pad_id = token_id(model, "pad_token_id") or 0
-        self.engine, *_ = deepspeed.initialize(
-            model=model,
-            model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=ds_config,
-            lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_training_steps), section),
-        )
-        compile_if_asked(self.engine, self.config.ds)
-        skip_lone_rank_allreduce(self.engine)
-        ds = self.config.ds  # --ds.enable_sleep: asleep from here on but for fits and checkpoints (OpenRLHF's order)
-        self.sleeping_states = SleepingStates(self.engine, ds.enable_sleep and not ds.adam_offload)
-        self.sleeping_states.sleep()
+        self.model = self.backend.trained(load_model, optimizer, scheduler, section, self.world_size // self.tp,
+                                          num_training_steps)
+        self.pad_id = token_id(self.model.module, "pad_token_id") or 0
 
     def sleep_history(self) -> list[tuple[str, float]]:
         """``--ds.enable_sleep``: this rank's offloads, reloads and awake phases, in order, with their
-        wall-clock times (:attr:`SleepingStates.history`); empty without the flag."""
-        return list(self.sleeping_states.history)
+        wall-clock times; empty without the flag."""
+        return self.model.sleep_history()
 
     def _scale(self) -> float:
-        """DeepSpeed averages over the data-parallel ranks and (fixed micro-batches only) divides by the
+        """The backend averages over the data-parallel ranks and (fixed micro-batches only) divides by the
         accumulation steps: undo both."""
         if self.config.train.dynamic_batch_enable:
             return float(self.world_size // self.tp)
-        return float(self.engine.gradient_accumulation_steps() * self.world_size // self.tp)
+        return float(self.model.accumulation_steps() * self.world_size // self.tp)
 
 
 class _CausalLMWorker(_ModelWorker):
@@ -186,7 +178,7 @@ class _CausalLMWorker(_ModelWorker):
         from rlhf.runtime.batch import action_logprobs
 
         def compute(batch: Any) -> Any:
-            logits = self.engine(**batch.model_inputs()).logits
+            logits = self.model(**batch.model_inputs()).logits
             return action_logprobs(logits, batch, self.config.rollout.temperature)
 
         return self._per_token_rows(payload, compute)
@@ -196,30 +188,27 @@ class ReferenceWorker(_CausalLMWorker):
     role = "ref"
 
     def setup(self, master_addr: str, master_port: int) -> None:
-        import deepspeed
-
-        from rlhf.engines.deepspeed_strategy import dtype_of, eval_config, zero3_context
-        from rlhf.engines.hf_models import load_causal_lm
+        from rlhf.engines.hf_models import dtype_of, load_causal_lm
 
         self._init_common(master_addr, master_port)
-        ds_config = eval_config(self.config, self.config.ref.offload)
-        self._zero3 = zero3_context(ds_config)
         ds, path = self.config.ds, self.config.actor.model_name_or_path
-        model = self._load("ref", path, lambda: load_causal_lm(path, dtype_of(self.config), ds.attn_implementation,
-                                                               experts=ds.experts_implementation))
-        self.pad_id = token_id(model, "pad_token_id") or 0
-        self.engine, *_ = deepspeed.initialize(model=model, config=ds_config)
+
+        def load() -> Any:
+            return self._load("ref", path, lambda: load_causal_lm(path, dtype_of(self.config), ds.attn_implementation,
+                                                                  experts=ds.experts_implementation))
+
+        self.model = self.backend.evaluated(load, self.config.ref.offload, self.config.rollout.micro_batch_size)
+        self.pad_id = token_id(self.model.module, "pad_token_id") or 0
 
 
 class PolicyWorker(_CausalLMWorker):
-    """The actor: DeepSpeed training with the selected policy loss, optimizer and scheduler."""
+    """The actor: trained by the training backend with the selected policy loss, optimizer and scheduler."""
 
     role = "actor"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
         from rlhf.components import build
-        from rlhf.engines.deepspeed_strategy import dtype_of
-        from rlhf.engines.hf_models import load_causal_lm
+        from rlhf.engines.hf_models import dtype_of, load_causal_lm
         from rlhf.registry import ComponentKind as K
         from rlhf.runtime.policy_objective import ObjectiveSettings
 
@@ -238,12 +227,15 @@ class PolicyWorker(_CausalLMWorker):
                 model.gradient_checkpointing_enable({"use_reentrant": cfg.actor.gradient_checkpointing_reentrant})
             return apply_lora(model, cfg.ds, gradient_checkpointing=checkpointing)
 
-        self._training_engine("actor", lambda: self._load("actor", cfg.actor.model_name_or_path, load), num_training_steps)
+        self._trained_model("actor", lambda: self._load("actor", cfg.actor.model_name_or_path, load), num_training_steps)
         self.ema = None
         if cfg.train.enable_ema:
-            from rlhf.engines.ema import ParameterEMA
+            if not hasattr(self.model, "ema"):
+                from rlhf.errors import ConfigError
 
-            self.ema = ParameterEMA(self.engine.module, cfg.train.ema_beta)
+                raise ConfigError(f"--train.enable_ema: the training backend {cfg.train.backend!r} keeps no EMA; "
+                                  "drop the flag or use --train.backend deepspeed")
+            self.ema = self.model.ema(cfg.train.ema_beta)
 
     @while_awake
     def train(self, payload: dict[str, list], step: int, kl_coef: float,
@@ -275,7 +267,7 @@ class PolicyWorker(_CausalLMWorker):
             mask = batch.action_mask
             column = functools.partial(_padded_column, payload, rows, mask.shape[1])
             moe = {"output_router_logits": True} if cfg.actor.aux_loss_coef > 0 else {}
-            output = self.engine(**batch.model_inputs(), **moe)
+            output = self.model(**batch.model_inputs(), **moe)
             scaled = action_logits(output.logits, batch, cfg.rollout.temperature)
             logp = torch.log_softmax(scaled, -1).gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1) * mask
             # one on-policy optimizer step: the weights that sampled are the ones being
@@ -292,36 +284,33 @@ class PolicyWorker(_CausalLMWorker):
                 loss = loss + cfg.actor.aux_loss_coef * output.aux_loss  # MoE balancing, per forward
                 metrics["aux_loss"] = output.aux_loss.detach()
             self._backward(loss * weight)
-            optimizer_steps = self.engine.global_steps
-            if "lr_scale" in coefficients and self.engine.lr_scheduler is not None:
-                for group, scheduled in zip(self.engine.optimizer.param_groups, self.engine.lr_scheduler.get_last_lr()):
+            if "lr_scale" in coefficients and self.model.lr_scheduler is not None:
+                for group, scheduled in zip(self.model.optimizer.param_groups, self.model.lr_scheduler.get_last_lr()):
                     group["lr"] = scheduled * coefficients["lr_scale"]  # the scheduler sets its own again after the step
-            self.engine.step()
-            if self.ema is not None and self.engine.global_steps != optimizer_steps:
+            if self.model.step() and self.ema is not None:
                 self.ema.update()
             if weight:
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
                 count += 1
         result = {key: value / max(count, 1) for key, value in sums.items()}
-        result["actor_lr"] = float(self.engine.get_lr()[0])
+        result["actor_lr"] = self.model.learning_rate()
         return result
 
     def full_state(self) -> dict[str, Any] | None:
         """All ranks call this (ZeRO-3 gathers collectively); rank 0 returns the full CPU state dict
         under HF names (with LoRA: the base weights with the adapters folded in), the others None.
         Ray serialises it into the object store as the method returns, before any further step."""
-        from rlhf.engines.deepspeed_strategy import engine_state_dict, gathered
         from rlhf.engines.lora import is_peft, merged_state_dict
 
-        module = self.engine.module
+        module = self.model.module
         if is_peft(module):
-            with gathered(module):
+            with self.model.gathered():
                 state = merged_state_dict(module)
         else:
-            state = engine_state_dict(self.engine, copy=False)
+            state = self.model.state_dict(copy=False)
             frozen = {name for name, p in module.named_parameters() if not p.requires_grad}
-            if frozen:  # a frozen part (a VLM's vision tower) never changes: the engines keep theirs
+            if frozen and state is not None:  # a frozen part (a VLM's vision tower) never changes: the engines keep theirs
                 state = {name: value for name, value in state.items() if name not in frozen}
         return state if self.rank == 0 else None
 
@@ -336,15 +325,13 @@ class PolicyWorker(_CausalLMWorker):
 
     @while_awake
     def save_checkpoint(self, directory: str) -> None:
-        self.engine.save_checkpoint(directory, tag="actor")
+        self.model.save_checkpoint(directory, tag="actor")
         if self.ema is not None:
             self.ema.save(Path(directory) / "actor_ema", self.rank, self.world_size)
 
     @while_awake
     def load_checkpoint(self, directory: str) -> None:
-        from rlhf.runtime.checkpoint import load_engine
-
-        load_engine(self.engine, Path(directory), "actor", universal=self.config.ds.use_universal_ckpt)
+        self.model.load_checkpoint(directory, "actor")
         if self.ema is not None:
             self.ema.load(Path(directory) / "actor_ema", self.rank, self.world_size)
 
@@ -356,12 +343,11 @@ class PolicyWorker(_CausalLMWorker):
 
         from transformers import AutoTokenizer
 
-        from rlhf.engines.deepspeed_strategy import engine_state_dict
         from rlhf.runtime.checkpoint import published
 
         with self.ema.applied() if self.ema is not None else contextlib.nullcontext():
-            state = engine_state_dict(self.engine)
+            state = self.model.state_dict()
         if self.rank == 0:
             with published(Path(directory), "model") as staging:
-                self.engine.module.save_pretrained(staging, state_dict=state)
+                self.model.module.save_pretrained(staging, state_dict=state)
                 AutoTokenizer.from_pretrained(self.config.actor.model_name_or_path).save_pretrained(staging)

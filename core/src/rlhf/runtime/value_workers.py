@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlhf.engines.deepspeed_sleep import while_awake
 from rlhf.engines.hf_models import token_id
-from rlhf.runtime.model_workers import _ModelWorker
+from rlhf.runtime.model_workers import _ModelWorker, while_awake
 
 
 class _ValueWorker(_ModelWorker):
@@ -24,7 +23,7 @@ class _ValueWorker(_ModelWorker):
         """Values of the prefix before each action token, ``(B, T)``."""
         from rlhf.engines.hf_models import token_values
 
-        values = token_values(self.engine.module, head=self.head, **batch.model_inputs())
+        values = token_values(self.model.module, head=self.head, **batch.model_inputs())
         return batch.at_actions(values) * batch.action_mask
 
 
@@ -32,18 +31,18 @@ class RewardModelWorker(_ValueWorker):
     role = "reward"
 
     def setup(self, master_addr: str, master_port: int, path: str) -> None:
-        import deepspeed
-
-        from rlhf.engines.deepspeed_strategy import dtype_of, eval_config, zero3_context
-        from rlhf.engines.hf_models import load_value_model
+        from rlhf.engines.hf_models import dtype_of, load_value_model
 
         self._init_common(master_addr, master_port)
         self.head = self.config.ds.value_head_prefix
-        ds_config = eval_config(self.config, self.config.reward.offload)
-        self._zero3 = zero3_context(ds_config)
-        model = self._load("reward", path, lambda: load_value_model(
-            path, dtype_of(self.config), self.config.ds.attn_implementation, self.head, require_head=True,
-            experts=self.config.ds.experts_implementation))
+
+        def load() -> Any:
+            return self._load("reward", path, lambda: load_value_model(
+                path, dtype_of(self.config), self.config.ds.attn_implementation, self.head, require_head=True,
+                experts=self.config.ds.experts_implementation))
+
+        self.model = self.backend.evaluated(load, self.config.reward.offload, self.config.rollout.micro_batch_size)
+        model = self.model.module
         self.pad_id = token_id(model, "pad_token_id") or 0
         # --reward.normalize_enable: (r − μ)/σ with the statistics reward-model training stored in its config
         self.normalize = (1.0, 0.0)
@@ -52,14 +51,13 @@ class RewardModelWorker(_ValueWorker):
             if mean is None or std is None:
                 raise ValueError(f"--reward.normalize_enable: {path}/config.json has no 'mean' and 'std'")
             self.normalize = (1.0 / float(std), float(mean))
-        self.engine, *_ = deepspeed.initialize(model=model, config=ds_config)
 
     def rewards(self, payload: dict[str, list]) -> list[float]:
         """The head's value at the last token of each prompt+response: one reward per sample."""
         from rlhf.engines.hf_models import token_values
 
         def compute(batch: Any) -> Any:
-            values = token_values(self.engine.module, head=self.head, **batch.model_inputs())
+            values = token_values(self.model.module, head=self.head, **batch.model_inputs())
             return batch.at_last_token(values)[:, None].expand(-1, batch.action_mask.shape[1])
 
         scale, mean = self.normalize
@@ -72,8 +70,7 @@ class CriticWorker(_ValueWorker):
     role = "critic"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
-        from rlhf.engines.deepspeed_strategy import dtype_of
-        from rlhf.engines.hf_models import load_value_model
+        from rlhf.engines.hf_models import dtype_of, load_value_model
 
         self._init_common(master_addr, master_port)
         cfg = self.config
@@ -82,10 +79,11 @@ class CriticWorker(_ValueWorker):
             from rlhf.engines.lora import apply_lora, quantization_kwargs
 
             model = load_value_model(cfg.critic.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, self.head,
-                                     experts=cfg.ds.experts_implementation, **quantization_kwargs(cfg.ds))
+                                     experts=cfg.ds.experts_implementation, gathered=self.backend.gathered,
+                                     **quantization_kwargs(cfg.ds))
             return apply_lora(model, cfg.ds, value_head=self.head)  # OpenRLHF adapts the critic too
 
-        self._training_engine("critic", lambda: self._load("critic", cfg.critic.model_name_or_path, load), num_training_steps)
+        self._trained_model("critic", lambda: self._load("critic", cfg.critic.model_name_or_path, load), num_training_steps)
 
     def values(self, payload: dict[str, list]) -> list[list[float]]:
         return self._per_token_rows(payload, self._action_values)
@@ -108,27 +106,25 @@ class CriticWorker(_ValueWorker):
             clipped = old + (values - old).clamp(-clip, clip)
             token_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2) * batch.action_mask
             self._backward(token_loss.sum() / tokens * self._scale() * weight)
-            self.engine.step()
+            self.model.step()
             if weight:
                 total += float(token_loss.detach().sum() / batch.action_mask.sum().clamp(min=1))
                 count += 1
-        return {"critic_loss": total / max(count, 1), "critic_lr": float(self.engine.get_lr()[0])}
+        return {"critic_loss": total / max(count, 1), "critic_lr": self.model.learning_rate()}
 
     @while_awake
     def save_checkpoint(self, directory: str) -> None:
-        self.engine.save_checkpoint(directory, tag="critic")
+        self.model.save_checkpoint(directory, tag="critic")
 
     def save_hf(self, directory: str) -> None:
         """``--critic.save_value_network``: the critic as an HF model with its value head (loadable as a
         reward model) and the actor's tokenizer; every rank calls this (the gather is collective)."""
         from rlhf.engines.hf_models import load_tokenizer
-        from rlhf.supervised.engines import save_final
+        from rlhf.supervised.models import save_final
 
         tokenizer = load_tokenizer(self.config.actor.model_name_or_path, "--actor.model_name_or_path")
-        save_final(self.engine, tokenizer, Path(directory), self.rank, {})
+        save_final(self.model, tokenizer, Path(directory), self.rank, {})
 
     @while_awake
     def load_checkpoint(self, directory: str) -> None:
-        from rlhf.runtime.checkpoint import load_engine
-
-        load_engine(self.engine, Path(directory), "critic", universal=self.config.ds.use_universal_ckpt)
+        self.model.load_checkpoint(directory, "critic")

@@ -5,8 +5,8 @@ store, gloo/NCCL broadcast, CUDA IPC from first-party plugins). This module hold
 owns: the choice (``auto``: the most preferred transport that can run for the config), the
 controller's handle, the actor ranks' :class:`rlhf.components.WeightSource`, and the bucketing
 every streaming transport shares: weights go out in buckets of at most ``BUCKET_BYTES`` of one
-dtype; under ZeRO-3 every actor rank gathers one bucket's parameters at a time, so no rank ever
-holds the whole model unsharded.
+dtype; with sharded weights (ZeRO-3, FSDP2) every actor rank gathers one bucket's parameters at a
+time, so no rank ever holds the whole model unsharded.
 """
 
 from __future__ import annotations
@@ -64,47 +64,32 @@ def _sync_tensors(module: Any) -> dict[str, Any]:
     return module.state_dict(keep_vars=True)
 
 
-def module_layout(module: Any) -> list[Entry]:
-    """The tensors a sync sends, in order (under ZeRO-3 their full shapes, ``ds_shape``)."""
-    return [(name, tuple(getattr(t, "ds_shape", t.shape)), str(t.dtype).removeprefix("torch."))
-            for name, t in _sync_tensors(module).items()]
+def module_layout(model: Any) -> list[Entry]:
+    """The tensors a sync sends of a :class:`rlhf.components.TrainedModel`, in order, with their full shapes."""
+    return [(name, model.full_shape(t), str(t.dtype).removeprefix("torch."))
+            for name, t in _sync_tensors(model.module).items()]
 
 
-def gathered_buckets(module: Any, layout: list[Entry]) -> Iterator[tuple[list[Entry], list[Any]]]:
-    """Actor side, every rank iterates it (the ZeRO-3 gathers are collective): each bucket of
-    ``layout`` with its full tensors, valid until the next iteration (under ZeRO-3 they are
-    gathered for this bucket only)."""
-    from rlhf.engines.deepspeed_strategy import is_partitioned
-
-    live = _sync_tensors(module)
-    partitioned = is_partitioned(module)
+def gathered_buckets(model: Any, layout: list[Entry]) -> Iterator[tuple[list[Entry], list[Any]]]:
+    """Actor side, every rank iterates it (sharded weights gather collectively): each bucket of
+    ``layout`` with its full tensors, valid until the next iteration (gathered for this bucket only)."""
     for bucket in buckets(layout):
-        tensors = [live[name] for name, _, _ in bucket]
-        if partitioned:
-            import deepspeed
-
-            shards = list({id(t): t for t in tensors if hasattr(t, "ds_id")}.values())  # tied ones gather once
-            gather = deepspeed.zero.GatheredParameters(shards, modifier_rank=None)
-        else:
-            import contextlib
-
-            gather = contextlib.nullcontext()
-        with gather:
+        with model.full_tensors([name for name, _, _ in bucket]) as tensors:
             yield bucket, tensors
 
 
 class ActorWeights:
-    """The :class:`rlhf.components.WeightSource` of one actor rank: its trained module and full state."""
+    """The :class:`rlhf.components.WeightSource` of one actor rank: its trained model and full state."""
 
     def __init__(self, worker: Any, state: dict[str, Any]) -> None:
         self.worker, self.state = worker, state
         self.rank, self.world_size = worker.rank, worker.world_size
 
     def layout(self) -> list[Entry]:
-        return module_layout(self.worker.engine.module)
+        return module_layout(self.worker.model)
 
     def gathered_buckets(self, layout: list[Entry]) -> Iterator[tuple[list[Entry], list[Any]]]:
-        return gathered_buckets(self.worker.engine.module, layout)
+        return gathered_buckets(self.worker.model, layout)
 
     def full_state(self) -> dict[str, Any] | None:
         return self.worker.full_state()

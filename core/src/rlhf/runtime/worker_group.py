@@ -211,10 +211,21 @@ class BaseWorker:
         use_cpu_share(cpu_sharers or world_size)
 
     def preload(self) -> None:
-        """Import what ``setup`` needs; called as the worker is created, so the imports overlap the
-        controller's own start-up work instead of following it."""
-        import deepspeed  # noqa: F401
+        """Load the plugins, the config and the training backend's imports (its optional ``preload()``
+        classmethod); called as the worker is created, so the imports overlap the controller's own
+        start-up work instead of following it."""
         import transformers  # noqa: F401
+
+        from rlhf.config.ppo import PPOConfig
+        from rlhf.engines.training_backend import backend_class
+        from rlhf.plugin_selection import PluginSelection
+        from rlhf.plugins import PluginHost
+
+        self.plugins = PluginHost.load(PluginSelection.from_resolved(self._config_dict.get("plugin_set", [])))
+        self.config = PPOConfig.model_validate(self._config_dict)
+        preload = getattr(backend_class(self.config, self.plugins.registry), "preload", None)
+        if preload is not None:
+            preload()
 
     def where(self) -> dict[str, Any]:
         """This rank's :func:`whereabouts` (node, placement group, log file)."""
@@ -224,16 +235,16 @@ class BaseWorker:
         return socket.gethostbyname(socket.gethostname()) if _multi_node() else "127.0.0.1", free_port()
 
     def _init_common(self, master_addr: str, master_port: int) -> None:
-        from rlhf.config.ppo import PPOConfig
-        from rlhf.engines.deepspeed_strategy import init_distributed, seed_process
-        from rlhf.plugin_selection import PluginSelection
-        from rlhf.plugins import PluginHost
+        from rlhf.engines.hf_models import seed_process
+        from rlhf.engines.training_backend import training_backend
 
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
-        self.plugins = PluginHost.load(PluginSelection.from_resolved(self._config_dict.get("plugin_set", [])))
-        self.config = PPOConfig.model_validate(self._config_dict)
+        if not hasattr(self, "plugins"):  # preload ran first unless a caller set up a worker by hand
+            self.preload()
         seed_process(self.config.train.seed, self.config.train.full_determinism_enable)
-        init_distributed()
+        #: the run's :class:`rlhf.components.TrainingBackend` in this process (--train.backend)
+        self.backend = training_backend(self.config, self.plugins.registry)
+        self.backend.init_distributed()
         self.plugins.worker_init(self.role, self.rank, self.config)
 
 

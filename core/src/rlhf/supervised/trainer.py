@@ -5,10 +5,10 @@ become examples (:meth:`build_examples`), how examples become a batch
 (:meth:`collate`), and the loss of a batch (:meth:`compute`, returning sums over
 *units* — tokens or samples — that :meth:`units` counts). The loop owns the rest:
 data order, one exact mean per optimizer step across micro-batches and ranks,
-DeepSpeed, evaluation, checkpoints and resume, logging, and the final save.
+the training backend, evaluation, checkpoints and resume, logging, and the final save.
 
 Everything runs in the trainer's process(es), one per device (see
-:mod:`rlhf.supervised.engines`).
+:mod:`rlhf.supervised.models`).
 """
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ class SupervisedTrainer:
             raise ConfigError(f"--ds.tensor_parallel_size {tp} does not divide the launcher's WORLD_SIZE {world}")
         check_global_batch(config.train.batch_size, config.train.micro_batch_size, world // tp,
                            "the launcher's WORLD_SIZE / --ds.tensor_parallel_size")
-        from rlhf.engines.deepspeed_strategy import check_options
+        from rlhf.engines.training_backend import check_backend_config
 
-        check_options(config.ds)
+        check_backend_config(config, plugins.registry)
         if config.ds.load_in_4bit:
             from rlhf.engines.lora import check_4bit
 
@@ -104,7 +104,8 @@ class SupervisedTrainer:
         return float(batch.loss_mask.sum())
 
     def compute(self, batch: Any, training: bool) -> LossParts:
-        """The loss of one micro-batch, with ``self.engine`` (and ``self.frozen``) on ``self.device``."""
+        """The loss of one micro-batch, with ``self.model`` (a :class:`rlhf.components.TrainedModel`; and
+        ``self.frozen``) on ``self.device``."""
         raise NotImplementedError
 
     def setup(self) -> None:
@@ -139,7 +140,7 @@ class SupervisedTrainer:
 
         from rlhf.supervised.batch import per_sample_sum, token_logprobs
 
-        frozen = model is not self.engine
+        frozen = model is not self.model
         with torch.no_grad() if frozen else contextlib.nullcontext():
             out = self.forward(model, batch)
             return per_sample_sum(token_logprobs(out.logits, batch), batch), out
@@ -148,15 +149,16 @@ class SupervisedTrainer:
     def run(self) -> None:
         import torch
 
-        from rlhf.engines.deepspeed_strategy import seed_process
-        from rlhf.engines.hf_models import check_model_source, load_tokenizer
-        from rlhf.supervised.engines import frozen_engine, join_process_group, trained_engine
+        from rlhf.engines.hf_models import check_model_source, load_tokenizer, seed_process
+        from rlhf.engines.training_backend import training_backend
+        from rlhf.supervised.models import frozen_model, join_process_group, trained_model
 
         cfg = self.config
         if not cfg.model.model_name_or_path:
             raise ConfigError("--model.model_name_or_path is required")
         check_model_source(cfg.model.model_name_or_path, "--model.model_name_or_path")
-        self.rank, self.world_size = join_process_group(cfg.local_rank)
+        self.backend = training_backend(cfg, self.plugins.registry)
+        self.rank, self.world_size = join_process_group(self.backend, cfg.local_rank)
         seed_process(cfg.train.seed, cfg.train.full_determinism_enable)
         tp = cfg.ds.tensor_parallel_size  # DeepSpeed AutoTP groups consecutive ranks
         self.dp_rank, self.dp_size = self.rank // tp, self.world_size // tp
@@ -170,8 +172,8 @@ class SupervisedTrainer:
         if self.steps_per_epoch == 0:
             raise ConfigError(f"--data.dataset has {len(train)} usable samples, fewer than --train.batch_size {cfg.train.batch_size}")
         total = self.steps_per_epoch * cfg.train.max_epochs
-        self.engine, self._context = trained_engine(cfg, self.plugins, self.dp_size, total, value_head=self.value_head)
-        self.device = self.engine.device
+        self.model = trained_model(self.backend, cfg, self.plugins, self.dp_size, total, value_head=self.value_head)
+        self.device = self.model.device
         if cfg.ds.packing_samples and self.rank == 0:
             from rlhf.engines.hf_models import attn_implementation
 
@@ -181,8 +183,8 @@ class SupervisedTrainer:
                             "padding on CPU, see benchmarks/sft_packing.py); it pays off with flash_attention_2 on GPU")
         for name in self.frozen_sections:
             section = getattr(cfg, name)
-            self.frozen[name], _ = frozen_engine(cfg, section.model_name_or_path or cfg.model.model_name_or_path,
-                                                 section.offload)
+            self.frozen[name] = frozen_model(self.backend, cfg, section.model_name_or_path or cfg.model.model_name_or_path,
+                                             section.offload)
         self.setup()
         step = self._resume()
         tracker = self._tracker(total, step)
@@ -205,9 +207,9 @@ class SupervisedTrainer:
                 if cfg.ckpt.save_steps > 0 and step % cfg.ckpt.save_steps == 0:
                     self.save_checkpoint(step)
                 self.plugins.step_end(step, metrics)
-            from rlhf.supervised.engines import save_final
+            from rlhf.supervised.models import save_final
 
-            save_final(self.engine, self.tokenizer, Path(cfg.ckpt.output_dir), self.rank, self.final_config_updates())
+            save_final(self.model, self.tokenizer, Path(cfg.ckpt.output_dir), self.rank, self.final_config_updates())
             status = "completed"
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say what there is to resume from
             from rlhf.runtime.checkpoint import interrupted
@@ -277,26 +279,26 @@ class SupervisedTrainer:
         tokens = sum(int((b.sample_ids >= 0).sum()) for b in batches)  # real tokens, padding excluded
         (total_units,) = self._all_reduce([sum(self.units(b) for b in batches)])
         total_units = max(total_units, 1.0)
-        # DeepSpeed divides each micro-batch's loss by the accumulation steps and averages ranks: undo both.
-        scale = float(self.engine.gradient_accumulation_steps() * self.dp_size)
+        # the backend divides each micro-batch's loss by the accumulation steps and averages ranks: undo both.
+        scale = float(self.model.accumulation_steps() * self.dp_size)
         sums: dict[str, float] = {}
         aux = [0.0, 0.0]  # Σ aux loss, forwards that reported one
-        self.engine.train()
+        self.model.train()
         for batch in batches:
             parts = self.compute(batch.to(self.device), training=True)
             loss = parts.loss_sum / total_units * scale
             if parts.aux is not None and self.config.model.aux_loss_coef > 0:
                 loss = loss + self.config.model.aux_loss_coef * parts.aux
                 aux = [aux[0] + float(parts.aux.detach()), aux[1] + 1]
-            self.engine.backward(loss)
-            self.engine.step()
+            self.model.backward(loss)
+            self.model.step()
             _accumulate(sums, parts)
         keys = sorted(sums)
         *reduced, aux_total, aux_count = self._all_reduce([sums[k] for k in keys] + aux)
         metrics = self.step_finished({k: v / total_units for k, v in zip(keys, reduced)})
         if aux_count:
             metrics["aux_loss"] = aux_total / aux_count
-        metrics["lr"] = float(self.engine.get_lr()[0])
+        metrics["lr"] = self.model.learning_rate()
         elapsed = time.perf_counter() - started
         (all_tokens,) = self._all_reduce([float(tokens)])
         metrics.update({"timing/step": elapsed, "throughput/tokens_per_s": all_tokens / max(elapsed, 1e-9)})
@@ -315,7 +317,7 @@ class SupervisedTrainer:
         mine = examples[:usable][self.dp_rank :: self.dp_size]
         sums: dict[str, float] = {"loss": 0.0}
         units = 0.0
-        self.engine.eval()
+        self.model.eval()
         with torch.no_grad():
             for batch in self._micro_batches(mine):
                 units += self.units(batch)
@@ -328,7 +330,7 @@ class SupervisedTrainer:
 
     # ----- checkpoints --------------------------------------------------------------------
     def save_checkpoint(self, step: int) -> None:
-        """Every rank writes its DeepSpeed states into one staging dir that rank 0 commits."""
+        """Every rank writes its training states into one staging dir that rank 0 commits."""
         import torch.distributed as dist
 
         from rlhf.runtime import checkpoint
@@ -337,7 +339,7 @@ class SupervisedTrainer:
         state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state}
 
         def write(staging: Path) -> None:
-            self.engine.save_checkpoint(str(staging), tag="model")
+            self.model.save_checkpoint(str(staging), tag="model")
             self.plugins.checkpoint_save(step, staging, plugin_state)
 
         checkpoint.save(Path(self.config.ckpt.path), step, state, write, self.config.ckpt.max_num,
@@ -351,7 +353,7 @@ class SupervisedTrainer:
             return 0
 
         def load(directory: Path, state: dict[str, Any]) -> None:
-            checkpoint.load_engine(self.engine, directory, "model", universal=self.config.ds.use_universal_ckpt)
+            self.model.load_checkpoint(str(directory), "model")
             self.plugins.checkpoint_load(state["step"], directory, state.get("plugins", {}))
 
         state = checkpoint.resume(Path(self.config.ckpt.path), load)

@@ -33,10 +33,10 @@ def make_trainer(tmp_path, model_path, packed=False, **model):
     trainer = KTOTrainer(config, None, tmp_path)
     trainer.tokenizer = AutoTokenizer.from_pretrained(model_path)
     torch.manual_seed(0)
-    trainer.engine = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    trainer.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     trainer.frozen = {"ref": AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)}
     with torch.no_grad():  # make the policy differ from the reference
-        for p in trainer.engine.parameters():
+        for p in trainer.model.parameters():
             p.add_(torch.randn_like(p) * 0.02)
     trainer.device = torch.device("cpu")
     return trainer
@@ -83,10 +83,10 @@ def test_compute_matches_independent_calculation(tmp_path, tiny_causal_lm_path):
         picked = logp.gather(-1, ids[0, 1:, None]).squeeze(-1)
         return float(picked[len(prompt) - 1 :].sum())
 
-    pol = [logps(trainer.engine, e["prompt"], e["response"]) for e in examples]
+    pol = [logps(trainer.model, e["prompt"], e["response"]) for e in examples]
     ref = [logps(trainer.frozen["ref"], e["prompt"], e["response"]) for e in examples]
     mism = [(e["prompt"], examples[(i + 1) % 4]["response"]) for i, e in enumerate(examples)]
-    kl = sum(logps(trainer.engine, *m) - logps(trainer.frozen["ref"], *m) for m in mism) / 4
+    kl = sum(logps(trainer.model, *m) - logps(trainer.frozen["ref"], *m) for m in mism) / 4
     want = kto_loss(torch.tensor(pol), torch.tensor(ref), torch.tensor(kl), batch.extras["desirable"], 0.5, 1.5, 1.0)
     assert float(parts.loss_sum.detach()) == pytest.approx(float(want.sum()), rel=1e-4)
     assert float(parts.metrics["kl"]) == pytest.approx(max(kl, 0.0) * 4, rel=1e-4, abs=1e-6)
@@ -94,7 +94,7 @@ def test_compute_matches_independent_calculation(tmp_path, tiny_causal_lm_path):
     assert float(parts.metrics["desirable_reward_total"]) == pytest.approx(0.5 * (pol[0] - ref[0] + pol[2] - ref[2]),
                                                                            rel=1e-4)
     parts.loss_sum.backward()
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in trainer.engine.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in trainer.model.parameters())
     assert all(p.grad is None for p in trainer.frozen["ref"].parameters())
 
 
@@ -111,8 +111,8 @@ def test_packed_batch_gives_the_padded_loss(tmp_path, tiny_causal_lm_path):
     # the per-sample reads agree too
     pa, pb = padded.collate(examples), packed.collate(examples)
     with torch.no_grad():
-        la = per_sample_sum(token_logprobs(padded.engine(**pa.model_inputs()).logits, pa), pa)
-        lb = per_sample_sum(token_logprobs(packed.engine(**pb.model_inputs()).logits, pb), pb)
+        la = per_sample_sum(token_logprobs(padded.model(**pa.model_inputs()).logits, pa), pa)
+        lb = per_sample_sum(token_logprobs(packed.model(**pb.model_inputs()).logits, pb), pb)
     assert torch.allclose(la, lb, atol=1e-3)
 
 

@@ -44,7 +44,7 @@ def make_trainer(tmp_path, model_path, packed=False, **model):
     config = PRMConfig(model={"model_name_or_path": str(model_path), **model}, ds={"packing_samples": packed})
     trainer = PRMTrainer(config, None, tmp_path)
     trainer.tokenizer = AutoTokenizer.from_pretrained(model_path)
-    trainer.engine = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    trainer.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     trainer.device = torch.device("cpu")
     return trainer
 
@@ -87,7 +87,7 @@ def test_compute_matches_the_loss_at_placeholder_logits(tmp_path, tiny_causal_lm
     total, correct = 0.0, 0.0
     with torch.no_grad():
         for e in examples:
-            logits = trainer.engine(input_ids=torch.tensor([e["ids"]])).logits[0]  # no shift: the placeholder's own
+            logits = trainer.model(input_ids=torch.tensor([e["ids"]])).logits[0]  # no shift: the placeholder's own
             at = torch.tensor(e["ids"]) == step
             losses, hits = prm_loss(logits[at], torch.tensor(e["label_ids"])[at], torch.zeros(int(at.sum())),
                                     trainer.reward_ids)
@@ -95,7 +95,7 @@ def test_compute_matches_the_loss_at_placeholder_logits(tmp_path, tiny_causal_lm
     assert float(parts.loss_sum.detach()) == pytest.approx(total, rel=1e-4)
     assert float(parts.metrics["acc"]) == correct
     parts.loss_sum.backward()
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in trainer.engine.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in trainer.model.parameters())
 
 
 @pytest.mark.parametrize("soft", [False, True])

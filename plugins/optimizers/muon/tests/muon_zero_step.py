@@ -12,16 +12,17 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
+from rlhf_plugin_deepspeed.backend import DeepSpeedBackend, full_state_dict, zero3_context  # noqa: E402
+from rlhf_plugin_deepspeed.config import optimizer_train_config  # noqa: E402
 from rlhf_plugin_muon.optim import Muon  # noqa: E402
 
 from rlhf.config.ppo import PPOConfig  # noqa: E402
-from rlhf.engines.deepspeed_strategy import full_state_dict, init_distributed, optimizer_train_config, zero3_context  # noqa: E402
 from rlhf.engines.hf_models import load_causal_lm  # noqa: E402
 
 model_dir, stage, out_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-init_distributed()
-rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
 cfg = PPOConfig()
+DeepSpeedBackend(cfg).init_distributed()
+rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
 cfg.ds.zero_stage, cfg.ds.param_dtype = stage, "fp32"
 cfg.train.micro_batch_size, cfg.train.batch_size = 2, 2 * world
 cfg.actor.max_norm = 0.0

@@ -51,12 +51,15 @@ from rlhf.testing.conformance.programs import (
     check_trainer,
 )
 from rlhf.testing.conformance.rewards import RewardFunctionKit, RewardShaperKit, check_reward_function, check_reward_shaper
+from rlhf.testing.conformance.training import TrainingBackendKit, check_training_backend
 
 __all__ = [
     "RolloutEngineKit",
     "WeightSyncTransportKit",
     "check_rollout_engine",
     "check_weight_sync_transport",
+    "TrainingBackendKit",
+    "check_training_backend",
     "AdvantageEstimatorKit",
     "AgentExecutorKit",
     "CommandKit",

@@ -152,8 +152,7 @@ def _generate_hf(prompts: list[Prompt], args: Any, tokenizer: Any, max_len: int)
     import torch
     from tqdm import tqdm
 
-    from rlhf.engines.deepspeed_strategy import torch_dtype
-    from rlhf.engines.hf_models import load_causal_lm
+    from rlhf.engines.hf_models import load_causal_lm, torch_dtype
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_causal_lm(args.model, torch_dtype(args.dtype), args.attn_implementation).to(device).eval()

@@ -58,8 +58,7 @@ class RewardScorer:
         import torch
         from transformers import AutoTokenizer
 
-        from rlhf.engines.deepspeed_strategy import torch_dtype
-        from rlhf.engines.hf_models import load_value_model
+        from rlhf.engines.hf_models import load_value_model, torch_dtype
 
         check_reward_model(path, head)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -46,7 +46,7 @@ class DPOTrainer(PairwiseTrainer):
 
         cfg = self.config.model
         n = batch.num_samples // 2
-        policy, out = self.sequence_logprobs(self.engine, batch)
+        policy, out = self.sequence_logprobs(self.model, batch)
         reference, _ = self.sequence_logprobs(self.frozen["ref"], batch)
         z = preference_margin(policy[:n], policy[n:], reference[:n], reference[n:])
         loss = dpo_loss(z, cfg.beta, cfg.label_smoothing, cfg.ipo_enable)

@@ -74,7 +74,7 @@ class KDTrainer(SupervisedTrainer):
         mask = batch.loss_mask
         with torch.no_grad():
             teacher_rows = response_rows(self.frozen["teacher"](**batch.model_inputs()).logits, mask)
-        out = self.forward(self.engine, batch)
+        out = self.forward(self.model, batch)
         student_rows = response_rows(out.logits, mask)
         teacher_rows = match_vocab(teacher_rows, student_rows.shape[-1], len(self.tokenizer))
         nll, kd = distill_terms(student_rows, teacher_rows, response_targets(batch.input_ids, mask))
@@ -91,7 +91,7 @@ class KDTrainer(SupervisedTrainer):
             text = config.get_text_config() if hasattr(config, "get_text_config") else config
             return getattr(text, "vocab_size", None)
 
-        teacher, student = vocab(self.frozen["teacher"]), vocab(self.engine)
+        teacher, student = vocab(self.frozen["teacher"]), vocab(self.model)
         if teacher is not None and student is not None:
             try:
                 check_vocab(teacher, student, len(self.tokenizer))

@@ -108,7 +108,7 @@ class KTOTrainer(SupervisedTrainer):
         cfg = self.config.model
         n = batch.extras["matched"]
         desirable = batch.extras["desirable"]
-        logps, out = self.sequence_logprobs(self.engine, batch)  # (2N,)
+        logps, out = self.sequence_logprobs(self.model, batch)  # (2N,)
         ref_logps, _ = self.sequence_logprobs(self.frozen["ref"], batch)  # (2N,), no grad
         kl = kl_estimate(logps[n:], ref_logps[n:])
         if self.world_size > 1:  # every rank runs the same number of micro-batches, so this pairs up

@@ -157,7 +157,7 @@ class PRMTrainer(SupervisedTrainer):
         from rlhf_plugin_prm.losses import prm_loss
 
         reward_ids = None if self.reward_ids is None else self.reward_ids.to(self.device)  # (K,), a tiny copy
-        out = self.forward(self.engine, batch)  # logits (R, L, V)
+        out = self.forward(self.model, batch)  # logits (R, L, V)
         label_ids = batch.extras["label_ids"]
         at = label_ids != IGNORE
         losses, correct = prm_loss(out.logits[at], label_ids[at], batch.extras["probs"][at], reward_ids)

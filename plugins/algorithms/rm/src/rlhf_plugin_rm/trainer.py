@@ -45,7 +45,7 @@ class RewardModelTrainer(PairwiseTrainer):
         from rlhf.engines.hf_models import token_values
         from rlhf.supervised.batch import at_last_token
 
-        values = token_values(self.engine.module, head=self.value_head, **batch.model_inputs())
+        values = token_values(self.model.module, head=self.value_head, **batch.model_inputs())
         return at_last_token(values, batch)
 
     def compute(self, batch: Any, training: bool) -> LossParts:

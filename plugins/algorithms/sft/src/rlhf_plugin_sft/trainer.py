@@ -57,5 +57,5 @@ class SFTTrainer(SupervisedTrainer):
     def compute(self, batch: Any, training: bool) -> LossParts:
         from rlhf.supervised.batch import token_logprobs
 
-        out = self.forward(self.engine, batch)
+        out = self.forward(self.model, batch)
         return LossParts(nll_sum(token_logprobs(out.logits, batch), batch.loss_mask), {}, getattr(out, "aux_loss", None))

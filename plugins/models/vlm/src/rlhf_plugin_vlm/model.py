@@ -36,8 +36,7 @@ class VisionLanguageModel:
             return None
         from transformers import AutoModelForImageTextToText
 
-        from rlhf.engines.deepspeed_strategy import dtype_of
-        from rlhf.engines.hf_models import attn_implementation
+        from rlhf.engines.hf_models import attn_implementation, dtype_of
 
         model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype_of(config),
                                                             attn_implementation=attn_implementation(config.ds.attn_implementation))

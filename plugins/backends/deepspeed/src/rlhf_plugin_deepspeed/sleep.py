@@ -14,13 +14,12 @@ reallocates at the next backward), and ZeRO-3 moves Adam's moments and the maste
 for DeepSpeed's FusedAdam (a CUDA op; CPU runs use torch's Adam), so there only the gradient
 states are moved. docs/scale.md has the measured memory.
 
-Runs in the actor and critic Ray workers (``rlhf.runtime.model_workers``/``value_workers``).
+Runs where the trained model lives (the actor's and critic's Ray workers).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -66,7 +65,7 @@ class SleepingStates:
         """Offload the states (after set-up and after each fit); a second call does nothing."""
         from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum
 
-        from rlhf.engines.deepspeed_strategy import on_gpu
+        from rlhf_plugin_deepspeed.config import on_gpu
 
         if not self.enabled or self.asleep:
             return
@@ -79,7 +78,7 @@ class SleepingStates:
         """Reload the states onto the engine's device."""
         if not self.enabled or not self.asleep:
             return
-        from rlhf.engines.deepspeed_strategy import on_gpu
+        from rlhf_plugin_deepspeed.config import on_gpu
 
         self.engine.reload_states(non_blocking=False)
         if on_gpu():
@@ -102,13 +101,3 @@ class SleepingStates:
         finally:
             if was_asleep:
                 self.sleep()
-
-
-def while_awake(method: Any) -> Any:
-    """Decorate a worker method (a fit, a checkpoint save or load) to run with its ``self.sleeping_states`` awake."""
-    @functools.wraps(method)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with self.sleeping_states.awake(method.__name__):
-            return method(self, *args, **kwargs)
-
-    return wrapper

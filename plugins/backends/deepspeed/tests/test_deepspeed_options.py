@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from rlhf_plugin_deepspeed.config import on_gpu, train_config
 
 from rlhf.config.supervised import SupervisedConfig
-from rlhf.engines.deepspeed_strategy import on_gpu, train_config
 from rlhf.runtime.tracking import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, child_env, refused_in_process, run_rlhf
 
@@ -96,7 +96,7 @@ def test_tensor_parallel_sft_trains_as_one_rank(tmp_path: Path, tiny_causal_lm_p
 def test_one_rank_at_zero0_skips_the_gradient_allreduce_and_trains_bit_identically(stage: int, tiny_causal_lm_path: Path) -> None:
     """At one data-parallel rank DeepSpeed's all-reduce divides by 1: off at stage 0, the weights after 3 optimizer
     steps (accumulating 2 micro-batches each) equal the run with it bit for bit; stage 1 keeps its own reduce."""
-    checks = Path(__file__).parent / "engine_checks" / "lone_rank_allreduce.py"
+    checks = Path(__file__).parent / "checks" / "lone_rank_allreduce.py"
     done = subprocess.run([sys.executable, str(checks), str(tiny_causal_lm_path), str(stage)], capture_output=True,
                           text=True, timeout=300, env=child_env())  # no launcher variables another test left behind
     assert done.returncode == 0, done.stderr[-3000:]

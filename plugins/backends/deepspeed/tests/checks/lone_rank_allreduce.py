@@ -16,9 +16,8 @@ for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", 
 import deepspeed  # noqa: E402
 import deepspeed.ops  # noqa: E402
 import torch  # noqa: E402
+from rlhf_plugin_deepspeed.backend import skip_lone_rank_allreduce  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
-
-from rlhf.engines.deepspeed_strategy import skip_lone_rank_allreduce  # noqa: E402
 
 deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # no 45 s JIT build; plain gloo
 deepspeed.init_distributed(dist_backend="gloo")

@@ -1,4 +1,4 @@
-"""DeepSpeed engines of the supervised trainers, in the trainer's own process(es).
+"""The models of the supervised trainers, in the trainer's own process(es), through the training backend.
 
 A supervised run is one process per device: ``rlhf train sft …`` alone is one rank;
 under ``torchrun``/``deepspeed`` launchers every rank runs the same command and the
@@ -13,21 +13,21 @@ from types import SimpleNamespace
 from typing import Any
 
 
-def join_process_group(local_rank: int = -1) -> tuple[int, int]:
-    """Initialise torch.distributed (a one-rank group when no launcher set it up); ``(rank, world_size)``.
+def join_process_group(backend: Any, local_rank: int = -1) -> tuple[int, int]:
+    """Initialise torch.distributed through ``backend`` (a one-rank group when no launcher set it up);
+    ``(rank, world_size)``.
 
     ``local_rank`` (``--local_rank``, passed by launchers that do not export ``LOCAL_RANK``, such as
     ``torch.distributed.launch`` without ``--use_env``) picks this process's device on the node.
     """
     import torch.distributed as dist
 
-    from rlhf.engines.deepspeed_strategy import init_distributed
     from rlhf.runtime.worker_group import free_port
 
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     os.environ.setdefault("LOCAL_RANK", str(max(local_rank, 0)))  # a launcher's LOCAL_RANK wins
-    init_distributed()
+    backend.init_distributed()
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -43,17 +43,16 @@ def supervised_flag(field: str) -> str:
     return f"--{field}" if field.startswith(("adam.", "muon.")) else f"--train.{field}"
 
 
-def load_trained(config: Any, *, value_head: str | None) -> Any:
+def load_trained(config: Any, *, value_head: str | None, gathered: Any = None) -> Any:
     """The trained model: a causal LM, or (``value_head`` set) a model with that one-output head;
-    gradient checkpointing and LoRA per the config."""
-    from rlhf.engines.deepspeed_strategy import dtype_of
-    from rlhf.engines.hf_models import load_causal_lm, load_value_model
+    gradient checkpointing and LoRA per the config. ``gathered``: the backend's, for a new head's init."""
+    from rlhf.engines.hf_models import dtype_of, load_causal_lm, load_value_model
     from rlhf.engines.lora import apply_lora, quantization_kwargs
 
     path = config.model.model_name_or_path  # checked by SupervisedTrainer.run before anything loads
     attn, extra = config.ds.attn_implementation, {**quantization_kwargs(config.ds), "experts": config.ds.experts_implementation}
     if value_head:
-        model = load_value_model(path, dtype_of(config), attn, value_head, **extra)
+        model = load_value_model(path, dtype_of(config), attn, value_head, gathered=gathered, **extra)
     else:
         model = load_causal_lm(path, dtype_of(config), attn, **extra)
     checkpointing = config.train.gradient_checkpointing_enable
@@ -63,18 +62,12 @@ def load_trained(config: Any, *, value_head: str | None) -> Any:
     return apply_lora(model, config.ds, value_head=value_head, gradient_checkpointing=checkpointing)
 
 
-def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *, value_head: str | None) -> tuple[Any, Any]:
-    """``(engine, zero3_context)``; keep the context alive as long as the engine."""
-    import deepspeed
-
+def trained_model(backend: Any, config: Any, plugins: Any, world_size: int, num_steps: int, *,
+                  value_head: str | None) -> Any:
+    """The :class:`rlhf.components.TrainedModel` of the run: loaded through the model plugins, trained with the
+    selected optimizer and scheduler."""
     from rlhf.components import build
     from rlhf.config.checks import check_optimizer
-    from rlhf.engines.deepspeed_strategy import (
-        compile_if_asked,
-        optimizer_train_config,
-        skip_lone_rank_allreduce,
-        zero3_context,
-    )
     from rlhf.engines.model_extensions import active, load_model
     from rlhf.registry import ComponentKind as K
 
@@ -82,49 +75,40 @@ def trained_engine(config: Any, plugins: Any, world_size: int, num_steps: int, *
     optimizer = build(plugins.registry.get(K.OPTIMIZER, section.optim, flag="--train.optim"), config)
     check_optimizer(optimizer, section, supervised_flag)
     scheduler = build(plugins.registry.get(K.SCHEDULER, section.lr_scheduler, flag="--train.lr_scheduler"), config)
-    ds_config = optimizer_train_config(config, optimizer, section, world_size)
-    context = zero3_context(ds_config)  # must outlive from_pretrained
-    model = load_model(active(config, plugins.registry), "actor", config, config.model.model_name_or_path,
-                       lambda: load_trained(config, value_head=value_head))
-    engine, *_ = deepspeed.initialize(
-        model=model,
-        model_parameters=[p for p in model.parameters() if p.requires_grad],
-        config=ds_config,
-        lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_steps), section),
-    )
-    skip_lone_rank_allreduce(engine)
-    return compile_if_asked(engine, config.ds), context
+
+    def load() -> Any:
+        return load_model(active(config, plugins.registry), "actor", config, config.model.model_name_or_path,
+                          lambda: load_trained(config, value_head=value_head, gathered=backend.gathered))
+
+    return backend.trained(load, optimizer, scheduler, section, world_size, num_steps)
 
 
-def frozen_engine(config: Any, path: str, offload: bool) -> tuple[Any, Any]:
-    """An evaluated-only causal LM (reference, teacher): ZeRO-3 partitioned when training is, offloadable."""
-    import deepspeed
+def frozen_model(backend: Any, config: Any, path: str, offload: bool) -> Any:
+    """An evaluated-only causal LM (reference, teacher): sharded when training is, offloadable."""
+    from rlhf.engines.hf_models import dtype_of, load_causal_lm
 
-    from rlhf.engines.deepspeed_strategy import dtype_of, eval_config, zero3_context
-    from rlhf.engines.hf_models import load_causal_lm
+    def load() -> Any:
+        return load_causal_lm(path, dtype_of(config), config.ds.attn_implementation, experts=config.ds.experts_implementation)
 
-    ds_config = eval_config(config, offload, config.train.micro_batch_size)
-    context = zero3_context(ds_config)
-    model = load_causal_lm(path, dtype_of(config), config.ds.attn_implementation, experts=config.ds.experts_implementation)
-    engine, *_ = deepspeed.initialize(model=model, config=ds_config)
-    engine.eval()
-    return engine, context
+    model = backend.evaluated(load, offload, config.train.micro_batch_size)
+    model.eval()
+    return model
 
 
-def save_final(engine: Any, tokenizer: Any, output_dir: Path, rank: int, config_updates: dict[str, Any]) -> None:
-    """Write the trained model (or only its LoRA adapter) to ``output_dir``; every rank calls this.
+def save_final(model: Any, tokenizer: Any, output_dir: Path, rank: int, config_updates: dict[str, Any]) -> None:
+    """Write the trained model (a :class:`rlhf.components.TrainedModel`; or only its LoRA adapter) to
+    ``output_dir``; every rank calls this.
 
     Files go through a staging dir (:func:`rlhf.runtime.checkpoint.published`), so a crash or a
     full disk never leaves a half-written weight file under its final name.
     """
     import torch.distributed as dist
 
-    from rlhf.engines.deepspeed_strategy import engine_state_dict
     from rlhf.engines.lora import is_peft
     from rlhf.runtime.checkpoint import published
 
-    module = engine.module
-    state = engine_state_dict(engine)
+    module = model.module
+    state = model.state_dict()
     if rank == 0:
         base = module.get_base_model() if is_peft(module) else module
         for key, value in config_updates.items():

@@ -14,13 +14,14 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from rlhf_plugin_deepspeed.backend import DeepSpeedBackend, full_state_dict  # noqa: E402
+from rlhf_plugin_deepspeed.ema import ParameterEMA  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.integrations import HfDeepSpeedConfig  # noqa: E402
 
-from rlhf.engines.deepspeed_strategy import full_state_dict, init_distributed  # noqa: E402
-from rlhf.engines.ema import ParameterEMA  # noqa: E402
+from rlhf.config.supervised import SupervisedConfig  # noqa: E402
 
-init_distributed()
+DeepSpeedBackend(SupervisedConfig()).init_distributed()
 beta = float(sys.argv[2])
 config = {
     "train_micro_batch_size_per_gpu": 2,

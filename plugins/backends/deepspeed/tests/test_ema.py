@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from rlhf_plugin_deepspeed.ema import ParameterEMA
 
-from rlhf.engines.ema import ParameterEMA
 from rlhf.errors import CheckpointError
 
-CHECKS = Path(__file__).parent / "engine_checks"
+CHECKS = Path(__file__).parent / "checks"
 
 
 def test_ema_of_a_plain_module_matches_the_formula(tmp_path: Path) -> None:

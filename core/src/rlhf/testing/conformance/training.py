@@ -1,0 +1,207 @@
+"""Kit for training backends: one rank trains the tiny model and is checked against plain torch.
+
+The backend under test runs in the test process as a one-rank group (gloo): it trains two
+optimizer steps of two micro-batches each with AdamW and gradient clipping, and every step's
+weights must equal those of the same steps written in plain torch (the mean loss of the step's
+micro-batches, ``clip_grad_norm_``, ``AdamW``). Then: the full state dict and the whole tensors a
+weight sync reads, the learning rate, an evaluated model's forward, and an exact resume from a
+checkpoint saved after step 1. A backend that shards runs the same code; its sharding is tested
+with more ranks in its own tests.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rlhf.registry import ComponentKind
+from rlhf.testing.conformance._core import ComponentKit, check_picklable, default_config, first_failure
+
+BACKEND = ComponentKind.TRAINING_BACKEND.label
+#: fp32 tolerance between a backend's weights and plain torch's after the same steps
+WEIGHT_TOLERANCE = 1e-5
+LR, MAX_NORM, MICRO, STEPS = 1e-2, 0.05, 2, 2
+
+
+class _AdamW:
+    """The kit's optimizer factory (both forms: a DeepSpeed block and a torch optimizer)."""
+
+    def deepspeed_config(self, section: Any) -> dict[str, Any]:
+        return {"type": "AdamW", "params": {"lr": LR, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}}
+
+    def build(self, params: Any, section: Any) -> Any:
+        import torch
+
+        return torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+
+
+class _Constant:
+    def build(self, optimizer: Any, num_training_steps: int, section: Any) -> Any:
+        import torch
+
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+
+
+def kit_config(config: Any = None) -> Any:
+    """The run config the kit trains with: fp32, micro-batches of 2, two of them per optimizer step."""
+    config = config if config is not None else default_config()
+    config.ds.param_dtype, config.ds.attn_implementation = "fp32", "eager"
+    config.train.micro_batch_size, config.train.batch_size = MICRO, 2 * MICRO
+    config.actor.max_norm = MAX_NORM
+    return config
+
+
+def _join_one_rank_group(backend: Any) -> None:
+    import socket
+
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    backend.init_distributed()
+
+
+def _batches(vocab: int) -> list[Any]:
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    return [torch.randint(3, vocab, (MICRO, 10), generator=generator) for _ in range(2 * STEPS)]
+
+
+def _reference_steps(model_path: str, batches: list[Any]) -> list[dict[str, Any]]:
+    """The weights after each optimizer step, in plain torch."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="eager")
+    optimizer = _AdamW().build(model.parameters(), None)
+    states = []
+    for step in range(STEPS):
+        for ids in batches[2 * step: 2 * step + 2]:
+            (model(input_ids=ids, labels=ids).loss / 2).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        optimizer.step()
+        optimizer.zero_grad()
+        states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    return states
+
+
+def _far(got: dict[str, Any] | None, want: dict[str, Any]) -> str | None:
+    if got is None or set(got) != set(want):
+        return f"state dict keys {sorted(got or {})[:4]}… are not the model's {sorted(want)[:4]}…"
+    worst = max(want, key=lambda k: float((got[k].float() - want[k]).abs().max()))
+    difference = float((got[worst].float() - want[worst]).abs().max())
+    return None if difference <= WEIGHT_TOLERANCE else f"{worst} differs from plain torch's by {difference:.3g}"
+
+
+def check_training_backend(backend_class: type, model_path: Any, config: Any = None) -> None:
+    """Build ``backend_class`` for ``config`` (see :func:`kit_config`) and check the protocol's contract
+    on the tiny causal LM at ``model_path``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.components import build
+    from rlhf.errors import CheckpointError
+
+    path = str(model_path)
+    config = kit_config(config)
+    backend = build(backend_class, config)
+    _join_one_rank_group(backend)
+
+    def load() -> Any:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+
+    def trained() -> Any:
+        return backend.trained(load, _AdamW(), _Constant(), config.actor, 1, STEPS)
+
+    model = trained()
+    batches = _batches(model.module.config.vocab_size)
+    want = _reference_steps(path, batches)
+
+    def train_step(target: Any, step: int) -> list[bool]:
+        target.train()
+        stepped = []
+        for ids in batches[2 * step: 2 * step + 2]:
+            target.backward(target(input_ids=ids, labels=ids).loss)
+            stepped.append(target.step())
+        return stepped
+
+    def accumulation() -> str | None:
+        got = model.accumulation_steps()
+        return None if got == 2 else f"accumulation_steps() is {got} for batch_size 4, micro_batch_size 2, one rank"
+
+    def steps() -> str | None:
+        for step in range(STEPS):
+            stepped = train_step(model, step)
+            if stepped != [False, True]:
+                return f"step() returned {stepped} over one optimizer step's two micro-batches, expected [False, True]"
+            problem = _far(model.state_dict(), want[step])
+            if problem:
+                return f"after optimizer step {step + 1}: {problem}"
+        return None
+
+    def learning_rate() -> str | None:
+        got = model.learning_rate()
+        return None if isinstance(got, float) and abs(got - LR) < 1e-12 else f"learning_rate() is {got!r}, expected {LR}"
+
+    def full_tensors() -> str | None:
+        live = model.module.state_dict(keep_vars=True)
+        names = sorted(live)[:3]
+        with model.full_tensors(names) as tensors:
+            got = {name: tensor.detach().cpu().clone() for name, tensor in zip(names, tensors)}
+        shapes = {name: tuple(model.full_shape(live[name])) for name in names}
+        expected = {name: want[-1][name] for name in names}
+        if any(shapes[n] != tuple(expected[n].shape) for n in names):
+            return f"full_shape gives {shapes}, the model's shapes are { {n: tuple(t.shape) for n, t in expected.items()} }"
+        return _far(got, expected)
+
+    def evaluated() -> str | None:
+        frozen = backend.evaluated(load, False, MICRO)
+        frozen.eval()
+        reference = load().eval()
+        with torch.no_grad():
+            got, expected = frozen(input_ids=batches[0]).logits, reference(input_ids=batches[0]).logits
+        difference = float((got.float() - expected).abs().max())
+        return None if difference <= WEIGHT_TOLERANCE else f"an evaluated model's logits differ by {difference:.3g}"
+
+    def resume() -> str | None:
+        with tempfile.TemporaryDirectory() as directory:
+            first = trained()
+            train_step(first, 0)
+            first.save_checkpoint(directory, "model")
+            train_step(first, 1)
+            after = first.state_dict()
+            second = trained()
+            second.load_checkpoint(directory, "model")
+            train_step(second, 1)
+            resumed = second.state_dict()
+            if after is None or resumed is None or any(not torch.equal(after[k], resumed[k]) for k in after):
+                return "step 2 after load_checkpoint(step 1's checkpoint) is not bit-identical to step 2 without the break"
+            try:
+                trained().load_checkpoint(str(Path(directory) / "nothing-here"), "model")
+            except CheckpointError:
+                return None
+            return "load_checkpoint of a directory without a checkpoint did not raise CheckpointError"
+
+    check_picklable(BACKEND, backend_class)
+    first_failure(BACKEND, "accumulation", [("batch_size 4, micro_batch_size 2, one rank", accumulation)])
+    first_failure(BACKEND, "training steps equal plain torch", [(f"AdamW lr {LR}, clip {MAX_NORM}, 2 steps", steps)])
+    first_failure(BACKEND, "learning_rate", [("a constant schedule", learning_rate)])
+    first_failure(BACKEND, "full_tensors and full_shape", [("three state-dict entries", full_tensors)])
+    first_failure(BACKEND, "evaluated", [("a forward of the untrained model", evaluated)])
+    first_failure(BACKEND, "checkpoints", [("saved after step 1, resumed for step 2", resume)])
+
+
+class TrainingBackendKit(ComponentKit):
+    """``component``: the backend class. Uses the ``tiny_causal_lm_path`` fixture of ``rlhf.testing``."""
+
+    kind = ComponentKind.TRAINING_BACKEND
+
+    def test_picklable(self) -> None:
+        check_picklable(self.kind.label, self.component)
+
+    def test_contract(self, tiny_causal_lm_path: Any) -> None:
+        check_training_backend(self.component, tiny_causal_lm_path, kit_config(self.run_config()))

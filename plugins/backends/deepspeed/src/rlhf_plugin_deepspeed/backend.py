@@ -1,0 +1,212 @@
+"""DeepSpeed ZeRO (stages 0-3) as an rlhf training backend (``--train.backend deepspeed``, the default).
+
+One :class:`DeepSpeedBackend` per process that holds a model (a Ray model worker's rank, a supervised
+trainer's rank); :class:`DeepSpeedModel` adapts one ``DeepSpeedEngine`` to
+:class:`rlhf.components.TrainedModel`. On CPU machines communication is gloo and no C++ op is
+JIT-built in the default path (see :mod:`rlhf_plugin_deepspeed.config`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rlhf_plugin_deepspeed.config import check_options, eval_config, on_gpu, optimizer_train_config
+
+
+class DeepSpeedBackend:
+    """:class:`rlhf.components.TrainingBackend` over DeepSpeed: ZeRO 0-3, offload, AutoTP, ZeRO++,
+    universal checkpoints, sleep between fits and EMA, all from the ``--ds.*`` flags."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    @classmethod
+    def from_config(cls, config: Any) -> DeepSpeedBackend:
+        return cls(config)
+
+    @classmethod
+    def check_config(cls, config: Any) -> None:
+        check_options(config.ds)
+
+    @classmethod
+    def preload(cls) -> None:
+        """DeepSpeed's import (seconds), started as a model worker is created."""
+        import deepspeed  # noqa: F401
+
+    def init_distributed(self) -> None:
+        import deepspeed
+        import deepspeed.ops
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return
+        if not on_gpu():
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # avoids a 45 s JIT build; plain gloo
+        deepspeed.init_distributed(dist_backend="nccl" if on_gpu() else "gloo")
+
+    def trained(self, load: Any, optimizer: Any, scheduler: Any, section: Any, data_parallel_size: int,
+                num_training_steps: int) -> DeepSpeedModel:
+        import deepspeed
+
+        ds_config = optimizer_train_config(self.config, optimizer, section, data_parallel_size)
+        partitioning = zero3_context(ds_config)  # must outlive from_pretrained
+        model = load()
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        engine, *_ = deepspeed.initialize(
+            model=model,
+            model_parameters=trainable,
+            # a factory without a DeepSpeed block builds its own torch optimizer
+            optimizer=None if "optimizer" in ds_config else optimizer.build(trainable, section),
+            config=ds_config,
+            lr_scheduler=lambda opt: scheduler.build(opt, max(1, num_training_steps), section),
+        )
+        if self.config.ds.deepcompile:  # DeepSpeed's compiler passes over torch.compile's graph (GPU only)
+            engine.compile()
+        skip_lone_rank_allreduce(engine)
+        return DeepSpeedModel(engine, self.config, partitioning)
+
+    def evaluated(self, load: Any, offload: bool, micro_batch_size: int) -> Any:
+        import deepspeed
+
+        ds_config = eval_config(self.config, offload, micro_batch_size)
+        partitioning = zero3_context(ds_config)
+        engine, *_ = deepspeed.initialize(model=load(), config=ds_config)
+        engine._rlhf_partitioning = partitioning  # kept alive with the engine
+        return engine
+
+    def gathered(self, module: Any) -> Any:
+        if not is_partitioned(module):
+            return contextlib.nullcontext()
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0)
+
+
+class DeepSpeedModel:
+    """A ``DeepSpeedEngine`` as a :class:`rlhf.components.TrainedModel`."""
+
+    def __init__(self, engine: Any, config: Any, partitioning: Any) -> None:
+        from rlhf_plugin_deepspeed.sleep import SleepingStates
+
+        self.engine, self.config, self._partitioning = engine, config, partitioning
+        self.module, self.device = engine.module, engine.device
+        self._live: dict[str, Any] | None = None
+        self.optimizer, self.lr_scheduler = engine.optimizer, engine.lr_scheduler
+        ds = config.ds  # --ds.enable_sleep: asleep from here on but for fits and checkpoints (OpenRLHF's order)
+        self.sleeping = SleepingStates(engine, ds.enable_sleep and not ds.adam_offload)
+        self.sleeping.sleep()
+
+    def __call__(self, **inputs: Any) -> Any:
+        return self.engine(**inputs)
+
+    def train(self) -> None:
+        self.engine.train()
+
+    def eval(self) -> None:
+        self.engine.eval()
+
+    def accumulation_steps(self) -> int:
+        return self.engine.gradient_accumulation_steps()
+
+    def backward(self, loss: Any, boundary: bool | None = None) -> None:
+        if boundary is not None:
+            self.engine.set_gradient_accumulation_boundary(boundary)
+        self.engine.backward(loss, scale_wrt_gas=boundary is None)
+
+    def step(self) -> bool:
+        before = self.engine.global_steps
+        self.engine.step()
+        return self.engine.global_steps != before
+
+    def learning_rate(self) -> float:
+        return float(self.engine.get_lr()[0])
+
+    def state_dict(self, copy: bool = True) -> dict[str, Any] | None:
+        if self.engine.autotp_size() > 1:  # DeepSpeed gathers the AutoTP shards; only rank 0 gets the dict
+            return self.engine._consolidated_16bit_state_dict()
+        copy = copy or is_partitioned(self.module)  # gathered weights are freed when the gather ends
+        with self.gathered():
+            return {k: v.detach().to("cpu", copy=copy) for k, v in self.module.state_dict().items()}
+
+    def gathered(self) -> Any:
+        return _gathered(list(self.module.parameters()))
+
+    @contextlib.contextmanager
+    def full_tensors(self, names: list[str]) -> Iterator[list[Any]]:
+        if self._live is None:  # the module's tensors keep their identity: look them up once
+            self._live = self.module.state_dict(keep_vars=True)
+        tensors = [self._live[name] for name in names]
+        with _gathered(tensors):  # ZeRO-3 makes these parameters whole in place, for this block
+            yield tensors
+
+    def full_shape(self, tensor: Any) -> tuple[int, ...]:
+        return tuple(getattr(tensor, "ds_shape", tensor.shape))
+
+    def save_checkpoint(self, directory: str, tag: str) -> None:
+        self.engine.save_checkpoint(directory, tag=tag)
+
+    def load_checkpoint(self, directory: str, tag: str) -> None:
+        from rlhf_plugin_deepspeed.checkpoint import load_engine
+
+        load_engine(self.engine, Path(directory), tag, universal=self.config.ds.use_universal_ckpt)
+
+    def awake(self, phase: str) -> Any:
+        return self.sleeping.awake(phase)
+
+    def sleep_history(self) -> list[tuple[str, float]]:
+        return list(self.sleeping.history)
+
+    def ema(self, beta: float) -> Any:
+        from rlhf_plugin_deepspeed.ema import ParameterEMA
+
+        return ParameterEMA(self.module, beta)
+
+
+def _gathered(tensors: list[Any]) -> Any:
+    """Whole ZeRO-3 parameters among ``tensors`` for reading inside the block; a no-op for unsharded ones."""
+    shards = list({id(t): t for t in tensors if hasattr(t, "ds_id")}.values())  # tied ones gather once
+    if not shards:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(shards, modifier_rank=None)
+
+
+def zero3_context(ds_config: dict[str, Any]) -> Any:
+    """Under ZeRO-3, an object to keep alive across ``from_pretrained`` so weights are partitioned at load."""
+    if ds_config["zero_optimization"]["stage"] != 3:
+        return None
+    from transformers.integrations import HfDeepSpeedConfig
+
+    return HfDeepSpeedConfig(ds_config)
+
+
+def full_state_dict(module: Any) -> dict[str, Any]:
+    """Every rank: a copy of ``module``'s whole state dict on the CPU, gathered where ZeRO-3 shards it."""
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+        return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+def is_partitioned(module: Any) -> bool:
+    """Whether ZeRO-3 holds ``module``'s parameters in shards."""
+    return any(hasattr(p, "ds_id") for p in module.parameters())
+
+
+def skip_lone_rank_allreduce(engine: Any) -> None:
+    """Turn off DeepSpeed's gradient all-reduce where the data-parallel world is one rank at ZeRO stage 0.
+
+    There DeepSpeed still flattens every gradient, all-reduces the flat copy with itself,
+    multiplies it by 1/1 and copies it back after each boundary backward (about 2.5 % of the actor's
+    ``train`` on the tiny task): the gradients come out bit-identical without it. Stages 1-3 keep
+    their own reduce (it also moves gradients into the optimizer's partitions)."""
+    import torch.distributed as dist
+
+    if engine.zero_optimization_stage() == 0 and dist.get_world_size() == 1:
+        engine.enable_backward_allreduce = False

@@ -1,0 +1,20 @@
+"""A DeepSpeed checkpoint that cannot be loaded is one clear CheckpointError, before any engine loads."""
+
+from __future__ import annotations
+
+import pytest
+from rlhf_plugin_deepspeed.checkpoint import load_engine
+
+from rlhf.errors import CheckpointError
+
+
+@pytest.mark.parametrize("tag_dir", ["missing", "empty"])
+def test_a_checkpoint_without_deepspeed_states_is_refused_before_any_engine_loads(tmp_path, tag_dir) -> None:
+    directory = tmp_path / "global_step2"
+    directory.mkdir()
+    (directory / "state.json").write_text('{"step": 2}')
+    if tag_dir == "empty":
+        (directory / "actor").mkdir()
+    with pytest.raises(CheckpointError, match="holds no DeepSpeed model states") as caught:
+        load_engine(None, directory, "actor")  # DeepSpeed would return (None, None) and train on
+    assert str(directory / "actor") in str(caught.value) and f"delete {directory}" in str(caught.value)

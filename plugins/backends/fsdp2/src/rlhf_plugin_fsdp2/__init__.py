@@ -1,0 +1,17 @@
+"""torch FSDP2 (``torch.distributed.fsdp.fully_shard``) as an rlhf training backend (``--train.backend fsdp2``).
+
+Every decoder block and then the whole model are sharded over the data-parallel ranks (like ZeRO-3);
+fp32 master weights with ``--ds.param_dtype bf16|fp16`` compute; checkpoints through
+``torch.distributed.checkpoint``; gloo on CPU machines, NCCL on GPUs. The DeepSpeed-only ``--ds.*``
+flags (offload, AutoTP, ZeRO++, universal checkpoints, sleep, deepcompile, LoRA, 4-bit) are refused.
+"""
+
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+@rlhf.hookimpl
+def rlhf_register_training_backends(register):
+    register("fsdp2", "rlhf_plugin_fsdp2.backend:FSDP2Backend",
+             description="torch FSDP2 fully_shard: sharded fp32 master weights, bf16/fp16 compute, DCP checkpoints")

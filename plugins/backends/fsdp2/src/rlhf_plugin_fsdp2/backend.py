@@ -1,0 +1,147 @@
+"""torch FSDP2 as an rlhf training backend (``--train.backend fsdp2``).
+
+One :class:`FSDP2Backend` per process that holds a model. The model is loaded whole on every rank,
+then ``fully_shard`` is applied to each block of its layer lists and to the root, so each rank keeps
+1/world of the parameters, gradients and optimizer states (ZeRO-3's layout; ``--ds.zero_stage`` is not
+read). Weights stay fp32 (the optimizer's master copy); ``--ds.param_dtype bf16|fp16`` is the compute
+dtype FSDP2 all-gathers in, with gradients reduced in fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlhf.errors import ConfigError
+from rlhf_plugin_fsdp2.model import EvaluatedModel, FSDP2Model
+
+#: ``--ds.*`` fields only DeepSpeed honours: (field under ``config.ds``, "set away from its default" test, what it is)
+_DEEPSPEED_ONLY: list[tuple[str, Any, str]] = [
+    ("adam_offload", bool, "optimizer offload"),
+    ("zpg", lambda value: (value or 1) > 1, "ZeRO++ hierarchical partitioning"),
+    ("tensor_parallel_size", lambda value: (value or 1) > 1, "AutoTP tensor parallelism"),
+    ("use_universal_ckpt", bool, "universal checkpoints"),
+    ("deepcompile", bool, "DeepSpeed's compiler"),
+    ("enable_sleep", bool, "sleep between fits"),
+    ("load_in_4bit", bool, "4-bit loading"),
+]
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def on_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def local_device() -> torch.device:
+    """This rank's device: ``cuda:LOCAL_RANK`` on GPU machines, else the CPU."""
+    if on_gpu():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+class FSDP2Backend:
+    """:class:`rlhf.components.TrainingBackend` over ``torch.distributed.fsdp.fully_shard``."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    @classmethod
+    def from_config(cls, config: Any) -> FSDP2Backend:
+        return cls(config)
+
+    @classmethod
+    def check_config(cls, config: Any) -> None:
+        """Refuse the DeepSpeed-only flags a user set, rather than silently ignoring them."""
+        ds = config.ds
+        for field, is_set, what in _DEEPSPEED_ONLY:
+            value = getattr(ds, field, None)  # not every config class has every field
+            if is_set(value):
+                shown = "" if isinstance(value, bool) else f" {value}"
+                raise ConfigError(f"--ds.{field}{shown} ({what}) is a DeepSpeed option; drop it or use "
+                                  "--train.backend deepspeed")
+        rank = getattr(getattr(ds, "lora", None), "rank", 0)
+        if rank > 0:
+            raise ConfigError(f"--ds.lora.rank {rank}: LoRA is not supported on --train.backend fsdp2 yet; drop it or "
+                              "use --train.backend deepspeed")
+
+    def init_distributed(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return
+        if on_gpu():
+            torch.cuda.set_device(local_device())
+        dist.init_process_group(backend="nccl" if on_gpu() else "gloo", init_method="env://")
+
+    def trained(self, load: Any, optimizer: Any, scheduler: Any, section: Any, data_parallel_size: int,
+                num_training_steps: int) -> FSDP2Model:
+        """Load whole, shard, then build the optimizer over the shards (its states are sharded alike)."""
+        model = load()
+        shard(model, self._precision(model))
+        torch_optimizer = optimizer.build([p for p in model.parameters() if p.requires_grad], section)
+        lr_scheduler = scheduler.build(torch_optimizer, max(1, num_training_steps), section)
+        train = self.config.train
+        accumulation = max(1, train.batch_size // (train.micro_batch_size * data_parallel_size))
+        return FSDP2Model(model, local_device(), torch_optimizer, lr_scheduler, accumulation, section.max_norm)
+
+    def evaluated(self, load: Any, offload: bool, micro_batch_size: int) -> EvaluatedModel:
+        """Sharded like a trained model, frozen; ``micro_batch_size`` is not needed (FSDP2 has no batch config)."""
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        model = load()
+        # offloading keeps the shards in pinned host memory between forwards; on a CPU machine they are there already
+        shard(model, self._precision(model), CPUOffloadPolicy() if offload and on_gpu() else None)
+        model.requires_grad_(False)
+        return EvaluatedModel(model, local_device())
+
+    def gathered(self, module: Any) -> Any:
+        """Models are loaded whole and sharded only after ``load()`` returns, so a part initialised at load
+        time is whole already; a write persists on every rank as long as each rank writes the same values."""
+        return contextlib.nullcontext()
+
+    def _precision(self, model: nn.Module) -> Any:
+        """The mixed-precision policy for ``--ds.param_dtype``; with bf16/fp16 the loaded weights become the
+        fp32 master copy (the optimizer steps in fp32 like DeepSpeed's) and only compute runs in that dtype."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        dtype = _DTYPES.get(self.config.ds.param_dtype)
+        if dtype is None:
+            return MixedPrecisionPolicy()
+        model.float()
+        return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+
+def shard(model: nn.Module, precision: Any, offload: Any = None) -> None:
+    """``fully_shard`` every block, then the root (which then holds what is left: embeddings, norms, head).
+
+    One FSDP unit per block means one all-gather per block in the forward, freed after it, so no rank
+    ever holds more than a block of whole weights beyond its shards. ``fully_shard`` moves each unit's
+    weights to this rank's device (the default mesh's: ``cuda:LOCAL_RANK`` once :meth:`FSDP2Backend.init_distributed`
+    has set it) as it shards them, so the model is not moved whole first: at load too a GPU holds at most
+    one unit whole."""
+    from torch.distributed.fsdp import fully_shard
+
+    options: dict[str, Any] = {"mp_policy": precision}
+    if offload is not None:
+        options["offload_policy"] = offload
+    for block in blocks(model):
+        fully_shard(block, **options)
+    fully_shard(model, **options)
+
+
+def blocks(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks of ``model``: the children (with parameters) of every ``nn.ModuleList`` that is not
+    inside another one.
+
+    That is ``model.model.layers`` for HF decoders and, for a VLM, the vision tower's blocks too, while the
+    ModuleLists inside a block (MoE experts) stay in their block's unit rather than becoming one tiny
+    all-gather each."""
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
+    nested = {id(inner) for outer in lists for inner in outer.modules() if inner is not outer and isinstance(inner, nn.ModuleList)}
+    return [child for outer in lists if id(outer) not in nested for child in outer
+            if next(child.parameters(), None) is not None]

@@ -1,0 +1,69 @@
+"""Training checkpoints of an FSDP2 model through ``torch.distributed.checkpoint`` (DCP), for an exact resume.
+
+``directory/tag`` holds DCP's files (each rank writes its shards of the weights and optimizer states;
+rank 0 then writes ``.metadata`` through a temporary name, so a checkpoint without it is incomplete) and
+``trainer_state.pt`` (the LR scheduler and the micro-step counter, which every rank holds alike).
+Loading needs the same model; DCP can reshard onto another number of ranks (not covered by the tests).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from rlhf.errors import CheckpointError
+
+#: what a user can do about a checkpoint that does not load
+WAY_OUT = "to resume from the checkpoint before it (or start fresh), or drop --ckpt.load_enable"
+TRAINER_STATE = "trainer_state.pt"
+
+
+def save_states(module: Any, optimizer: Any, extra: dict[str, Any], directory: Path, tag: str) -> None:
+    """Every rank: the model and optimizer shards, and ``extra`` (the same on every rank) from rank 0."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    path = directory / tag
+    path.mkdir(parents=True, exist_ok=True)
+    model_state, optimizer_state = get_state_dict(module, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(path))
+    if dist.get_rank() == 0:
+        torch.save(extra, path / TRAINER_STATE)
+    dist.barrier()  # the caller commits the staging dir once every rank returns
+
+
+def load_states(module: Any, optimizer: Any, directory: Path, tag: str) -> dict[str, Any]:
+    """Every rank: load what :func:`save_states` wrote into ``module`` and ``optimizer``; returns ``extra``.
+
+    A missing, incomplete, corrupt or mismatched checkpoint is a :class:`CheckpointError` naming the dir
+    and what to do (DCP raises on every rank alike, so no rank is left waiting in a collective)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    path = directory / tag
+    missing = [name for name in (".metadata", TRAINER_STATE) if not (path / name).is_file()]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} holds no complete FSDP2 states ({', '.join(missing)} missing: a damaged "
+                              f"checkpoint, or one saved by another --train.backend); delete {directory} {WAY_OUT}")
+    try:
+        model_state, optimizer_state = get_state_dict(module, optimizer)
+        states = {"model": model_state, "optimizer": optimizer_state}
+        dcp.load(states, checkpoint_id=str(path))
+        set_state_dict(module, optimizer, model_state_dict=states["model"], optim_state_dict=states["optimizer"])
+        return torch.load(path / TRAINER_STATE, weights_only=True)
+    except (Exception, dcp.CheckpointException) as exc:  # noqa: BLE001 - whatever DCP or torch.load raise is about these files
+        cause = _first_cause(exc)
+        detail = str(cause).strip().split("\n")[0][:200]
+        raise CheckpointError(f"checkpoint {path} cannot be loaded ({type(cause).__name__}: {detail}): it is damaged or "
+                              f"does not fit this model; delete {directory} {WAY_OUT}") from exc
+
+
+def _first_cause(exc: BaseException) -> BaseException:
+    """DCP's ``CheckpointException`` (a ``BaseException``, raised on every rank alike) wraps each failing rank's
+    error, and its own message is a list of tracebacks: the lowest failing rank's error tells what went wrong."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(exc, dcp.CheckpointException) and failures:
+        return failures[min(failures)][0]
+    return exc

@@ -1,0 +1,184 @@
+"""The FSDP2 backend on two gloo ranks against a single-process plain-torch reference (see checks/fsdp2_ranks.py).
+
+One launch of two ranks (module fixture) produces every artefact; each test asserts one behaviour of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from rlhf_plugin_fsdp2.backend import FSDP2Backend  # noqa: E402
+
+import rlhf  # noqa: E402
+from rlhf.errors import ConfigError  # noqa: E402
+
+CHECKS = Path(__file__).parent / "checks"
+sys.path.insert(0, str(CHECKS))
+import fsdp2_ranks as ranks  # noqa: E402
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The references here run beside the two ranks on a 2-core machine: extra intra-op threads only spin."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, max_position_embeddings=64, tie_word_embeddings=True)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def out(model_dir, tmp_path_factory) -> Path:
+    """Run both ranks once; the directory of what they wrote."""
+    out = tmp_path_factory.mktemp("ranks")
+    sources = [str(Path(__file__).parents[1] / "src"), str(Path(rlhf.__file__).parents[1])]  # the copies imported here
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sources + [os.environ.get("PYTHONPATH", "")]),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(ranks.WORLD),
+           "OMP_NUM_THREADS": "1"}  # two ranks on two cores: more threads only spin against each other
+    resume_port = str(_free_port())
+    procs = [subprocess.Popen([sys.executable, str(CHECKS / "fsdp2_ranks.py"), model_dir, str(out), resume_port],
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(ranks.WORLD)]
+    logs = []
+    try:
+        logs = [p.communicate(timeout=600)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
+    return out
+
+
+def _close(got: dict, expected: dict) -> None:
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=RTOL, atol=ATOL, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["fixed", "dynamic"])
+def test_each_step_matches_plain_torch_on_the_mean_loss_of_all_micro_batches(out, model_dir, kind) -> None:
+    reference = ranks.reference(model_dir, kind, 2)
+    for step in range(2):
+        _close(torch.load(out / f"{kind}_step{step + 1}.pt"), reference[step])
+
+
+def test_the_reference_clips_so_the_comparison_checks_clipping(model_dir) -> None:
+    clipped, unclipped = ranks.reference(model_dir, "fixed", 1)[0], ranks.reference(model_dir, "fixed", 1, max_norm=0)[0]
+    assert max(float((clipped[k] - unclipped[k]).abs().max()) for k in clipped) > 100 * ATOL
+
+
+def test_fixed_micro_batches_step_every_accumulation_and_follow_the_schedule(out) -> None:
+    for rank in range(ranks.WORLD):
+        views = torch.load(out / f"views_rank{rank}.pt")
+        assert views["accumulation"] == ranks.BATCH // (ranks.MICRO * ranks.WORLD) == 2
+        assert views["stepped"] == [False, True, False, True]
+        assert views["lr"] == pytest.approx([ranks.LR / 2, ranks.LR / 3])  # LambdaLR 1 / (1 + steps taken)
+
+
+def test_state_dict_is_full_on_rank_0_only_and_full_tensors_shapes_and_gathered_are_whole(out) -> None:
+    final = torch.load(out / "fixed_step2.pt")
+    assert "lm_head.weight" in final  # tied entries keep both names
+    for rank in range(ranks.WORLD):
+        views = torch.load(out / f"views_rank{rank}.pt")
+        assert views["state_is_none_1"] == views["state_is_none_2"] == (rank != 0)
+        assert sorted(views["full_tensors"]) == sorted(final)
+        assert all(torch.equal(views["full_tensors"][name], final[name]) for name in final)
+        assert views["full_shapes"] == {name: tuple(t.shape) for name, t in final.items()}
+        assert views["gathered"] and all(torch.equal(t, final[name]) for name, t in views["gathered"].items())
+
+
+def test_a_resumed_run_steps_bit_identically(out) -> None:
+    uninterrupted, resumed = torch.load(out / "fixed_step2.pt"), torch.load(out / "resumed_step2.pt")
+    assert sorted(resumed) == sorted(uninterrupted)
+    assert all(torch.equal(resumed[name], uninterrupted[name]) for name in uninterrupted)
+
+
+def test_a_missing_or_damaged_checkpoint_is_one_checkpoint_error_on_every_rank(out) -> None:
+    for rank in range(ranks.WORLD):
+        errors = json.loads((out / f"errors_rank{rank}.json").read_text())
+        assert sorted(errors) == ["damaged", "missing"]
+        for label, directory in (("missing", out / "nowhere"), ("damaged", out / "damaged")):
+            assert f"delete {directory} " in errors[label] and "--ckpt.load_enable" in errors[label]
+            assert "\n" not in errors[label]
+        assert "__1_0.distcp" in errors["damaged"]
+
+
+def test_an_evaluated_model_is_frozen_and_computes_the_plain_logits(out, model_dir) -> None:
+    model = ranks.load(model_dir)
+    for rank in range(ranks.WORLD):
+        evaluated = torch.load(out / f"evaluated_rank{rank}.pt")
+        assert evaluated["trainable"] == []
+        with torch.no_grad():
+            expected = model(input_ids=ranks.micro_batch("fixed", rank, 0, 0)).logits
+        torch.testing.assert_close(evaluated["logits"], expected, rtol=RTOL, atol=ATOL)
+
+
+def test_bf16_computes_in_bf16_and_keeps_fp32_master_weights(out, model_dir) -> None:
+    initial = ranks.load(model_dir).state_dict()
+    for rank in range(ranks.WORLD):
+        evaluated = torch.load(out / f"evaluated_rank{rank}.pt")
+        assert evaluated["bf16_logits_dtype"] == torch.bfloat16 and evaluated["bf16_stepped"]
+        state = evaluated["bf16_state"]
+        assert (state is None) == (rank != 0)
+        if state is not None:
+            assert {t.dtype for t in state.values()} == {torch.float32}
+            assert all(not torch.equal(state[name], initial[name]) for name in ("model.embed_tokens.weight", "model.norm.weight"))
+
+
+def test_the_plugin_registers_the_backend_as_fsdp2() -> None:
+    from rlhf.plugin_selection import PluginSelection
+    from rlhf.plugins import PluginHost
+    from rlhf.registry import ComponentKind
+
+    host = PluginHost.load(PluginSelection(names=(), modules=("rlhf_plugin_fsdp2",)))
+    assert host.registry.get(ComponentKind.TRAINING_BACKEND, "fsdp2") is FSDP2Backend
+
+
+def test_check_config_accepts_the_defaults_of_the_real_config_class() -> None:
+    from rlhf.config.ppo import DeepSpeedSection
+
+    FSDP2Backend.check_config(types.SimpleNamespace(ds=DeepSpeedSection()))
+    FSDP2Backend.check_config(types.SimpleNamespace(ds=types.SimpleNamespace()))  # absent fields count as defaults
+
+
+@pytest.mark.parametrize(("field", "value", "flag"), [
+    ("adam_offload", True, "--ds.adam_offload"), ("zpg", 2, "--ds.zpg 2"), ("tensor_parallel_size", 2, "--ds.tensor_parallel_size 2"),
+    ("use_universal_ckpt", True, "--ds.use_universal_ckpt"), ("deepcompile", True, "--ds.deepcompile"),
+    ("enable_sleep", True, "--ds.enable_sleep"), ("load_in_4bit", True, "--ds.load_in_4bit"),
+    ("lora", types.SimpleNamespace(rank=8), "--ds.lora.rank 8"),
+])
+def test_check_config_refuses_deepspeed_only_flags_by_name(field, value, flag) -> None:
+    with pytest.raises(ConfigError) as caught:
+        FSDP2Backend.check_config(types.SimpleNamespace(ds=types.SimpleNamespace(**{field: value})))
+    message = str(caught.value)
+    assert message.startswith(flag) and "--train.backend deepspeed" in message and "\n" not in message

@@ -1,0 +1,118 @@
+"""Runs on either training backend (``--train.backend``): torch FSDP2 trains what DeepSpeed trains, with the
+same numbers on the same fp32 run, and resumes exactly."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from rlhf_test_support import base_flags, crash_plugin
+
+from rlhf.runtime.tracking import read_metrics
+from rlhf.testing.cli import assert_ok, assert_user_error, refused_in_process, run_rlhf
+
+pytestmark = pytest.mark.slow
+
+TWO_RANKS = ("torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+
+
+def _weights(model_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(model_dir / "model.safetensors")
+
+
+def _assert_same_weights(a: Path, b: Path, rel: float = 1e-5) -> None:
+    first, second = _weights(a), _weights(b)
+    assert first.keys() == second.keys()
+    for name, tensor in first.items():
+        scale = float(tensor.abs().max()) or 1.0
+        assert float((tensor - second[name]).abs().max()) <= rel * scale, name
+
+
+def test_grpo_with_two_ranks_takes_the_same_first_step_on_fsdp2_as_on_deepspeed_zero3(task_files, tiny_causal_lm_path,
+                                                                                         tmp_path) -> None:
+    """The same fp32 GRPO step (same rollouts: HF generate, seeded) trained by two ZeRO-3 ranks and by two FSDP2
+    ranks: the same policy loss and the same weights after it, to fp32 rounding."""
+    runs = {}
+    for backend, extra in (("deepspeed", ["--ds.zero_stage", "3"]), ("fsdp2", ["--train.backend", "fsdp2"])):
+        run = tmp_path / backend
+        flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], run, "hf", steps=1),
+                 "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
+                 "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--train.micro_batch_size", "2",
+                 "--algo.kl.init_coef", "0", "--actor.num_gpus_per_node", "2", "--ds.attn_implementation", "eager", *extra]
+        assert_ok(run_rlhf("train", "ppo", *flags, timeout=900))
+        runs[backend] = run
+    metrics = {backend: read_metrics(run / "out")[0] for backend, run in runs.items()}
+    assert metrics["fsdp2"]["reward"] == metrics["deepspeed"]["reward"]  # the same rollouts were trained on
+    assert metrics["fsdp2"]["policy_loss"] == pytest.approx(metrics["deepspeed"]["policy_loss"], rel=1e-5, abs=1e-7)
+    _assert_same_weights(runs["deepspeed"] / "out", runs["fsdp2"] / "out")
+
+
+def _sft_rows(path: Path, count: int) -> Path:
+    rng = random.Random(0)
+    with path.open("w") as handle:
+        for _ in range(count):
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            handle.write(json.dumps({"input": f"add {a}+{b}?", "output": str(a + b)}) + "\n")
+    return path
+
+
+def _pairs(path: Path, count: int) -> Path:
+    rng = random.Random(1)
+    with path.open("w") as handle:
+        for _ in range(count):
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            handle.write(json.dumps({"prompt": f"add {a}+{b}?", "chosen": str(a + b), "rejected": str(a + b + 1)}) + "\n")
+    return path
+
+
+def _supervised(trainer: str, model: Path, data: Path, run: Path, *extra: str) -> list[str]:
+    return ["train", trainer, "--model.model_name_or_path", str(model), "--data.dataset", str(data),
+            "--train.batch_size", "8", "--train.micro_batch_size", "2", "--train.max_epochs", "1", "--adam.lr", "1e-3",
+            "--ds.param_dtype", "fp32", "--ds.attn_implementation", "eager", "--ckpt.path", str(run / "ckpt"),
+            "--ckpt.output_dir", str(run / "out"), *extra]
+
+
+@pytest.mark.parametrize("trainer", ["sft", "dpo", "rm"])
+def test_a_supervised_trainer_takes_the_same_steps_on_fsdp2_as_on_deepspeed(trainer, tiny_causal_lm_path, tmp_path) -> None:
+    """Two ranks of each backend, two optimizer steps of four micro-batches: the same losses each step and the
+    same saved model (DPO's reference is an evaluated FSDP2 model, RM's value head a new one initialised at load)."""
+    data = _sft_rows(tmp_path / "sft.jsonl", 16) if trainer == "sft" else _pairs(tmp_path / "pairs.jsonl", 16)
+    runs = {backend: tmp_path / backend for backend in ("deepspeed", "fsdp2")}
+    for backend, run in runs.items():
+        assert_ok(run_rlhf(*_supervised(trainer, tiny_causal_lm_path, data, run, "--train.backend", backend,
+                                        "--ds.zero_stage", "3"), launcher=TWO_RANKS))
+    losses = {backend: [m["loss"] for m in read_metrics(run / "out") if "loss" in m] for backend, run in runs.items()}
+    assert len(losses["fsdp2"]) == 2
+    assert losses["fsdp2"] == pytest.approx(losses["deepspeed"], rel=1e-5)
+    _assert_same_weights(runs["deepspeed"] / "out", runs["fsdp2"] / "out")
+
+
+def test_an_fsdp2_run_resumes_exactly_where_it_stopped(tiny_causal_lm_path, tmp_path) -> None:
+    """Two FSDP2 ranks crash after step 2 (checkpoint at step 2) and resume: steps 3-4 and the saved model equal
+    those of the uninterrupted run, bit for bit."""
+    data = _sft_rows(tmp_path / "sft.jsonl", 32)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    flags = ("--train.backend", "fsdp2", "--ckpt.save_steps", "2")
+    assert_ok(run_rlhf(*_supervised("sft", tiny_causal_lm_path, data, straight, *flags), launcher=TWO_RANKS))
+    failed = run_rlhf("--plugins", str(crash_plugin(tmp_path, 2)), *_supervised("sft", tiny_causal_lm_path, data, resumed,
+                                                                                 *flags), launcher=TWO_RANKS)
+    assert failed.returncode != 0 and "simulated crash after step 2" in failed.stderr
+    result = assert_ok(run_rlhf(*_supervised("sft", tiny_causal_lm_path, data, resumed, *flags, "--ckpt.load_enable"),
+                                launcher=TWO_RANKS))
+    assert "(step 2)" in result.stderr
+    losses = {run: {m["step"]: m["loss"] for m in read_metrics(run / "out") if "loss" in m} for run in (straight, resumed)}
+    assert sorted(losses[resumed]) == [1, 2, 3, 4]
+    assert [losses[resumed][s] for s in (3, 4)] == [losses[straight][s] for s in (3, 4)]
+    _assert_same_weights(straight / "out", resumed / "out", rel=0.0)
+    shutil.rmtree(straight)
+
+
+def test_deepspeed_only_flags_and_unknown_backends_are_refused_with_one_line(capsys) -> None:
+    assert_user_error(refused_in_process(capsys, "sft", "--train.backend", "fsdp2", "--ds.adam_offload"),
+                      "--ds.adam_offload", "--train.backend deepspeed")
+    assert_user_error(refused_in_process(capsys, "sft", "--train.backend", "megatron"), "--train.backend", "megatron")
