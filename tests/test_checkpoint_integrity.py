@@ -121,4 +121,6 @@ def test_a_full_disk_during_the_final_save_leaves_no_partial_model(tiny_causal_l
     # the metrics and config fit in 1 MB, the tiny actor's weights (about 1.7 MB) do not
     result = run_on_small_disk(out, "1m", tmp_path / "listing", *ppo_flags(tiny_causal_lm_path, task_files, tmp_path, 2))
     assert_user_error(result, f"writing model {out} failed", "No space left on device")
-    assert sorted(_listed(tmp_path / "listing")) == ["metrics.jsonl", "rlhf_config.yaml", "workers.json"]
+    # the run's log and its failed status fit too; no model file, whole or partial
+    assert sorted(_listed(tmp_path / "listing")) == ["metrics.jsonl", "rlhf.log", "rlhf_config.yaml", "run_status.json",
+                                                    "workers.json"]

@@ -126,7 +126,7 @@ def test_seq_mean_counts_only_sequences_with_action_tokens(seed: int) -> None:
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["fixed", "dynamic"])
 def test_training_groups_count_only_nonempty_responses_per_optimizer_step(dynamic: bool) -> None:
-    """The worker's per-step normalisers (``_training_groups``) with a stand-in engine, one rank; with
+    """The worker's per-step normalisers (``_training_groups``) with a stand-in model, one rank; with
     dynamic batching the micro-batches vary but the normalisers still cover the whole step."""
     from rlhf.runtime.model_workers import _ModelWorker
 
@@ -135,17 +135,20 @@ def test_training_groups_count_only_nonempty_responses_per_optimizer_step(dynami
     lengths[3] = lengths[11] = 0
     payload = {"prompt_ids": [[1]] * 16, "response_ids": [[7] * n for n in lengths]}
     micro, accumulation = 2, 2
-    boundaries: list[bool] = []
+    boundaries: list[bool | None] = []
     worker = SimpleNamespace(
         config=SimpleNamespace(train=SimpleNamespace(micro_batch_size=micro, max_epochs=2, seed=5,
                                                      dynamic_batch_enable=dynamic, max_tokens_per_gpu=5)),
-        engine=SimpleNamespace(gradient_accumulation_steps=lambda: accumulation, train=lambda: None,
-                               set_gradient_accumulation_boundary=boundaries.append), world_size=1)
-    yielded = list(_ModelWorker._training_groups(worker, payload, 1, 0))
-    if dynamic:  # a step ends where the engine was told it is a boundary
-        assert len(boundaries) == len(yielded) and any(len(rows) != micro for rows, *_ in yielded)
+        model=SimpleNamespace(accumulation_steps=lambda: accumulation, train=lambda: None), world_size=1)
+    yielded = []
+    for group in _ModelWorker._training_groups(worker, payload, 1, 0):
+        yielded.append(group)
+        boundaries.append(worker._boundary)  # what the micro-batch's backward tells the backend
+    if dynamic:  # a step ends where the backend was told it is a boundary
+        assert any(len(rows) != micro for rows, *_ in yielded)
         ends = [k + 1 for k, last in enumerate(boundaries) if last]
-    else:
+    else:  # fixed micro-batches: the backend counts them (boundary None)
+        assert set(boundaries) == {None}
         ends = list(range(accumulation, len(yielded) + 1, accumulation))
     assert sum(len(rows) for rows, *_ in yielded) == 2 * 16 and ends[-1] == len(yielded)
     for start, end in zip([0, *ends[:-1]], ends):  # consecutive micro-batches of one optimizer step

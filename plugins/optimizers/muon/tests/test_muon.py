@@ -126,7 +126,7 @@ def test_rlhf_train_ppo_runs_the_checks_before_anything_starts(caplog: pytest.Lo
     from rlhf.plugin_selection import PluginSelection
     from rlhf.plugins import PluginHost
 
-    host = PluginHost.load(PluginSelection.parse("ppo,adamw,muon,kl", strict=True))
+    host = PluginHost.load(PluginSelection.parse("ppo,adamw,muon,kl,deepspeed", strict=True))
 
     def finalize(*argv: str) -> PPOConfig:
         config, _ = ConfigParser(PPOConfig, host, prog="rlhf train ppo").parse(["--actor.model_name_or_path", "m", *argv])

@@ -15,7 +15,7 @@ from rlhf_test_support import base_flags
 
 pytestmark = pytest.mark.slow
 
-CHECKS = Path(__file__).parent / "checks"
+CHECKS = Path(__file__).resolve().parents[1] / "plugins" / "backends" / "deepspeed" / "tests" / "checks"
 
 
 @pytest.mark.parametrize("stage", [2, 3])
