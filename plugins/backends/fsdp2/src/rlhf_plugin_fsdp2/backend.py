@@ -117,7 +117,7 @@ class FSDP2Backend:
 
 
 def shard(model: nn.Module, precision: Any, offload: Any = None) -> None:
-    """``fully_shard`` every block, then the root (which then holds what is left: embeddings, norms, head).
+    """``fully_shard`` every block and every untied child of the root, then the root (what is left).
 
     One FSDP unit per block means one all-gather per block in the forward, freed after it, so no rank
     ever holds more than a block of whole weights beyond its shards. ``fully_shard`` moves each unit's
@@ -129,9 +129,18 @@ def shard(model: nn.Module, precision: Any, offload: Any = None) -> None:
     options: dict[str, Any] = {"mp_policy": precision}
     if offload is not None:
         options["offload_policy"] = offload
-    for block in blocks(model):
-        fully_shard(block, **options)
+    for unit in [*blocks(model), *independent_children(model)]:
+        fully_shard(unit, **options)
     fully_shard(model, **options)
+
+
+def independent_children(model: nn.Module) -> list[nn.Module]:
+    """The root's children with parameters that share none with a sibling: their own FSDP units, so code that
+    calls one directly (a value model's backbone, then its head: ``rlhf.engines.hf_models.token_values``) runs
+    its gather hooks. Tied siblings (embeddings and a tied LM head) stay in the root's unit together."""
+    owned = {name: {id(p) for p in child.parameters()} for name, child in model.named_children()}
+    return [child for name, child in model.named_children()
+            if owned[name] and not any(owned[name] & other for sibling, other in owned.items() if sibling != name)]
 
 
 def blocks(model: nn.Module) -> list[nn.Module]:
