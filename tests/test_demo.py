@@ -30,7 +30,13 @@ def test_demo_task_tokenizer_and_split(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
+    from rlhf.console import QUIET_LIBRARY_ENV
+
     env = child_env(RLHF_NO_PROGRESS="1")
+    # as a user's shell has it: in-process runs of this test process set these (DeepSpeed's DS_ACCELERATOR
+    # silences the warning checked below), and a child would inherit them
+    for leaked in ("DS_ACCELERATOR", *QUIET_LIBRARY_ENV):
+        env.pop(leaked, None)
     result = subprocess.run(
         [sys.executable, "-m", "rlhf", "demo", "--rl-steps", "15", "--run-dir", str(tmp_path), "--sft-target", "0.1",
          "--engine", "hf", "--rewards", "math+format", "--verbose"],
