@@ -16,7 +16,7 @@ from rlhf_test_support import base_flags
 from rlhf.cli.main import main
 from rlhf.runtime.tracking import read_metrics
 from rlhf.scaffold import KINDS
-from rlhf.testing.cli import assert_ok, assert_user_error, run_rlhf
+from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_rlhf
 
 
 def demo_name(kind: str) -> str:
@@ -44,7 +44,7 @@ def with_site(site: Path) -> dict[str, str]:
 def test_generated_packages_pass_their_own_tests(new_plugins: dict[str, Path]) -> None:
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *map(str, sorted(new_plugins["src"].glob("*/tests")))],
                             capture_output=True, text=True, timeout=600, cwd=new_plugins["root"],
-                            env={**os.environ, **with_site(new_plugins["site"])})
+                            env=child_env(**with_site(new_plugins["site"])))
     assert result.returncode == 0, result.stdout[-4000:]
     assert " passed" in result.stdout and "failed" not in result.stdout and "skipped" not in result.stdout
 

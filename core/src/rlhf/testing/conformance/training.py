@@ -54,9 +54,13 @@ def kit_config(config: Any = None) -> Any:
 
 
 def _join_one_rank_group(backend: Any) -> None:
+    """A one-rank group on a fresh port, never on launcher variables inherited from elsewhere. They stay set
+    (DeepSpeed reads LOCAL_RANK later); children of a test process should get ``rlhf.testing.cli.child_env``."""
     import socket
 
-    if "MASTER_PORT" not in os.environ:
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
