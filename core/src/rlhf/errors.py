@@ -37,6 +37,10 @@ class DataError(UserError, ValueError):
     """A dataset file, row or value is unusable (names the file, the row and the flag)."""
 
 
+#: what a user can do about a checkpoint that does not load (the end of every such CheckpointError)
+CHECKPOINT_WAY_OUT = "to resume from the checkpoint before it (or start fresh), or drop --ckpt.load_enable"
+
+
 class CheckpointError(UserError):
     """A checkpoint is missing, truncated or does not fit the run (names the file)."""
 

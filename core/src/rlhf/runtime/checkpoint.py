@@ -26,12 +26,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlhf.errors import STORAGE_ERRNOS, CheckpointError, RunInterrupted, UserError, exception_chain, storage_error
+from rlhf.errors import (
+    CHECKPOINT_WAY_OUT,
+    STORAGE_ERRNOS,
+    CheckpointError,
+    RunInterrupted,
+    UserError,
+    exception_chain,
+    storage_error,
+)
 
 PATTERN = re.compile(r"^global_step(\d+)$")
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 #: What the user can do about a checkpoint that cannot be resumed, after "delete <dir>".
-WAY_OUT = "to resume from the checkpoint before it (or start fresh), or drop --ckpt.load_enable"
 
 log = logging.getLogger("rlhf.checkpoint")
 
@@ -205,7 +212,7 @@ def load_state(directory: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
     path = directory / "state.json"
     if not path.exists():
         raise CheckpointError(f"checkpoint {directory} has no state.json, so it is incomplete or damaged; "
-                              f"delete {directory} {WAY_OUT}")
+                              f"delete {directory} {CHECKPOINT_WAY_OUT}")
     try:
         state = json.loads(path.read_text())
         if not isinstance(state, dict) or not isinstance(state.get("step"), int):
@@ -214,5 +221,5 @@ def load_state(directory: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
         if missing:
             raise ValueError(f"no {', '.join(missing)}")
     except (OSError, ValueError) as exc:  # ValueError: bad JSON, bad bytes, a missing key
-        raise CheckpointError(f"checkpoint {path} is unreadable ({exc}); delete {directory} {WAY_OUT}") from exc
+        raise CheckpointError(f"checkpoint {path} is unreadable ({exc}); delete {directory} {CHECKPOINT_WAY_OUT}") from exc
     return state

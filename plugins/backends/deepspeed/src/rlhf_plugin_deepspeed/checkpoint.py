@@ -7,10 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlhf.errors import CheckpointError
-
-#: what a user can do about a checkpoint that does not load
-WAY_OUT = "to resume from the checkpoint before it (or start fresh), or drop --ckpt.load_enable"
+from rlhf.errors import CHECKPOINT_WAY_OUT, CheckpointError
 
 
 def load_engine(engine: Any, directory: Path, tag: str, *, universal: bool = False) -> None:
@@ -24,7 +21,7 @@ def load_engine(engine: Any, directory: Path, tag: str, *, universal: bool = Fal
     states = directory / tag
     if not any(states.glob("*model_states.pt")):
         raise CheckpointError(f"checkpoint {states} holds no DeepSpeed model states (a damaged checkpoint, or one saved "
-                              f"with --ckpt.disable_ds); delete {directory} {WAY_OUT}")
+                              f"with --ckpt.disable_ds); delete {directory} {CHECKPOINT_WAY_OUT}")
     try:
         if universal:
             from rlhf_plugin_deepspeed.universal import convert
@@ -36,7 +33,7 @@ def load_engine(engine: Any, directory: Path, tag: str, *, universal: bool = Fal
         raise CheckpointError(f"checkpoint {states} cannot be loaded: {_load_failure(exc, directory)}") from exc
     if loaded is None:
         raise CheckpointError(f"checkpoint {states} cannot be loaded: DeepSpeed found no states; "
-                              f"delete {directory} {WAY_OUT}")
+                              f"delete {directory} {CHECKPOINT_WAY_OUT}")
 
 
 _SIZE_MISMATCH = re.compile(r"size mismatch for (\S+): copying a param with shape torch.Size\((\[.*?\])\) from checkpoint, "
@@ -46,7 +43,7 @@ _SIZE_MISMATCH = re.compile(r"size mismatch for (\S+): copying a param with shap
 def _load_failure(exc: BaseException, directory: Path) -> str:
     """Why DeepSpeed could not load the checkpoint in ``directory``, and what to do, in a few words."""
     if isinstance(exc, FileNotFoundError):
-        return f"{exc.filename} is missing; delete {directory} {WAY_OUT}"
+        return f"{exc.filename} is missing; delete {directory} {CHECKPOINT_WAY_OUT}"
     mismatch = _SIZE_MISMATCH.search(str(exc))
     if mismatch:
         name, saved, current = mismatch.groups()
@@ -55,4 +52,4 @@ def _load_failure(exc: BaseException, directory: Path) -> str:
     detail = str(exc).strip().split("\n")[0].split(". ")[0][:200]
     unreadable = "PytorchStreamReader" in detail or isinstance(exc, (EOFError, pickle.UnpicklingError))
     verdict = "a file is truncated or corrupt" if unreadable else "it is damaged or does not fit this run"
-    return f"{type(exc).__name__}: {detail}; {verdict}: delete {directory} {WAY_OUT}"
+    return f"{type(exc).__name__}: {detail}; {verdict}: delete {directory} {CHECKPOINT_WAY_OUT}"

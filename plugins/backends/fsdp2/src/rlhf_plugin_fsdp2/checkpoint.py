@@ -15,10 +15,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from rlhf.errors import CheckpointError
+from rlhf.errors import CHECKPOINT_WAY_OUT, CheckpointError
 
-#: what a user can do about a checkpoint that does not load
-WAY_OUT = "to resume from the checkpoint before it (or start fresh), or drop --ckpt.load_enable"
 TRAINER_STATE = "trainer_state.pt"
 
 
@@ -46,7 +44,7 @@ def load_states(module: Any, optimizer: Any, directory: Path, tag: str) -> dict[
     missing = [name for name in (".metadata", TRAINER_STATE) if not (path / name).is_file()]
     if missing:
         raise CheckpointError(f"checkpoint {path} holds no complete FSDP2 states ({', '.join(missing)} missing: a damaged "
-                              f"checkpoint, or one saved by another --train.backend); delete {directory} {WAY_OUT}")
+                              f"checkpoint, or one saved by another --train.backend); delete {directory} {CHECKPOINT_WAY_OUT}")
     try:
         model_state, optimizer_state = get_state_dict(module, optimizer)
         states = {"model": model_state, "optimizer": optimizer_state}
@@ -57,7 +55,7 @@ def load_states(module: Any, optimizer: Any, directory: Path, tag: str) -> dict[
         cause = _first_cause(exc)
         detail = str(cause).strip().split("\n")[0][:200]
         raise CheckpointError(f"checkpoint {path} cannot be loaded ({type(cause).__name__}: {detail}): it is damaged or "
-                              f"does not fit this model; delete {directory} {WAY_OUT}") from exc
+                              f"does not fit this model; delete {directory} {CHECKPOINT_WAY_OUT}") from exc
 
 
 def _first_cause(exc: BaseException) -> BaseException:
