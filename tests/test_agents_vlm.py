@@ -36,7 +36,7 @@ def test_an_image_in_the_feedback_is_appended_through_the_vlm_processor(tiny_vlm
     from rlhf_plugin_vlm.processor import ImagePromptProcessor
 
     from rlhf.agents import load_agent_class
-    from rlhf.runtime.batch import collate_media
+    from rlhf.media import collate_media
 
     env = tmp_path / "picture_env.py"
     env.write_text(ENV)
@@ -114,7 +114,7 @@ def test_an_agent_executor_gets_the_prompts_images_and_its_calls_send_them(tiny_
     from rlhf_plugin_vlm.processor import ImagePromptProcessor
 
     from rlhf.agents import load_agent_class
-    from rlhf.runtime.batch import collate_media
+    from rlhf.media import collate_media
 
     Image.new("RGB", (56, 56), (200, 20, 20)).save(tmp_path / "red.png")
     processor = ImagePromptProcessor(str(tiny_vlm_path), "input", "images", max_images=2)

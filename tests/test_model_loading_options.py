@@ -23,7 +23,7 @@ def tiny_moe_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("implementation", ["eager", "batched_mm"])
 def test_the_trained_and_frozen_models_use_the_chosen_experts_implementation(tiny_moe_path: Path, implementation: str) -> None:
     from rlhf.config.supervised import SupervisedConfig
-    from rlhf.engines.hf_models import load_value_model
+    from rlhf.models.loading import load_value_model
     from rlhf.supervised.models import load_trained
 
     config = SupervisedConfig()

@@ -168,7 +168,7 @@ def unread_options(config_class: type[BaseModel], family: str) -> list[str]:
     unread = []
     for option in options(config_class):
         section = option[-2] if len(option) > 1 else None
-        # a plugin_flag option is read by rlhf.engines.model_extensions.active, which builds its plugin's component
+        # a plugin_flag option is read by rlhf.models.extensions.active, which builds its plugin's component
         if switched_plugin(config_class, option) in installed_extensions:
             continue
         if ".".join(option) in READ_AT_PARSE or any(

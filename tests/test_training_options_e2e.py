@@ -54,7 +54,7 @@ def test_ema_is_what_the_run_saves_and_the_best_eval_is_kept(ray_cluster, task_f
 
 def test_a_frozen_actor_stays_put_while_the_critic_trains_and_is_saved(ray_cluster, task_files, tiny_causal_lm_path,
                                                                        tiny_reward_model_path, tmp_path) -> None:
-    from rlhf.engines.hf_models import load_value_model
+    from rlhf.models.loading import load_value_model
 
     flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=2)
     flags += ["--reward.model_name_or_path", str(tiny_reward_model_path), "--rollout.n_samples_per_prompt", "2",

@@ -110,7 +110,7 @@ def test_the_reward_sits_on_the_last_model_token_when_a_trajectory_ends_with_fee
 def test_collate_media_concatenates_samples_and_zero_pads_the_other_axes():
     import numpy as np
 
-    from rlhf.runtime.batch import collate_media
+    from rlhf.media import collate_media
 
     qwen = [{"pixel_values": np.ones((16, 6)), "image_grid_thw": np.array([[1, 4, 4]]), "images": [b"png"]},
             None, {"pixel_values": np.full((32, 6), 2.0), "image_grid_thw": np.array([[1, 4, 4], [1, 4, 4]])}]

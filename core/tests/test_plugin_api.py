@@ -3,10 +3,13 @@ that changes or disappears without a version bump fails here; an addition asks f
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
+from pathlib import Path
 
 import rlhf
-from rlhf.plugin_api import compare, snapshot_path, surface
+from rlhf.plugin_api import PUBLIC_MODULES, compare, snapshot_path, surface
 
 REGENERATE = "python -m rlhf.plugin_api --write"
 
@@ -32,3 +35,39 @@ def test_a_changed_signature_is_detected() -> None:
     assert compare(edited, snapshot) == (["rlhf.ops.new_helper"], ["rlhf.ops.masked_mean"], ["rlhf.ops.as_float"])
     assert snapshot["rlhf.components.PolicyLoss.token_level"] == "attribute: ClassVar[bool]"
     assert snapshot["rlhf.registry.ComponentKind.KL_ESTIMATOR"] == "'kl_estimator'"
+
+
+IMPORT = re.compile(r"^\s*(?:from\s+(rlhf(?:\.\w+)*)\s+import\s+\(?([\w\s,]*)|import\s+(rlhf\.[\w.]+))", re.MULTILINE)
+
+
+def rlhf_modules_imported(source: str) -> set[str]:
+    """The rlhf modules a source file imports, at module top or inside functions (``from rlhf import x`` counts
+    as ``rlhf.x`` when ``x`` is a module)."""
+    modules = set()
+    for package, names, module in IMPORT.findall(source):
+        if module:
+            modules.add(module)
+            continue
+        modules.add(package)
+        for name in (n.strip() for n in names.split(",")):
+            if name and importlib.util.find_spec(package) and importlib.util.find_spec(package).submodule_search_locations \
+                    and importlib.util.find_spec(f"{package}.{name}"):
+                modules.add(f"{package}.{name}")
+    return modules
+
+
+def test_first_party_plugins_and_templates_import_only_the_public_api() -> None:
+    """What a third party copies (a first-party package's code, or a `rlhf plugin new` template) builds on
+    public modules only; a plugin's own tests may use internals to build a run."""
+    root = Path(__file__).resolve().parents[2]
+    sources = [*root.glob("plugins/*/*/src/**/*.py"), *(root / "core/src/rlhf/templates").rglob("*.py.tmpl")]
+    assert len(sources) > 100
+    offending = {f"{path.relative_to(root)}: {module}" for path in sources
+                 for module in rlhf_modules_imported(path.read_text()) if module not in PUBLIC_MODULES}
+    assert not offending, "non-public rlhf modules (docs/plugin-api.md lists the public ones):\n" + "\n".join(sorted(offending))
+
+
+def test_the_import_scan_sees_every_form_of_import() -> None:
+    source = ("import rlhf.runtime.controller\nfrom rlhf import ops, hookimpl\n"
+              "def f():\n    from rlhf.config.ppo import (\n        PPOConfig,\n    )\n")
+    assert rlhf_modules_imported(source) == {"rlhf.runtime.controller", "rlhf", "rlhf.ops", "rlhf.config.ppo"}

@@ -31,7 +31,7 @@ def test_a_packed_row_restarts_position_ids_for_every_sample() -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_packed_and_padded_give_the_same_logprobs_values_and_rewards(seed: int, tiny_causal_lm_path: Path,
                                                                      tiny_reward_model_path: Path) -> None:
-    from rlhf.engines.hf_models import load_causal_lm, load_value_model, token_values
+    from rlhf.models.loading import load_causal_lm, load_value_model, token_values
 
     prompts, responses = random_samples(seed, 6)
     padded, packed = pack(prompts, responses, 3), pack(prompts, responses, 3, packed=True)

@@ -11,8 +11,8 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 from rlhf.config.base import ConfigError
 from rlhf.data.conversations import conversation, preference_pair, prompt_response
-from rlhf.engines.hf_models import token_values
 from rlhf.errors import DataError
+from rlhf.models.loading import token_values
 from rlhf.supervised.batch import at_last_token, collate, per_sample_sum, token_logprobs
 
 

@@ -23,7 +23,7 @@ def add_lora_parser(sub: Any) -> None:
 
 
 def run_lora_command(args: Any) -> int:
-    from rlhf.engines.lora import merge_adapter
+    from rlhf.models.lora import merge_adapter
 
     out = merge_adapter(args.model_path, args.lora_path, args.output_path, is_rm=args.is_rm, dtype=args.param_dtype)
     print(f"merged {args.lora_path} into {args.model_path}: {out}")

@@ -60,7 +60,7 @@ def flag(
 
 def plugin_flag(plugin: str, default: Any = None, help: str = "", **shape: Any) -> Any:
     """A :func:`flag` the core keeps (OpenRLHF's name) but the model plugin registered as ``plugin``
-    implements (:mod:`rlhf.engines.model_extensions`); setting it without that plugin loaded is an
+    implements (:mod:`rlhf.models.extensions`); setting it without that plugin loaded is an
     error that says what to install. ``shape``: :func:`flag`'s keyword arguments."""
     field = flag(default, help, **shape)
     field.json_schema_extra["plugin"] = plugin

@@ -11,6 +11,8 @@ from rlhf.config.base import ConfigError
 from rlhf.config.checks import parse_probabilities
 from rlhf.errors import DataError
 
+__all__ = ["load_source", "load_mixed", "row_value", "text_value"]
+
 
 def load_source(source: str, split: str, flag: str) -> Any:
     """One ``datasets.Dataset`` from a file, a ``save_to_disk`` dir (its ``split``) or a hub name.

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlhf.media import collate_media
+
 if TYPE_CHECKING:
     import torch
 
@@ -54,29 +56,6 @@ def worker_payload(samples: list[Sample]) -> dict[str, list | None]:
     if any(s.action_mask is not None for s in samples):  # multi-turn: environment tokens are not trained on
         payload["action_masks"] = [s.action_mask for s in samples]
     return payload
-
-
-def collate_media(media: list[dict[str, Any] | None]) -> dict[str, Any]:
-    """Model inputs of the samples' media: every array concatenated along its first axis, in sample order,
-    other axes zero-padded to the largest (Qwen-VL: ``pixel_values`` (patches, features), ``image_grid_thw``
-    (images, 3); Idefics3: ``pixel_values`` (1, images, 3, H, W), whose all-zero padding images the model
-    skips). ``images`` (the encoded images, for engines that run their own processor) is not a model
-    input. Samples without media add nothing. A processor plugin returns media in this layout."""
-    import numpy as np
-    import torch
-
-    present = [m for m in media if m]
-    if not present:
-        return {}
-    out = {}
-    for key in present[0]:
-        if key == "images":
-            continue
-        arrays = [np.asarray(m[key]) for m in present]
-        widest = np.max([a.shape for a in arrays], axis=0)
-        arrays = [np.pad(a, [(0, 0)] + [(0, int(w) - n) for w, n in zip(widest[1:], a.shape[1:])]) for a in arrays]
-        out[key] = torch.from_numpy(np.concatenate(arrays))
-    return out
 
 
 @dataclass

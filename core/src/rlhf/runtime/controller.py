@@ -69,7 +69,7 @@ class PPOController:
     def _check_sources(self) -> None:
         """Model directories and the resumed ``state.json``, in the CLI process before Ray starts, so a
         wrong path costs one line and a second. Caps ``--data.max_len`` at the actor's positions."""
-        from rlhf.engines.hf_models import check_model_source
+        from rlhf.models.loading import check_model_source
         from rlhf.runtime.rollout import rollout_engine_class
         from rlhf.runtime.weight_sync import backend_for
 
@@ -94,7 +94,7 @@ class PPOController:
     def _check_data(self) -> None:
         """The tokenizer and every prompt row (the CLI process; the rows' errors name file and row)."""
         from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
-        from rlhf.engines.hf_models import load_tokenizer
+        from rlhf.models.loading import load_tokenizer
 
         cfg = self.config
         self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path",

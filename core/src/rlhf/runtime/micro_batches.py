@@ -83,7 +83,7 @@ def packed_forward(config: Any) -> bool:
     """
     if not config.ds.packing_samples:
         return False
-    from rlhf.engines.hf_models import attn_implementation
+    from rlhf.models.loading import attn_implementation
 
     if attn_implementation(config.ds.attn_implementation).startswith("flash"):
         return True

@@ -15,7 +15,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from rlhf.engines.hf_models import token_id
+from rlhf.models.loading import token_id
 from rlhf.runtime.worker_group import BaseWorker
 
 
@@ -65,7 +65,7 @@ class _ModelWorker(BaseWorker):
 
     def _load(self, role: str, path: str, default: Any) -> Any:
         """The model of ``role`` through the model plugins this run switched on (Liger, ring attention, VLM)."""
-        from rlhf.engines.model_extensions import active, load_model
+        from rlhf.models.extensions import active, load_model
 
         return load_model(active(self.config, self.plugins.registry), role, self.config, path, default)
 
@@ -188,7 +188,7 @@ class ReferenceWorker(_CausalLMWorker):
     role = "ref"
 
     def setup(self, master_addr: str, master_port: int) -> None:
-        from rlhf.engines.hf_models import dtype_of, load_causal_lm
+        from rlhf.models.loading import dtype_of, load_causal_lm
 
         self._init_common(master_addr, master_port)
         ds, path = self.config.ds, self.config.actor.model_name_or_path
@@ -208,7 +208,7 @@ class PolicyWorker(_CausalLMWorker):
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
         from rlhf.components import build
-        from rlhf.engines.hf_models import dtype_of, load_causal_lm
+        from rlhf.models.loading import dtype_of, load_causal_lm
         from rlhf.registry import ComponentKind as K
         from rlhf.runtime.policy_objective import ObjectiveSettings
 
@@ -218,7 +218,7 @@ class PolicyWorker(_CausalLMWorker):
         self.settings = ObjectiveSettings.from_config(cfg, self.plugins.registry)  # builds the KL estimator once
 
         def load() -> Any:
-            from rlhf.engines.lora import apply_lora, quantization_kwargs
+            from rlhf.models.lora import apply_lora, quantization_kwargs
 
             model = load_causal_lm(cfg.actor.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation,
                                    experts=cfg.ds.experts_implementation, **quantization_kwargs(cfg.ds))
@@ -301,7 +301,7 @@ class PolicyWorker(_CausalLMWorker):
         """All ranks call this (ZeRO-3 gathers collectively); rank 0 returns the full CPU state dict
         under HF names (with LoRA: the base weights with the adapters folded in), the others None.
         Ray serialises it into the object store as the method returns, before any further step."""
-        from rlhf.engines.lora import is_peft, merged_state_dict
+        from rlhf.models.lora import is_peft, merged_state_dict
 
         module = self.model.module
         if is_peft(module):

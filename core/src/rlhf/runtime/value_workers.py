@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlhf.engines.hf_models import token_id
+from rlhf.models.loading import token_id
 from rlhf.runtime.model_workers import _ModelWorker, while_awake
 
 
@@ -21,7 +21,7 @@ class _ValueWorker(_ModelWorker):
 
     def _action_values(self, batch: Any) -> Any:
         """Values of the prefix before each action token, ``(B, T)``."""
-        from rlhf.engines.hf_models import token_values
+        from rlhf.models.loading import token_values
 
         values = token_values(self.model.module, head=self.head, **batch.model_inputs())
         return batch.at_actions(values) * batch.action_mask
@@ -31,7 +31,7 @@ class RewardModelWorker(_ValueWorker):
     role = "reward"
 
     def setup(self, master_addr: str, master_port: int, path: str) -> None:
-        from rlhf.engines.hf_models import dtype_of, load_value_model
+        from rlhf.models.loading import dtype_of, load_value_model
 
         self._init_common(master_addr, master_port)
         self.head = self.config.ds.value_head_prefix
@@ -54,7 +54,7 @@ class RewardModelWorker(_ValueWorker):
 
     def rewards(self, payload: dict[str, list]) -> list[float]:
         """The head's value at the last token of each prompt+response: one reward per sample."""
-        from rlhf.engines.hf_models import token_values
+        from rlhf.models.loading import token_values
 
         def compute(batch: Any) -> Any:
             values = token_values(self.model.module, head=self.head, **batch.model_inputs())
@@ -70,13 +70,13 @@ class CriticWorker(_ValueWorker):
     role = "critic"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
-        from rlhf.engines.hf_models import dtype_of, load_value_model
+        from rlhf.models.loading import dtype_of, load_value_model
 
         self._init_common(master_addr, master_port)
         cfg = self.config
         self.head = cfg.ds.value_head_prefix
         def load() -> Any:
-            from rlhf.engines.lora import apply_lora, quantization_kwargs
+            from rlhf.models.lora import apply_lora, quantization_kwargs
 
             model = load_value_model(cfg.critic.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, self.head,
                                      experts=cfg.ds.experts_implementation, gathered=self.backend.gathered,
@@ -119,7 +119,7 @@ class CriticWorker(_ValueWorker):
     def save_hf(self, directory: str) -> None:
         """``--critic.save_value_network``: the critic as an HF model with its value head (loadable as a
         reward model) and the actor's tokenizer; every rank calls this (the gather is collective)."""
-        from rlhf.engines.hf_models import load_tokenizer
+        from rlhf.models.loading import load_tokenizer
         from rlhf.supervised.models import save_final
 
         tokenizer = load_tokenizer(self.config.actor.model_name_or_path, "--actor.model_name_or_path")

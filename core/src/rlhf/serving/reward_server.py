@@ -21,8 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rlhf.engines.hf_models import check_model_source
 from rlhf.errors import ConfigError
+from rlhf.models.loading import check_model_source
 from rlhf.plugins import PluginHost
 from rlhf.reward_output import non_finite_samples
 

@@ -46,8 +46,8 @@ def supervised_flag(field: str) -> str:
 def load_trained(config: Any, *, value_head: str | None, gathered: Any = None) -> Any:
     """The trained model: a causal LM, or (``value_head`` set) a model with that one-output head;
     gradient checkpointing and LoRA per the config. ``gathered``: the backend's, for a new head's init."""
-    from rlhf.engines.hf_models import dtype_of, load_causal_lm, load_value_model
-    from rlhf.engines.lora import apply_lora, quantization_kwargs
+    from rlhf.models.loading import dtype_of, load_causal_lm, load_value_model
+    from rlhf.models.lora import apply_lora, quantization_kwargs
 
     path = config.model.model_name_or_path  # checked by SupervisedTrainer.run before anything loads
     attn, extra = config.ds.attn_implementation, {**quantization_kwargs(config.ds), "experts": config.ds.experts_implementation}
@@ -68,7 +68,7 @@ def trained_model(backend: Any, config: Any, plugins: Any, world_size: int, num_
     selected optimizer and scheduler."""
     from rlhf.components import build
     from rlhf.config.checks import check_optimizer
-    from rlhf.engines.model_extensions import active, load_model
+    from rlhf.models.extensions import active, load_model
     from rlhf.registry import ComponentKind as K
 
     section = optimizer_section(config)
@@ -85,7 +85,7 @@ def trained_model(backend: Any, config: Any, plugins: Any, world_size: int, num_
 
 def frozen_model(backend: Any, config: Any, path: str, offload: bool) -> Any:
     """An evaluated-only causal LM (reference, teacher): sharded when training is, offloadable."""
-    from rlhf.engines.hf_models import dtype_of, load_causal_lm
+    from rlhf.models.loading import dtype_of, load_causal_lm
 
     def load() -> Any:
         return load_causal_lm(path, dtype_of(config), config.ds.attn_implementation, experts=config.ds.experts_implementation)
@@ -104,7 +104,7 @@ def save_final(model: Any, tokenizer: Any, output_dir: Path, rank: int, config_u
     """
     import torch.distributed as dist
 
-    from rlhf.engines.lora import is_peft
+    from rlhf.models.lora import is_peft
     from rlhf.runtime.checkpoint import published
 
     module = model.module

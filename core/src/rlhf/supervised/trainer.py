@@ -23,6 +23,8 @@ from typing import Any, ClassVar, NamedTuple
 from rlhf.config.base import ConfigError
 from rlhf.config.supervised import SupervisedConfig
 
+__all__ = ["LossParts", "SupervisedTrainer"]
+
 log = logging.getLogger("rlhf.supervised")
 
 
@@ -78,11 +80,11 @@ class SupervisedTrainer:
             raise ConfigError(f"--ds.tensor_parallel_size {tp} does not divide the launcher's WORLD_SIZE {world}")
         check_global_batch(config.train.batch_size, config.train.micro_batch_size, world // tp,
                            "the launcher's WORLD_SIZE / --ds.tensor_parallel_size")
-        from rlhf.engines.training_backend import check_backend_config
+        from rlhf.models.training_backend import check_backend_config
 
         check_backend_config(config, plugins.registry)
         if config.ds.load_in_4bit:
-            from rlhf.engines.lora import check_4bit
+            from rlhf.models.lora import check_4bit
 
             check_4bit(config.ds)
         return config
@@ -109,7 +111,7 @@ class SupervisedTrainer:
         raise NotImplementedError
 
     def setup(self) -> None:
-        """Called once per trainer process after the trained and frozen engines are loaded, before
+        """Called once per trainer process after the trained and frozen models are loaded, before
         resume and the first step (cross-model checks, e.g. a teacher's vocabulary)."""
 
     def step_finished(self, metrics: dict[str, float]) -> dict[str, float]:
@@ -149,8 +151,8 @@ class SupervisedTrainer:
     def run(self) -> None:
         import torch
 
-        from rlhf.engines.hf_models import check_model_source, load_tokenizer, seed_process
-        from rlhf.engines.training_backend import training_backend
+        from rlhf.models.loading import check_model_source, load_tokenizer, seed_process
+        from rlhf.models.training_backend import training_backend
         from rlhf.supervised.models import frozen_model, join_process_group, trained_model
 
         cfg = self.config
@@ -175,7 +177,7 @@ class SupervisedTrainer:
         self.model = trained_model(self.backend, cfg, self.plugins, self.dp_size, total, value_head=self.value_head)
         self.device = self.model.device
         if cfg.ds.packing_samples and self.rank == 0:
-            from rlhf.engines.hf_models import attn_implementation
+            from rlhf.models.loading import attn_implementation
 
             if not attn_implementation(cfg.ds.attn_implementation).startswith("flash"):
                 log.warning("--ds.packing_samples without flash-attn: the packed row gets a full block-diagonal mask, "

@@ -179,7 +179,7 @@ def test_an_agent_executor_class_drives_the_engine_itself(engine, tiny_causal_lm
 
 def test_episodes_run_concurrently() -> None:
     """Environments that wait (an HTTP call, a sandbox) overlap: 20 episodes of 2 turns make 2 engine calls, not 40."""
-    from rlhf.runtime.agent_engine import EngineClient
+    from rlhf.agents.executors import EngineClient
 
     class InstantEngines:
         def generate(self, requests, temperature, top_p):
@@ -242,7 +242,7 @@ def test_an_unsupported_sampling_param_fails_the_episode_naming_it(engine, tiny_
 def test_sampling_params_objects_count_only_fields_changed_from_their_defaults() -> None:
     from vllm import SamplingParams
 
-    from rlhf.runtime.agent_engine import UnsupportedSampling, turn_sampling
+    from rlhf.agents.executors import UnsupportedSampling, turn_sampling
 
     assert turn_sampling(SamplingParams(max_tokens=3, temperature=0.5, seed=1), "x") == \
         {"max_tokens": 3, "temperature": 0.5, "top_p": 1.0}

@@ -2,8 +2,7 @@
 
 from rlhf_plugin_dapo.filtering import DynamicFilter
 
-from rlhf.config.ppo import PPOConfig
-from rlhf.testing.conformance import SampleFilterKit
+from rlhf.testing.conformance import SampleFilterKit, ppo_config
 
 
 class TestDynamicFilter(SampleFilterKit):
@@ -12,4 +11,4 @@ class TestDynamicFilter(SampleFilterKit):
 
 class TestDynamicFilterDroppingZeroVariance(TestDynamicFilter):
     def run_config(self):
-        return PPOConfig(plugins={"dapo": {"drop_zero_variance": True}})
+        return ppo_config(plugins={"dapo": {"drop_zero_variance": True}})

@@ -7,7 +7,7 @@ import torch
 from rlhf_plugin_dapo import DAPO_PRESET
 from rlhf_plugin_dapo.filtering import DynamicFilter
 
-from rlhf.config.ppo import PPOConfig
+from rlhf.testing.conformance import ppo_config
 
 
 def test_keeps_groups_strictly_inside_the_range() -> None:
@@ -18,12 +18,12 @@ def test_keeps_groups_strictly_inside_the_range() -> None:
 
 
 def test_options_come_from_the_plugin_namespace() -> None:
-    cfg = PPOConfig(plugins={"dapo": {"drop_zero_variance": True}})
+    cfg = ppo_config(plugins={"dapo": {"drop_zero_variance": True}})
     cfg.algo.dynamic_filtering_range = [0.1, 0.9]
     made = DynamicFilter.from_config(cfg)
     assert (made.low, made.high, made.drop_zero_variance) == (0.1, 0.9, True)
     with pytest.raises(ValueError, match="drop_zero_varianse"):
-        DynamicFilter.from_config(PPOConfig(plugins={"dapo": {"drop_zero_varianse": True}}))
+        DynamicFilter.from_config(ppo_config(plugins={"dapo": {"drop_zero_varianse": True}}))
 
 
 def test_preset_is_the_published_recipe() -> None:

@@ -8,14 +8,14 @@ import pytest
 import torch
 from rlhf_plugin_liger.kernels import Liger
 
-from rlhf.config.ppo import PPOConfig
 from rlhf.errors import ConfigError
+from rlhf.testing.conformance import ppo_config
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-machine error")
 def test_cpu_machine_gets_an_error_naming_the_flag() -> None:
     with pytest.raises(ConfigError, match=r"--ds.use_liger_kernel: Liger's kernels are Triton GPU kernels .* no CUDA GPU"):
-        Liger().prepare("actor", PPOConfig())
+        Liger().prepare("actor", ppo_config())
 
 
 @pytest.mark.gpu
@@ -23,7 +23,7 @@ def test_cpu_machine_gets_an_error_naming_the_flag() -> None:
 def test_patched_model_gives_the_same_logits(tiny_causal_lm_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    config = PPOConfig()
+    config = ppo_config()
     plain = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path, dtype=torch.float32).cuda()
     patched = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path, dtype=torch.float32).cuda()
     Liger().prepare("actor", config)

@@ -11,13 +11,13 @@ import pytest
 import torch
 from rlhf_plugin_ring_attn.ring import RingAttention
 
-from rlhf.config.ppo import PPOConfig
 from rlhf.errors import ConfigError
+from rlhf.testing.conformance import ppo_config
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-machine error")
 def test_cpu_machine_gets_an_error_naming_the_flag() -> None:
-    config = PPOConfig()
+    config = ppo_config()
     config.ds.ring_attn_size = 2
     with pytest.raises(ConfigError, match=r"--ds.ring_attn_size 2: ring attention .* no CUDA GPU .* --ds.ring_attn_size 1"):
         RingAttention().prepare("actor", config)
@@ -25,19 +25,19 @@ def test_cpu_machine_gets_an_error_naming_the_flag() -> None:
 
 def test_a_ring_of_one_changes_nothing() -> None:
     extension = RingAttention()
-    extension.prepare("actor", PPOConfig())
+    extension.prepare("actor", ppo_config())
     model = torch.nn.Linear(2, 2)
-    assert extension.wrap(model, "actor", PPOConfig()) is model
+    assert extension.wrap(model, "actor", ppo_config()) is model
 
 
 RING_CHECK = '''
 import sys, torch, torch.distributed as dist
 from transformers import AutoModelForCausalLM
 from rlhf_plugin_ring_attn.ring import RingAttention
-from rlhf.config.ppo import PPOConfig
+from rlhf.testing.conformance import ppo_config
 from rlhf.runtime.batch import pack
 dist.init_process_group("nccl"); rank = dist.get_rank(); torch.cuda.set_device(rank)
-config = PPOConfig(); config.ds.ring_attn_size = 2
+config = ppo_config(); config.ds.ring_attn_size = 2
 gen = torch.Generator().manual_seed(rank)
 prompts = [torch.randint(10, 300, (n,), generator=gen).tolist() for n in (7, 19, 4)]
 batch = pack(prompts, [[11, 12, 13]] * 3, 0, packed=True)

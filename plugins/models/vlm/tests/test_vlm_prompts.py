@@ -93,7 +93,7 @@ def test_image_tokens_count_toward_max_len_and_dropped_rows_are_counted(processo
 def test_idefics3_rows_go_through_the_models_own_processor(tiny_idefics3_path, tmp_path) -> None:
     from transformers import AutoModelForImageTextToText
 
-    from rlhf.runtime.batch import collate_media
+    from rlhf.media import collate_media
 
     processor = ImagePromptProcessor(str(tiny_idefics3_path), "input", "images", max_images=1)
     out = processor.process({"input": "colour?", "images": [str(square(tmp_path / "a.png"))]})

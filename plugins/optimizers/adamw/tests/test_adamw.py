@@ -8,11 +8,11 @@ import pytest
 import torch
 from rlhf_plugin_adamw.optim import AdamW, CosineWithMinLR
 
-from rlhf.config.ppo import PPOConfig
+from rlhf.testing.conformance import ppo_config
 
 
 def test_deepspeed_block_uses_the_actor_flags() -> None:
-    cfg = PPOConfig()
+    cfg = ppo_config()
     assert AdamW().deepspeed_config(cfg.actor) == {
         "type": "AdamW", "params": {"lr": 1e-6, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}
     }
@@ -20,7 +20,7 @@ def test_deepspeed_block_uses_the_actor_flags() -> None:
 
 
 def test_schedule_warms_up_then_decays_to_the_floor() -> None:
-    cfg = PPOConfig()
+    cfg = ppo_config()
     cfg.actor.adam.lr = 1e-3
     param = torch.nn.Parameter(torch.zeros(2))
     optimizer = AdamW().build([param], cfg.actor)

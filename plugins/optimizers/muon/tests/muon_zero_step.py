@@ -16,11 +16,11 @@ from rlhf_plugin_deepspeed.backend import DeepSpeedBackend, full_state_dict, zer
 from rlhf_plugin_deepspeed.config import optimizer_train_config  # noqa: E402
 from rlhf_plugin_muon.optim import Muon  # noqa: E402
 
-from rlhf.config.ppo import PPOConfig  # noqa: E402
-from rlhf.engines.hf_models import load_causal_lm  # noqa: E402
+from rlhf.models.loading import load_causal_lm  # noqa: E402
+from rlhf.testing.conformance import ppo_config  # noqa: E402
 
 model_dir, stage, out_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-cfg = PPOConfig()
+cfg = ppo_config()
 DeepSpeedBackend(cfg).init_distributed()
 rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
 cfg.ds.zero_stage, cfg.ds.param_dtype = stage, "fp32"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rlhf_plugin_format.pattern import FormatOptions, FormatReward
 
-from rlhf.config.ppo import PPOConfig
+from rlhf.testing.conformance import ppo_config
 
 
 def test_think_answer_structure() -> None:
@@ -15,7 +15,7 @@ def test_think_answer_structure() -> None:
 
 
 def test_pattern_from_plugin_options() -> None:
-    reward = FormatReward.from_config(PPOConfig(plugins={"format": {"pattern": r"\d+"}}))
+    reward = FormatReward.from_config(ppo_config(plugins={"format": {"pattern": r"\d+"}}))
     assert reward(["Q12", "Q1a"], ["Q", "Q"], [None, None]) == [1.0, 0.0]
     with pytest.raises(ValueError, match="not a valid regular expression"):
         FormatOptions(pattern="(")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from rlhf_plugin_length_penalties import OverlongPenalty, StopProperlyPenalty
 
-from rlhf.config.ppo import PPOConfig
+from rlhf.testing.conformance import ppo_config
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -30,7 +30,7 @@ def test_stop_properly_penalty_scales_or_replaces_truncated_rewards() -> None:
 
 
 def test_enabled_by_their_flags() -> None:
-    cfg = PPOConfig()
+    cfg = ppo_config()
     assert not OverlongPenalty.from_config(cfg).active and not StopProperlyPenalty.from_config(cfg).active
     cfg.reward.overlong_buffer_len, cfg.rollout.max_new_tokens = 4, 16
     shaper = OverlongPenalty.from_config(cfg)

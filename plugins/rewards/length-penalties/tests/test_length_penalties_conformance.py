@@ -2,8 +2,7 @@
 
 from rlhf_plugin_length_penalties import OverlongPenalty, StopProperlyPenalty
 
-from rlhf.config.ppo import PPOConfig
-from rlhf.testing.conformance import RewardShaperKit
+from rlhf.testing.conformance import RewardShaperKit, ppo_config
 
 
 class TestOverlongPenalty(RewardShaperKit):
@@ -11,7 +10,7 @@ class TestOverlongPenalty(RewardShaperKit):
     max_length = 16
 
     def run_config(self):
-        config = PPOConfig()
+        config = ppo_config()
         config.reward.overlong_buffer_len, config.rollout.max_new_tokens = 4, 16
         return config
 
@@ -20,13 +19,13 @@ class TestStopProperlyScale(RewardShaperKit):
     component, plugin_module, registered_name = StopProperlyPenalty, "rlhf_plugin_length_penalties", "stop_properly_penalty"
 
     def run_config(self):
-        config = PPOConfig()
+        config = ppo_config()
         config.reward.stop_properly_penalty_coef = 0.5
         return config
 
 
 class TestStopProperlyReplace(TestStopProperlyScale):
     def run_config(self):
-        config = PPOConfig()
+        config = ppo_config()
         config.reward.stop_properly_penalty_coef = -1.0
         return config

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from rlhf_plugin_reward_func.file_reward import RewardFuncFile
 
-from rlhf.config.ppo import PPOConfig
 from rlhf.errors import RewardSourceError
-from rlhf.testing.conformance import RewardFunctionKit
+from rlhf.testing.conformance import RewardFunctionKit, ppo_config
 
 
 def write(tmp_path: Path, source: str, name: str = "reward.py") -> Path:
@@ -161,7 +160,7 @@ class TestRewardFuncFileContract(RewardFunctionKit):
     def teardown_class(cls) -> None:
         shutil.rmtree(cls.directory, ignore_errors=True)
 
-    def run_config(self) -> PPOConfig:
-        config = PPOConfig()
+    def run_config(self):
+        config = ppo_config()
         config.reward.remote_url = str(self.directory / "reward.py")
         return config

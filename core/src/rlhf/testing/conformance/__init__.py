@@ -18,7 +18,7 @@ A broken property raises :class:`ConformanceFailure`, whose one-line message nam
 the property, the smallest input that shows it, and what went wrong.
 """
 
-from rlhf.testing.conformance._core import ComponentKit, ConformanceFailure, check_import_is_light, check_picklable
+from rlhf.testing.conformance._core import ComponentKit, ConformanceFailure, check_import_is_light, check_picklable, ppo_config
 from rlhf.testing.conformance.backends import (
     RolloutEngineKit,
     WeightSyncTransportKit,
@@ -54,6 +54,7 @@ from rlhf.testing.conformance.rewards import RewardFunctionKit, RewardShaperKit,
 from rlhf.testing.conformance.training import TrainingBackendKit, check_training_backend
 
 __all__ = [
+    "ppo_config",
     "RolloutEngineKit",
     "WeightSyncTransportKit",
     "check_rollout_engine",

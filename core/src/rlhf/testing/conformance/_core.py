@@ -116,11 +116,13 @@ def check_registers(kind: ComponentKind, module: str, name: str) -> Any:
         raise fail(label, "registers its name", f"the registered target does not load: {exc}") from None
 
 
-def default_config() -> Any:
-    """The defaults of ``rlhf train ppo``: what ``from_config`` receives when no flag is set."""
+def ppo_config(**fields: Any) -> Any:
+    """A run config of ``rlhf train ppo``, what ``from_config`` receives: the defaults, with ``fields`` set as a
+    YAML config sets them (``ppo_config(plugins={"mine": {"scale": 0.1}}, algo={"kl": {"init_coef": 0.0}})``).
+    The result is mutable (``config.ds.zero_stage = 2``)."""
     from rlhf.config.ppo import PPOConfig
 
-    return PPOConfig()
+    return PPOConfig(**fields)
 
 
 class ComponentKit:
@@ -139,7 +141,7 @@ class ComponentKit:
 
     def run_config(self) -> Any:
         """The config handed to ``from_config``; override to set flags or plugin options."""
-        return default_config()
+        return ppo_config()
 
     def make_component(self) -> Any:
         from rlhf.components import build

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlhf.registry import ComponentKind
-from rlhf.testing.conformance._core import ComponentKit, check_picklable, default_config, fail, first_failure
+from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, ppo_config
 
 ENGINE = ComponentKind.ROLLOUT_ENGINE.label
 TRANSPORT = ComponentKind.WEIGHT_SYNC_TRANSPORT.label
@@ -40,7 +40,7 @@ def check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, 
     if not isinstance(getattr(engine_class, "in_training_rank", None), bool):
         raise fail(ENGINE, "traits", "in_training_rank must be a bool class attribute")
     check_picklable(ENGINE, engine_class)
-    engine = engine_class(str(model_path), "fp32", 128, 0, config or default_config().model_dump(mode="json"))
+    engine = engine_class(str(model_path), "fp32", 128, 0, config or ppo_config().model_dump(mode="json"))
     reference = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32).eval()
     requests = [{"prompt_ids": [5, 40, 41, 42], "max_tokens": 6, "seed": 3},
                 {"prompt_ids": [7, 8], "max_tokens": 1, "seed": 4},
@@ -133,7 +133,7 @@ def check_weight_sync_transport(transport_class: type, config: Any = None) -> No
 
     if not isinstance(getattr(transport_class, "auto_preference", None), int):
         raise fail(TRANSPORT, "traits", "auto_preference must be an int class attribute")
-    config = config if config is not None else default_config()
+    config = config if config is not None else ppo_config()
     for cuda in (False, True):
         reason = transport_class.unavailable_reason(config, cuda)
         if reason is not None and not (isinstance(reason, str) and reason):

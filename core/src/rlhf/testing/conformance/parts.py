@@ -9,7 +9,7 @@ from typing import Any
 
 from rlhf.registry import ComponentKind
 from rlhf.testing.conformance import tensors as tt
-from rlhf.testing.conformance._core import ComponentKit, check_picklable, default_config, fail, first_failure, show
+from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, ppo_config, show
 
 FILTER = ComponentKind.SAMPLE_FILTER.label
 AGENT = ComponentKind.AGENT_EXECUTOR.label
@@ -210,7 +210,7 @@ def check_optimizer(factory: Any, section: Any = None) -> None:
 
 
 def _trained_section() -> Any:
-    return default_config().actor
+    return ppo_config().actor
 
 
 def check_scheduler(factory: Any, section: Any = None, num_training_steps: int = 20) -> None:
@@ -260,7 +260,7 @@ def check_model_loader(loader: Any, model_path: Any, role: str = "actor", config
     """``load(path, role, config)`` gives a torch module whose forward pass on a few token ids is finite; picklable."""
     import torch
 
-    model = loader.load(str(model_path), role, config if config is not None else default_config())
+    model = loader.load(str(model_path), role, config if config is not None else ppo_config())
     if not isinstance(model, torch.nn.Module):
         raise fail(LOADER, "load", f"returned {type(model).__name__}, expected a torch.nn.Module", f"role {role!r}")
     with torch.no_grad():

@@ -106,13 +106,13 @@ def check_lifecycle_observer(module: str, run_dir: Path, config: Any = None) -> 
     """The module implements at least one lifecycle hook, loads into a host, and a whole run's worth of
     lifecycle calls (worker init, start, steps, checkpoint save and load, end: completed and failed)
     goes through without raising; what it stores in a checkpoint's ``state`` is JSON."""
-    from rlhf.testing.conformance._core import default_config
+    from rlhf.testing.conformance._core import ppo_config
 
     implemented = [h for h in LIFECYCLE_HOOKS if callable(getattr(importlib.import_module(module), h, None))]
     if not implemented:
         raise fail(OBSERVER, "implements a lifecycle hook", f"{module} defines none of {', '.join(LIFECYCLE_HOOKS)}")
     host = load_plugin(module, OBSERVER)
-    config = config if config is not None else default_config()
+    config = config if config is not None else ppo_config()
     checkpoint = run_dir / "checkpoint"
     checkpoint.mkdir(parents=True, exist_ok=True)
     state: dict[str, Any] = {}
@@ -149,9 +149,9 @@ class LifecycleObserverKit:
         return self.plugin_module
 
     def run_config(self) -> Any:
-        from rlhf.testing.conformance._core import default_config
+        from rlhf.testing.conformance._core import ppo_config
 
-        return default_config()
+        return ppo_config()
 
     def test_import_is_light(self) -> None:
         check_import_is_light(OBSERVER, self._module())

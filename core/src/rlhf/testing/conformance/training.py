@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.registry import ComponentKind
-from rlhf.testing.conformance._core import ComponentKit, check_picklable, default_config, first_failure
+from rlhf.testing.conformance._core import ComponentKit, check_picklable, first_failure, ppo_config
 
 BACKEND = ComponentKind.TRAINING_BACKEND.label
 #: fp32 tolerance between a backend's weights and plain torch's after the same steps
@@ -46,7 +46,7 @@ class _Constant:
 
 def kit_config(config: Any = None) -> Any:
     """The run config the kit trains with: fp32, micro-batches of 2, two of them per optimizer step."""
-    config = config if config is not None else default_config()
+    config = config if config is not None else ppo_config()
     config.ds.param_dtype, config.ds.attn_implementation = "fp32", "eager"
     config.train.micro_batch_size, config.train.batch_size = MICRO, 2 * MICRO
     config.actor.max_norm = MAX_NORM

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlhf.agents import AgentExecutorBase, AgentInstanceBase, load_agent_class
-from rlhf.runtime.agent_engine import AsyncAgentExecutor, UnsupportedSampling, run_processor, turn_sampling
+from rlhf.agents.executors import AsyncAgentExecutor, UnsupportedSampling, run_processor, turn_sampling
 
 
 class MultiTurnOptions(BaseModel):
@@ -82,7 +82,7 @@ class MultiTurnExecutor(AsyncAgentExecutor):
         return out["ids"], out["media"]
 
     async def run_async(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
-        from rlhf.runtime.agent_engine import EngineClient
+        from rlhf.agents.executors import EngineClient
 
         client = EngineClient(engines, sampling, self.max_len)
         episode = self._executor_episode if issubclass(self.agent_class, AgentExecutorBase) else self._instance_episode
@@ -172,7 +172,7 @@ class MultiTurnExecutor(AsyncAgentExecutor):
 
     async def _executor_episode(self, request: dict[str, Any], client: Any, sampling: dict[str, float]) -> dict[str, Any]:
         """A user-written episode; its ``observation_tokens`` and ``action_ranges`` become the sample."""
-        from rlhf.runtime.agent_engine import VLLMStyleEngine
+        from rlhf.agents.executors import VLLMStyleEngine
 
         engine = VLLMStyleEngine(client, request["max_tokens"], request["seed"])
         engine.media = request.get("media")

@@ -152,7 +152,7 @@ def _generate_hf(prompts: list[Prompt], args: Any, tokenizer: Any, max_len: int)
     import torch
     from tqdm import tqdm
 
-    from rlhf.engines.hf_models import load_causal_lm, torch_dtype
+    from rlhf.models.loading import load_causal_lm, torch_dtype
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_causal_lm(args.model, torch_dtype(args.dtype), args.attn_implementation).to(device).eval()

@@ -58,7 +58,7 @@ class RewardScorer:
         import torch
         from transformers import AutoTokenizer
 
-        from rlhf.engines.hf_models import load_value_model, torch_dtype
+        from rlhf.models.loading import load_value_model, torch_dtype
 
         check_reward_model(path, head)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -97,7 +97,7 @@ class RewardScorer:
         import torch
         from tqdm import tqdm
 
-        from rlhf.engines.hf_models import token_values
+        from rlhf.models.loading import token_values
 
         encoded = [self.encode(t, add_special_tokens) for t in texts]
         order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))  # similar lengths share a batch

@@ -42,7 +42,7 @@ class RewardModelTrainer(PairwiseTrainer):
 
     def rewards(self, batch: Any) -> Any:
         """``(2N,)`` rewards: the head's value at each sequence's last token."""
-        from rlhf.engines.hf_models import token_values
+        from rlhf.models.loading import token_values
         from rlhf.supervised.batch import at_last_token
 
         values = token_values(self.model.module, head=self.value_head, **batch.model_inputs())

@@ -136,7 +136,7 @@ def shard(model: nn.Module, precision: Any, offload: Any = None) -> None:
 
 def independent_children(model: nn.Module) -> list[nn.Module]:
     """The root's children with parameters that share none with a sibling: their own FSDP units, so code that
-    calls one directly (a value model's backbone, then its head: ``rlhf.engines.hf_models.token_values``) runs
+    calls one directly (a value model's backbone, then its head: ``rlhf.models.loading.token_values``) runs
     its gather hooks. Tied siblings (embeddings and a tied LM head) stay in the root's unit together."""
     owned = {name: {id(p) for p in child.parameters()} for name, child in model.named_children()}
     return [child for name, child in model.named_children()

@@ -13,7 +13,7 @@ class HFEngine:
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         import torch
 
-        from rlhf.engines.hf_models import load_generative, token_id
+        from rlhf.models.loading import load_generative, token_id
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[param_dtype]
         self.model = load_generative(model_path, dtype).eval()
@@ -35,7 +35,7 @@ class HFEngine:
         for i, r in enumerate(requests):  # left padding
             input_ids[i, width - len(r["prompt_ids"]) :] = torch.tensor(r["prompt_ids"])
             attention[i, width - len(r["prompt_ids"]) :] = 1
-        from rlhf.runtime.batch import collate_media
+        from rlhf.media import collate_media
 
         media = collate_media([r.get("media") for r in requests])  # a VLM's images, in request order
         torch.manual_seed(requests[0]["seed"])
@@ -66,7 +66,7 @@ class HFEngine:
 
     def load_weights(self, state: dict[str, Any]) -> None:
         """Every weight of the model under its own names, except a VLM's frozen vision encoder (not sent)."""
-        from rlhf.engines.hf_models import check_synced_names
+        from rlhf.models.loading import check_synced_names
 
         check_synced_names(self.model, set(state))
         self.model.load_state_dict(state, strict=False)

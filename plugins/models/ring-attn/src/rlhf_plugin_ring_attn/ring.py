@@ -1,4 +1,4 @@
-"""The ring-attention model extension (contract: :mod:`rlhf.engines.model_extensions`)."""
+"""The ring-attention model extension (contract: :mod:`rlhf.models.extensions`)."""
 
 from __future__ import annotations
 

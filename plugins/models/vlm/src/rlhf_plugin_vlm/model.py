@@ -1,4 +1,4 @@
-"""The VLM model loader (contract: :mod:`rlhf.engines.model_extensions`)."""
+"""The VLM model loader (contract: :mod:`rlhf.models.extensions`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class VisionLanguageModel:
             return None
         from transformers import AutoModelForImageTextToText
 
-        from rlhf.engines.hf_models import attn_implementation, dtype_of
+        from rlhf.models.loading import attn_implementation, dtype_of
 
         model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype_of(config),
                                                             attn_implementation=attn_implementation(config.ds.attn_implementation))
@@ -52,7 +52,7 @@ class VisionLanguageModel:
 
 
 def vision_tower(model: Any) -> Any:
-    from rlhf.engines.hf_models import VISION_MODULES, vision_encoder
+    from rlhf.models.loading import VISION_MODULES, vision_encoder
 
     if (found := vision_encoder(model)) is None:
         raise ConfigError(f"{type(model).__name__} has no vision encoder under {', '.join(VISION_MODULES)}")

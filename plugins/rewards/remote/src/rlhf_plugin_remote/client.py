@@ -55,10 +55,9 @@ class RemoteReward:
     def __call__(self, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> dict[str, Any]:
         import httpx
 
-        from rlhf.runtime.worker_group import split_evenly
-
         first = next(self._start)
-        chunks = split_evenly(list(range(len(queries))), len(self.urls))
+        count, servers = len(queries), len(self.urls)
+        chunks = [range(i * count // servers, (i + 1) * count // servers) for i in range(servers)]  # contiguous, even
         merged: dict[str, Any] = {"rewards": [], "scores": [], "extra_logs": {}}
         with httpx.Client(timeout=self.options.timeout_s) as client:
             for offset, rows in enumerate(chunks):

@@ -8,6 +8,10 @@ from typing import Any
 
 from rlhf.errors import ConfigError
 
+__all__ = ["torch_dtype", "dtype_of", "seed_process", "attn_implementation", "check_model_source", "load_tokenizer",
+           "load_causal_lm", "load_generative", "load_value_model", "token_id", "token_values", "VISION_MODULES",
+           "vision_encoder", "check_synced_names"]
+
 log = logging.getLogger("rlhf.models")
 
 

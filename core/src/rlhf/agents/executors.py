@@ -12,6 +12,9 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+__all__ = ["SAMPLING_FIELDS", "turn_sampling", "UnsupportedSampling", "AsyncAgentExecutor", "run_processor", "EngineClient",
+           "VLLMStyleEngine"]
+
 #: The sampling fields an agent may set per turn; every engine honours them.
 SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p")
 #: Fields that may carry any value because the runtime sets them itself (seed per turn, log-probs always returned).
@@ -70,7 +73,7 @@ class AsyncAgentExecutor:
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from rlhf.engines.hf_models import load_tokenizer
+            from rlhf.models.loading import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.tokenizer_path, "--actor.model_name_or_path")
         return self._tokenizer
@@ -117,7 +120,7 @@ class EngineClient:
     async def generate_multimodal(self, prompt_ids: list[int], media: dict[str, Any] | None, max_tokens: int, seed: int,
                                   temperature: float | None = None, top_p: float | None = None) -> dict[str, Any]:
         """:meth:`generate` for a VLM policy: ``media`` holds the images of every image token in ``prompt_ids``,
-        in the processor's layout (see :func:`rlhf.runtime.batch.collate_media`), or None."""
+        in the processor's layout (see :func:`rlhf.media.collate_media`), or None."""
         max_tokens = min(int(max_tokens), self.max_len - len(prompt_ids))
         if max_tokens <= 0:
             return {"response_ids": [], "logprobs": [], "finish_reason": "length"}
@@ -156,7 +159,7 @@ class VLLMStyleEngine:
     returns an object shaped like vLLM's ``RequestOutput`` (``outputs[0].token_ids``, ``.logprobs``,
     ``.finish_reason``)."""
 
-    #: the prompt's images (a VLM prompt's media, see :func:`rlhf.runtime.batch.collate_media`), sent with every
+    #: the prompt's images (a VLM prompt's media, see :func:`rlhf.media.collate_media`), sent with every
     #: call: the episode's token ids start with the prompt's, image tokens included. Set by the executor.
     media: dict[str, Any] | None = None
 

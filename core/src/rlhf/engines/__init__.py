@@ -1,1 +1,0 @@
-"""Training and rollout engines: DeepSpeed strategy, HF model loading, vLLM and HF-generate engines."""
