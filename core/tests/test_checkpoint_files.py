@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from rlhf.checkpoints import files as checkpoint
 from rlhf.config.ppo import PPOConfig
 from rlhf.errors import CheckpointError, StorageError
-from rlhf.runtime import checkpoint
 from rlhf.runtime.tracking import MetricsTracker, read_metrics
 
 

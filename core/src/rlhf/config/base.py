@@ -8,12 +8,15 @@ the argparse bridge can generate every dotted flag from the model itself.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlhf.errors import ConfigError  # noqa: F401 - re-exported: config code raises it from here
 from rlhf.registry import ComponentKind
+
+__all__ = ["Section", "flag", "plugin_flag", "plugin_options_field", "plugin_set_field", "cli_extra"]
 
 
 class Section(BaseModel):
@@ -83,3 +86,13 @@ def cli_extra(field_info: Any) -> dict[str, Any]:
     return extra if isinstance(extra, dict) else {}
 
 
+def flagged_fields(config: Any, prefix: str = "") -> Iterator[tuple[str, str, bool]]:
+    """``(dotted flag, plugin name, set away from its default)`` for every plugin-implemented field."""
+    for name, field in type(config).model_fields.items():
+        value = getattr(config, name)
+        if isinstance(value, BaseModel):
+            yield from flagged_fields(value, f"{prefix}{name}.")
+            continue
+        plugin = cli_extra(field).get("plugin")
+        if plugin:
+            yield f"{prefix}{name}", plugin, value != field.get_default(call_default_factory=True)

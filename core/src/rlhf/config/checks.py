@@ -58,3 +58,16 @@ def check_optimizer(optimizer: Any, section: Any, flag: Callable[[str], str]) ->
     check = getattr(optimizer, "check_config", None)
     if check is not None:
         check(section, flag)
+
+
+def check_4bit(ds: Any) -> None:
+    """``--ds.load_in_4bit`` needs a GPU, LoRA adapters to train, and ZeRO below 3: a clear error otherwise."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError("--ds.load_in_4bit needs a CUDA GPU (bitsandbytes 4-bit kernels); "
+                          "drop the flag on CPU machines (plain --ds.lora.rank still works)")
+    if ds.lora.rank <= 0:
+        raise ConfigError("--ds.load_in_4bit trains LoRA adapters on a frozen 4-bit base: set --ds.lora.rank > 0")
+    if ds.zero_stage == 3:
+        raise ConfigError("--ds.load_in_4bit does not work with --ds.zero_stage 3 (4-bit weights cannot be partitioned)")

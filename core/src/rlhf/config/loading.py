@@ -183,7 +183,7 @@ def check_components(config: BaseModel, host: PluginHost, prefix: str = "") -> N
 def check_plugin_flags(config: BaseModel, host: PluginHost, cli_keys: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """A flag a model plugin implements (``flag(plugin=...)``), set on the command line or away from its
     default, needs that plugin loaded: else a :class:`ConfigError` saying what to install."""
-    from rlhf.models.extensions import flagged_fields
+    from rlhf.config.base import flagged_fields
 
     for dotted, plugin, changed in flagged_fields(config):
         if (changed or dotted in cli_keys) and plugin not in host.registry.names(ComponentKind.MODEL_LOADER):

@@ -141,13 +141,13 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
-    from rlhf.models.training_backend import check_backend_config
+    from rlhf.config.training_backend import check_backend_config
 
     check_backend_config(cfg, host.registry)
     if cfg.vllm.sync_backend != "auto":  # whether it can run for this config: the controller's input check
         host.registry.registration(ComponentKind.WEIGHT_SYNC_TRANSPORT, cfg.vllm.sync_backend, flag="--vllm.sync_backend")
     if cfg.ds.load_in_4bit:
-        from rlhf.models.lora import check_4bit
+        from rlhf.config.checks import check_4bit
 
         check_4bit(cfg.ds)
     kl = cfg.algo.kl

@@ -209,7 +209,7 @@ def prompt_processor(config: Any, registry: Any) -> Any:
     this run switched on (a VLM's), or None: a plugin that registered both a model loader and a processor
     under one name provides it."""
     from rlhf.components import build
-    from rlhf.models.extensions import flagged_fields
+    from rlhf.config.base import flagged_fields
     from rlhf.registry import ComponentKind
 
     chosen = getattr(config.data, "processor", None)

@@ -19,29 +19,14 @@ Runs in the model workers (and the supervised trainer's ranks), once per model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-
-def flagged_fields(config: Any, prefix: str = "") -> Iterator[tuple[str, str, bool]]:
-    """``(dotted flag, plugin name, set away from its default)`` for every plugin-implemented field."""
-    from pydantic import BaseModel
-
-    from rlhf.config.base import cli_extra
-
-    for name, field in type(config).model_fields.items():
-        value = getattr(config, name)
-        if isinstance(value, BaseModel):
-            yield from flagged_fields(value, f"{prefix}{name}.")
-            continue
-        plugin = cli_extra(field).get("plugin")
-        if plugin:
-            yield f"{prefix}{name}", plugin, value != field.get_default(call_default_factory=True)
 
 
 def active(config: Any, registry: Any) -> list[Any]:
     """The model-plugin components this run switched on, built once each, in flag order."""
     from rlhf.components import build
+    from rlhf.config.base import flagged_fields
     from rlhf.registry import ComponentKind
 
     flags: dict[str, str] = {}  # plugin -> the first of its flags that is set

@@ -12,24 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlhf.config.base import ConfigError
+from rlhf.config.checks import check_4bit
+from rlhf.errors import ConfigError
 
 
 def lora_enabled(ds: Any) -> bool:
     return ds.lora.rank > 0
-
-
-def check_4bit(ds: Any) -> None:
-    """``--ds.load_in_4bit`` needs a GPU, LoRA adapters to train, and ZeRO below 3: a clear error otherwise."""
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ConfigError("--ds.load_in_4bit needs a CUDA GPU (bitsandbytes 4-bit kernels); "
-                          "drop the flag on CPU machines (plain --ds.lora.rank still works)")
-    if not lora_enabled(ds):
-        raise ConfigError("--ds.load_in_4bit trains LoRA adapters on a frozen 4-bit base: set --ds.lora.rank > 0")
-    if ds.zero_stage == 3:
-        raise ConfigError("--ds.load_in_4bit does not work with --ds.zero_stage 3 (4-bit weights cannot be partitioned)")
 
 
 def quantization_kwargs(ds: Any) -> dict[str, Any]:

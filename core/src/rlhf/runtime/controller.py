@@ -13,12 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rlhf.checkpoints import files as checkpoint
+from rlhf.checkpoints.best import BestCheckpoint
 from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.registry import ComponentKind as K
-from rlhf.runtime import checkpoint
 from rlhf.runtime.batch import Sample, worker_payload
-from rlhf.runtime.best_checkpoint import BestCheckpoint
 from rlhf.runtime.kl_control import KLController, observed_kl
 from rlhf.runtime.ray_start import start_ray, stop_ray
 from rlhf.runtime.rewarding import RewardStage

@@ -343,7 +343,7 @@ class PolicyWorker(_CausalLMWorker):
 
         from transformers import AutoTokenizer
 
-        from rlhf.runtime.checkpoint import published
+        from rlhf.checkpoints.files import published
 
         with self.ema.applied() if self.ema is not None else contextlib.nullcontext():
             state = self.model.state_dict()

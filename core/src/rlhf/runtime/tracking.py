@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlhf.checkpoints.files import write_text_atomically
 from rlhf.errors import StorageError, storage_error
-from rlhf.runtime.checkpoint import write_text_atomically
 
 SHOWN = ("reward", "kl", "response_length", "timing/step_total")
 
@@ -131,7 +131,7 @@ def _keep_records_up_to(path: Path, step: int) -> None:
     if len(kept) == len(lines):
         return
     log.warning("%s: dropped %d record(s) after step %d, where this run starts", path, len(lines) - len(kept), step)
-    from rlhf.runtime.checkpoint import write_text_atomically
+    from rlhf.checkpoints.files import write_text_atomically
 
     write_text_atomically(path, "".join(kept), "metrics")
 

@@ -120,7 +120,7 @@ class CriticWorker(_ValueWorker):
         """``--critic.save_value_network``: the critic as an HF model with its value head (loadable as a
         reward model) and the actor's tokenizer; every rank calls this (the gather is collective)."""
         from rlhf.models.loading import load_tokenizer
-        from rlhf.supervised.models import save_final
+        from rlhf.models.saving import save_final
 
         tokenizer = load_tokenizer(self.config.actor.model_name_or_path, "--actor.model_name_or_path")
         save_final(self.model, tokenizer, Path(directory), self.rank, {})

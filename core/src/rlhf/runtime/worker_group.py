@@ -53,7 +53,7 @@ def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
     import json
     from pathlib import Path
 
-    from rlhf.runtime.checkpoint import write_text_atomically
+    from rlhf.checkpoints.files import write_text_atomically
 
     handles = [w for group in groups if group is not None for w in group.workers] + list(engines)
     places = wait([_WHEREABOUTS[h._actor_id.hex()] for h in handles])
@@ -217,7 +217,7 @@ class BaseWorker:
         import transformers  # noqa: F401
 
         from rlhf.config.ppo import PPOConfig
-        from rlhf.models.training_backend import backend_class
+        from rlhf.config.training_backend import backend_class
         from rlhf.plugin_selection import PluginSelection
         from rlhf.plugins import PluginHost
 
@@ -235,8 +235,8 @@ class BaseWorker:
         return socket.gethostbyname(socket.gethostname()) if _multi_node() else "127.0.0.1", free_port()
 
     def _init_common(self, master_addr: str, master_port: int) -> None:
+        from rlhf.config.training_backend import training_backend
         from rlhf.models.loading import seed_process
-        from rlhf.models.training_backend import training_backend
 
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         if not hasattr(self, "plugins"):  # preload ran first unless a caller set up a worker by hand

@@ -8,7 +8,6 @@ launcher's ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables form the group (gloo o
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -93,29 +92,3 @@ def frozen_model(backend: Any, config: Any, path: str, offload: bool) -> Any:
     model = backend.evaluated(load, offload, config.train.micro_batch_size)
     model.eval()
     return model
-
-
-def save_final(model: Any, tokenizer: Any, output_dir: Path, rank: int, config_updates: dict[str, Any]) -> None:
-    """Write the trained model (a :class:`rlhf.components.TrainedModel`; or only its LoRA adapter) to
-    ``output_dir``; every rank calls this.
-
-    Files go through a staging dir (:func:`rlhf.runtime.checkpoint.published`), so a crash or a
-    full disk never leaves a half-written weight file under its final name.
-    """
-    import torch.distributed as dist
-
-    from rlhf.models.lora import is_peft
-    from rlhf.runtime.checkpoint import published
-
-    module = model.module
-    state = model.state_dict()
-    if rank == 0:
-        base = module.get_base_model() if is_peft(module) else module
-        for key, value in config_updates.items():
-            setattr(base.config, key, value)
-        with published(output_dir, "model") as staging:
-            module.save_pretrained(staging, state_dict=state)
-            if is_peft(module):
-                base.config.save_pretrained(staging)  # the base config (RM statistics) travels with the adapter
-            tokenizer.save_pretrained(staging)
-    dist.barrier()

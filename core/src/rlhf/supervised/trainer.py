@@ -80,11 +80,11 @@ class SupervisedTrainer:
             raise ConfigError(f"--ds.tensor_parallel_size {tp} does not divide the launcher's WORLD_SIZE {world}")
         check_global_batch(config.train.batch_size, config.train.micro_batch_size, world // tp,
                            "the launcher's WORLD_SIZE / --ds.tensor_parallel_size")
-        from rlhf.models.training_backend import check_backend_config
+        from rlhf.config.training_backend import check_backend_config
 
         check_backend_config(config, plugins.registry)
         if config.ds.load_in_4bit:
-            from rlhf.models.lora import check_4bit
+            from rlhf.config.checks import check_4bit
 
             check_4bit(config.ds)
         return config
@@ -151,8 +151,8 @@ class SupervisedTrainer:
     def run(self) -> None:
         import torch
 
+        from rlhf.config.training_backend import training_backend
         from rlhf.models.loading import check_model_source, load_tokenizer, seed_process
-        from rlhf.models.training_backend import training_backend
         from rlhf.supervised.models import frozen_model, join_process_group, trained_model
 
         cfg = self.config
@@ -209,12 +209,12 @@ class SupervisedTrainer:
                 if cfg.ckpt.save_steps > 0 and step % cfg.ckpt.save_steps == 0:
                     self.save_checkpoint(step)
                 self.plugins.step_end(step, metrics)
-            from rlhf.supervised.models import save_final
+            from rlhf.models.saving import save_final
 
             save_final(self.model, self.tokenizer, Path(cfg.ckpt.output_dir), self.rank, self.final_config_updates())
             status = "completed"
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say what there is to resume from
-            from rlhf.runtime.checkpoint import interrupted
+            from rlhf.checkpoints.files import interrupted
 
             status = "interrupted"
             raise interrupted(Path(cfg.ckpt.path)) from exc
@@ -335,7 +335,7 @@ class SupervisedTrainer:
         """Every rank writes its training states into one staging dir that rank 0 commits."""
         import torch.distributed as dist
 
-        from rlhf.runtime import checkpoint
+        from rlhf.checkpoints import files as checkpoint
 
         plugin_state: dict[str, Any] = {}
         state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state}
@@ -349,7 +349,7 @@ class SupervisedTrainer:
 
     def _resume(self) -> int:
         """``--ckpt.load_enable``: the step of the checkpoint loaded (0 when there is none)."""
-        from rlhf.runtime import checkpoint
+        from rlhf.checkpoints import files as checkpoint
 
         if not self.config.ckpt.load_enable:
             return 0

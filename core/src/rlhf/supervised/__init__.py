@@ -1,0 +1,1 @@
+"""The supervised trainers' shared machinery: the trainer base, its chosen/rejected variant, batches and models."""
