@@ -21,10 +21,11 @@ if TYPE_CHECKING:
     import torch
     from pydantic import BaseModel
 
+    from rlhf.config.run import RunConfig
     from rlhf.plugins import PluginHost
 
 
-def build(component: Any, config: Any) -> Any:
+def build(component: Any, config: RunConfig) -> Any:
     """Instantiate a registered component class for a run; a registered function or instance is used as is."""
     if not isinstance(component, type):
         return component
@@ -134,7 +135,7 @@ class Trainer(Protocol):
 
     config_class: ClassVar[type[BaseModel]]
 
-    def __init__(self, config: Any, plugins: PluginHost, run_dir: Path) -> None: ...
+    def __init__(self, config: RunConfig, plugins: PluginHost, run_dir: Path) -> None: ...
 
     def run(self) -> None: ...
 
@@ -211,7 +212,7 @@ class AgentExecutor(Protocol):
 class ModelLoader(Protocol):
     """Builds a model for a role (``actor``, ``critic``, ``ref``, ``reward``) inside its worker, once."""
 
-    def load(self, path: str, role: str, config: Any) -> Any: ...
+    def load(self, path: str, role: str, config: RunConfig) -> Any: ...
 
 
 @runtime_checkable
@@ -363,7 +364,7 @@ class WeightSyncTransport(Protocol):
     auto_preference: ClassVar[int]
 
     @classmethod
-    def unavailable_reason(cls, config: Any, cuda: bool) -> str | None:
+    def unavailable_reason(cls, config: RunConfig, cuda: bool) -> str | None:
         """Why this transport cannot run for ``config`` (a :class:`rlhf.config.ppo.PPOConfig`) on a
         machine with or without CUDA, naming the flag to change; None when it can. In the CLI process."""
         ...

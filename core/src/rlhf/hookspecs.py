@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         TrainingBackend,
         WeightSyncTransport,
     )
+    from rlhf.config.run import RunConfig
     from rlhf.plugin_options import OptionsRegister
     from rlhf.registry import Register
     from rlhf.steering import Steering
@@ -228,7 +229,7 @@ def rlhf_register_options(register: OptionsRegister) -> None:
 
 
 @hookspec
-def rlhf_worker_init(role: str, rank: int, config: Any) -> None:
+def rlhf_worker_init(role: str, rank: int, config: RunConfig) -> None:
     """A Ray worker finished loading plugins and is about to build its model.
 
     ``role`` is one of ``actor``, ``critic``, ``ref``, ``reward``, ``rollout``; ``rank`` is
@@ -240,7 +241,7 @@ def rlhf_worker_init(role: str, rank: int, config: Any) -> None:
 
 
 @hookspec
-def rlhf_train_start(config: Any, run_dir: Path) -> None:
+def rlhf_train_start(config: RunConfig, run_dir: Path) -> None:
     """A training run is about to take its first step (after resume, if any).
 
     When: start of ``rlhf train``. Process: the controller. How often: once per run.
@@ -277,7 +278,7 @@ def rlhf_steer(step: int, metrics: dict[str, float], steering: Steering) -> None
 
 
 @hookspec
-def rlhf_train_end(config: Any, run_dir: Path, status: str) -> None:
+def rlhf_train_end(config: RunConfig, run_dir: Path, status: str) -> None:
     """A training run ended; ``status`` is ``completed``, ``stopped`` (a plugin's ``rlhf_steer`` asked),
     ``interrupted`` or ``failed``.
 

@@ -37,6 +37,7 @@ PUBLIC_MODULES = (
     "rlhf.media",
     "rlhf.config.base",
     "rlhf.config.supervised",
+    "rlhf.config.run",
     "rlhf.models.loading",
     "rlhf.data.sources",
     "rlhf.data.templates",

@@ -22,7 +22,7 @@ import logging
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -32,6 +32,9 @@ from rlhf.plugin_options import OptionsRegister, PluginOptions
 from rlhf.plugin_selection import BLOCKED, FAILED, OK, PluginRecord, PluginSelection, canonical, file_plugin_name
 from rlhf.registry import ComponentKind, ComponentRegistry, Register
 from rlhf.steering import Steering, SteeringView
+
+if TYPE_CHECKING:
+    from rlhf.config.run import RunConfig
 
 log = logging.getLogger("rlhf.plugins")
 
@@ -278,16 +281,16 @@ class PluginHost:
         """The resolved plugin set, stored in the run config and shipped to every worker."""
         return [r.resolved_entry() for r in self.loaded()]
 
-    def worker_init(self, role: str, rank: int, config: Any) -> None:
+    def worker_init(self, role: str, rank: int, config: RunConfig) -> None:
         self._notify("rlhf_worker_init", role=role, rank=rank, config=config)
 
-    def train_start(self, config: Any, run_dir: Path) -> None:
+    def train_start(self, config: RunConfig, run_dir: Path) -> None:
         self._notify("rlhf_train_start", config=config, run_dir=run_dir)
 
     def step_end(self, step: int, metrics: dict[str, float]) -> None:
         self._notify("rlhf_step_end", step=step, metrics=metrics)
 
-    def train_end(self, config: Any, run_dir: Path, status: str) -> None:
+    def train_end(self, config: RunConfig, run_dir: Path, status: str) -> None:
         """Runs in a ``finally``: after a failed or interrupted run, a hook's own failure is logged
         so that it does not hide the error that ended the run."""
         try:

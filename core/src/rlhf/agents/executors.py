@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
 __all__ = ["SAMPLING_FIELDS", "turn_sampling", "UnsupportedSampling", "AsyncAgentExecutor", "run_processor", "EngineClient",
            "VLLMStyleEngine"]
@@ -87,7 +90,7 @@ class AsyncAgentExecutor:
         raise NotImplementedError(f"{type(self).__name__} must define async run_async(requests, engines, sampling)")
 
 
-def run_processor(config: Any) -> Any:
+def run_processor(config: PPOConfig) -> Any:
     """The run's prompt processor (a VLM plugin's, whose optional ``extend`` adds environment images to a
     trajectory; see :class:`rlhf.components.Processor`), or None for a text-only run. Loads the run's plugin
     set once more, as the workers do. Runs in the controller, once per run, when an executor first needs it."""

@@ -18,9 +18,12 @@ import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rlhf.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlhf.config.run import RunConfig
 
 log = logging.getLogger("rlhf.runtime")
 
@@ -34,7 +37,7 @@ class BestCheckpoint:
         self.value: float | None = None
 
     @classmethod
-    def from_config(cls, config: Any) -> BestCheckpoint:
+    def from_config(cls, config: RunConfig) -> BestCheckpoint:
         ckpt, evaluation = config.ckpt, config.eval
         evaluating = bool(evaluation.dataset) and evaluation.steps > 0
         return cls(ckpt.best_metric_key, Path(ckpt.path), evaluating and (ckpt.save_steps > 0 or bool(ckpt.best_metric_key)))

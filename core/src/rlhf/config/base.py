@@ -86,7 +86,7 @@ def cli_extra(field_info: Any) -> dict[str, Any]:
     return extra if isinstance(extra, dict) else {}
 
 
-def flagged_fields(config: Any, prefix: str = "") -> Iterator[tuple[str, str, bool]]:
+def flagged_fields(config: Section, prefix: str = "") -> Iterator[tuple[str, str, bool]]:
     """``(dotted flag, plugin name, set away from its default)`` for every plugin-implemented field."""
     for name, field in type(config).model_fields.items():
         value = getattr(config, name)

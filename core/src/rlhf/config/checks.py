@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.config.base import ConfigError
 
+if TYPE_CHECKING:
+    from rlhf.config.base import Section
 
-def require_positive(config: Any, *dotted: str) -> None:
+
+def require_positive(config: Section, *dotted: str) -> None:
     """Every ``section.field`` in ``dotted`` holds an integer >= 1."""
     for path in dotted:
         value: Any = config

@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.registry import ComponentKind
 
+if TYPE_CHECKING:
+    from rlhf.config.run import RunConfig
 
-def backend_class(config: Any, registry: Any) -> type:
+
+def backend_class(config: RunConfig, registry: Any) -> type:
     """The registered class ``--train.backend`` names; an unknown name is the usual one-line error."""
     return registry.get(ComponentKind.TRAINING_BACKEND, config.train.backend, flag="--train.backend")
 
 
-def check_backend_config(config: Any, registry: Any) -> None:
+def check_backend_config(config: RunConfig, registry: Any) -> None:
     """In the CLI process, before anything starts: the backend's own ``check_config`` refusals."""
     check = getattr(backend_class(config, registry), "check_config", None)
     if check is not None:
         check(config)
 
 
-def training_backend(config: Any, registry: Any) -> Any:
+def training_backend(config: RunConfig, registry: Any) -> Any:
     """The backend of this process (a :class:`rlhf.components.TrainingBackend`), built from the run config."""
     from rlhf.components import build
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.data.sources import load_mixed, row_value, text_value
 from rlhf.data.templates import format_prompt
 from rlhf.errors import DataError
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
 log = logging.getLogger("rlhf.data")
 
@@ -204,7 +207,7 @@ class PromptSchedule:
                 for k, i in enumerate(chosen)]
 
 
-def prompt_processor(config: Any, registry: Any) -> Any:
+def prompt_processor(config: PPOConfig, registry: Any) -> Any:
     """The :class:`rlhf.components.Processor` named by ``--data.processor``, else the one of the model plugins
     this run switched on (a VLM's), or None: a plugin that registered both a model loader and a processor
     under one name provides it."""

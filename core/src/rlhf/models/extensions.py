@@ -20,10 +20,13 @@ Runs in the model workers (and the supervised trainer's ranks), once per model.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlhf.config.run import RunConfig
 
 
-def active(config: Any, registry: Any) -> list[Any]:
+def active(config: RunConfig, registry: Any) -> list[Any]:
     """The model-plugin components this run switched on, built once each, in flag order."""
     from rlhf.components import build
     from rlhf.config.base import flagged_fields
@@ -38,7 +41,7 @@ def active(config: Any, registry: Any) -> list[Any]:
     return [build(registry.get(ComponentKind.MODEL_LOADER, name, flag=flag), config) for name, flag in flags.items()]
 
 
-def load_model(extensions: list[Any], role: str, config: Any, path: str, default: Callable[[], Any]) -> Any:
+def load_model(extensions: list[Any], role: str, config: RunConfig, path: str, default: Callable[[], Any]) -> Any:
     """``prepare`` every extension, load (the first extension's ``load`` that returns a model, else
     ``default()``), then ``wrap``; ``default`` is the core's own loader (LoRA included)."""
     for extension in extensions:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlhf.config.run import RunConfig
 
 __all__ = ["torch_dtype", "dtype_of", "seed_process", "attn_implementation", "check_model_source", "load_tokenizer",
            "load_causal_lm", "load_generative", "load_value_model", "token_id", "token_values", "VISION_MODULES",
@@ -22,7 +25,7 @@ def torch_dtype(name: str) -> Any:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
-def dtype_of(config: Any) -> Any:
+def dtype_of(config: RunConfig) -> Any:
     """The dtype a run's models load in (``--ds.param_dtype``)."""
     return torch_dtype(config.ds.param_dtype)
 

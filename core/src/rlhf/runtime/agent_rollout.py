@@ -11,13 +11,16 @@ some, see :func:`rlhf.agents.executors.run_processor`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import RewardSourceError
 from rlhf.runtime.batch import Sample
 
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
-def generate_samples(config: Any, executor: Any, engines: Any, tokenizer: Any, prompts: list[dict[str, Any]], n: int,
+
+def generate_samples(config: PPOConfig, executor: Any, engines: Any, tokenizer: Any, prompts: list[dict[str, Any]], n: int,
                      temperature: float, seed_base: int) -> list[Sample]:
     """``n`` samples per prompt, adjacent, each with its group index."""
     requests = []

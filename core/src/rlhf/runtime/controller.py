@@ -11,7 +11,7 @@ import logging
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.checkpoints import files as checkpoint
 from rlhf.checkpoints.best import BestCheckpoint
@@ -24,6 +24,9 @@ from rlhf.runtime.ray_start import start_ray, stop_ray
 from rlhf.runtime.rewarding import RewardStage
 from rlhf.runtime.steering_control import prompt_mix_metrics, steer
 from rlhf.runtime.tracking import record_status
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
 log = logging.getLogger("rlhf.runtime")
 
@@ -39,7 +42,7 @@ def timed(metrics: dict[str, float], key: str):
 
 
 class PPOController:
-    def __init__(self, config: Any, plugins: Any, run_dir: Path) -> None:
+    def __init__(self, config: PPOConfig, plugins: Any, run_dir: Path) -> None:
         self.config, self.plugins, self.run_dir = config, plugins, Path(run_dir)
         registry = plugins.registry
         self.estimator = build(registry.get(K.ADVANTAGE_ESTIMATOR, config.algo.advantage.estimator), config)

@@ -9,15 +9,18 @@ Runs in the controller, once per rollout batch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.runtime.batch import Sample, pad_list
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
 
 def compute_advantages(
     samples: list[Sample],
     n: int,
-    config: Any,
+    config: PPOConfig,
     estimator: Any,
     kl_coef: float,
     old_logprobs: list[list[float]] | None,

@@ -13,7 +13,10 @@ Runs inside the model workers, once per rollout batch (forward passes) or optimi
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
 log = logging.getLogger("rlhf.runtime")
 
@@ -74,7 +77,7 @@ def plan(indices: list[int], lengths: list[int], size: int, max_tokens: int | No
     return same_count_on_every_rank(batches, lengths, world_size) if max_tokens else batches
 
 
-def packed_forward(config: Any) -> bool:
+def packed_forward(config: PPOConfig) -> bool:
     """Whether ``--ds.packing_samples`` runs as one packed row per micro-batch.
 
     Packed rows pay off with flash-attn's varlen kernel; without it (CPU machines) transformers masks

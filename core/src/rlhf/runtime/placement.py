@@ -19,9 +19,12 @@ when the run's job ends, whichever way it exits.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
 CPU_BUNDLE = 0.01
 
@@ -29,7 +32,7 @@ CPU_BUNDLE = 0.01
 class Placement:
     """Which placement group and bundle every rank (and engine) of a run uses."""
 
-    def __init__(self, config: Any, ranks: dict[str, int], gpu: bool, copies: dict[str, int] | None = None) -> None:
+    def __init__(self, config: PPOConfig, ranks: dict[str, int], gpu: bool, copies: dict[str, int] | None = None) -> None:
         """``ranks``: role -> rank count of every group the run creates; ``copies``: role -> how many
         groups of that role there are (reward models), 1 when absent."""
         copies = copies or {}
@@ -71,7 +74,7 @@ class Placement:
         share = {"num_gpus": fraction(1.0, sharers), "num_cpus": 0} if self.gpu else {"num_gpus": 0, "num_cpus": fraction(CPU_BUNDLE, sharers)}
         return {**share, "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank)}
 
-    def cpu_sharers(self, config: Any, engine: bool) -> int:
+    def cpu_sharers(self, config: PPOConfig, engine: bool) -> int:
         """How many worker processes compute at the same time as one model rank (``engine=False``) or one
         rollout engine (``engine=True``), for :func:`rlhf.runtime.worker_group.use_cpu_share`. In sync mode the
         engines generate while the ranks wait, and the reverse; with ``--train.async_enable`` they overlap."""
@@ -88,7 +91,7 @@ class Placement:
         return self.options("actor", index % len(group.bundle_specs))
 
     @classmethod
-    def for_run(cls, config: Any, *, with_ref: bool, with_critic: bool, reward_models: int, gpu: bool) -> Placement:
+    def for_run(cls, config: PPOConfig, *, with_ref: bool, with_critic: bool, reward_models: int, gpu: bool) -> Placement:
         def ranks(section: Any) -> int:
             return section.num_nodes * section.num_gpus_per_node
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import torch
 
     from rlhf.components import KLEstimator, PolicyLoss
+    from rlhf.config.ppo import PPOConfig
     from rlhf.registry import ComponentRegistry
 
 
@@ -60,7 +61,7 @@ class ObjectiveSettings:
     entropy_coef: float | None = None
 
     @classmethod
-    def from_config(cls, config: Any, registry: ComponentRegistry | None = None) -> ObjectiveSettings:
+    def from_config(cls, config: PPOConfig, registry: ComponentRegistry | None = None) -> ObjectiveSettings:
         advantage, kl = config.algo.advantage, config.algo.kl
         kl_estimator = None
         if kl.use_loss and registry is not None:

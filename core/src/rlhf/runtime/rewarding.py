@@ -8,26 +8,29 @@ controller attaches to :attr:`RewardStage.reward_models`.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.batch import Sample
 
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
+
 
 class RewardStage:
     """``agent_rewards``: the agent executor's environments reward the episodes (OpenRLHF's
     ``--train.agent_func_path``); their results form the single term ``agent``, under ``--reward.on_error``."""
 
-    def __init__(self, config: Any, registry: Any, agent_rewards: bool = False) -> None:
+    def __init__(self, config: PPOConfig, registry: Any, agent_rewards: bool = False) -> None:
         self.reward_models: list[Any] = []  # WorkerGroups, one per path in reward_model_paths
         self.agent_rewards = agent_rewards
         self.composite = self._agent_term(config) if agent_rewards else self._terms(config, registry)
         shapers = [build(reg.load(), config) for reg in registry.registrations(K.REWARD_SHAPER)]
         self.shapers = sorted((s for s in shapers if s.active), key=lambda s: s.order)
 
-    def _terms(self, config: Any, registry: Any) -> Any:
+    def _terms(self, config: PPOConfig, registry: Any) -> Any:
         """The composite reward: ``--reward.functions`` terms, the ``--reward.remote_url`` file, the reward model."""
         from rlhf.reward_terms import CompositeReward, TermSpec, call_reward, parse_terms
 
@@ -66,7 +69,7 @@ class RewardStage:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
-    def _agent_term(self, config: Any) -> Any:
+    def _agent_term(self, config: PPOConfig) -> Any:
         from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
         from rlhf.runtime.agent_rollout import agent_reward
 
@@ -117,7 +120,7 @@ class RewardStage:
             sample.reward = reward
 
 
-def _check_labels(function: Any, source: str, config: Any, hint: str = "") -> None:
+def _check_labels(function: Any, source: str, config: PPOConfig, hint: str = "") -> None:
     """A term that declares ``needs_labels`` would score every sample against a missing label."""
     if getattr(function, "needs_labels", False) and not config.data.label_key:
         raise ConfigError(f"{source} compares responses with each prompt's label, but --data.label_key is not set: "

@@ -7,15 +7,18 @@ registered by a plugin and chosen by ``--rollout.engine``. The core wraps each o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import ConfigError
 from rlhf.registry import ComponentKind
 from rlhf.runtime.engine_sleep import SleepSchedule
 from rlhf.runtime.worker_group import split_evenly, track, use_cpu_share, wait
 
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
-def rollout_engine_name(config: Any) -> str:
+
+def rollout_engine_name(config: PPOConfig) -> str:
     """The engine a run uses: ``--rollout.engine``, where ``auto`` keeps OpenRLHF's meaning of
     ``--vllm.num_engines`` (above 0: vLLM engines; 0 or unset: HF ``generate``)."""
     choice = config.rollout.engine
@@ -24,7 +27,7 @@ def rollout_engine_name(config: Any) -> str:
     return "vllm" if (config.vllm.num_engines or 0) > 0 else "hf"
 
 
-def rollout_engine_class(config: Any, registry: Any) -> type:
+def rollout_engine_class(config: PPOConfig, registry: Any) -> type:
     """The selected engine class; an unknown name is a one-line error naming the distribution to install."""
     name = rollout_engine_name(config)
     engine_class = registry.get(ComponentKind.ROLLOUT_ENGINE, name, flag="--rollout.engine")
@@ -87,7 +90,7 @@ class EngineActor:
 class RolloutEngines:
     """The controller's handle on every rollout engine: spreads requests, syncs weights."""
 
-    def __init__(self, config: Any, model_path: str, placement: Any = None, registry: Any = None) -> None:
+    def __init__(self, config: PPOConfig, model_path: str, placement: Any = None, registry: Any = None) -> None:
         """``placement``: the run's :class:`rlhf.runtime.placement.Placement`; with ``--train.colocate_all``
         the engines take a share of the actor's bundles, otherwise they are placed by Ray. ``registry``:
         the run's component registry (the plugins loaded by default)."""
@@ -131,7 +134,7 @@ class RolloutEngines:
         return wait([e.sequence_logprobs.remote(token_ids) for e in self.engines])
 
 
-def _engine_gpus(config: Any) -> float:
+def _engine_gpus(config: PPOConfig) -> float:
     import torch
 
     if not torch.cuda.is_available():

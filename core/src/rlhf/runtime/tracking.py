@@ -11,10 +11,13 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.checkpoints.files import write_text_atomically
 from rlhf.errors import StorageError, storage_error
+
+if TYPE_CHECKING:
+    from rlhf.config.run import RunConfig
 
 SHOWN = ("reward", "kl", "response_length", "timing/step_total")
 
@@ -22,7 +25,7 @@ log = logging.getLogger("rlhf.tracking")
 
 
 class MetricsTracker:
-    def __init__(self, config: Any, run_dir: Path, total_steps: int, initial_step: int = 0, *, desc: str = "rl steps",
+    def __init__(self, config: RunConfig, run_dir: Path, total_steps: int, initial_step: int = 0, *, desc: str = "rl steps",
                  shown: tuple[str, ...] = SHOWN) -> None:
         self.config = config
         self.every = max(1, config.logger.logging_steps)

@@ -12,10 +12,13 @@ time, so no rank ever holds the whole model unsharded.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.registry import ComponentKind
 from rlhf.weight_buckets import Entry, buckets
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
 
 def _transports(registry: Any) -> dict[str, type]:
@@ -23,7 +26,7 @@ def _transports(registry: Any) -> dict[str, type]:
             for name in registry.names(ComponentKind.WEIGHT_SYNC_TRANSPORT)}
 
 
-def backend_for(config: Any, cuda: bool | None = None, registry: Any = None) -> str:
+def backend_for(config: PPOConfig, cuda: bool | None = None, registry: Any = None) -> str:
     """The transport a run uses (``cuda``: whether this machine has CUDA; asked of torch when None;
     ``registry``: the run's components, the plugins loaded by default when None).
 
@@ -98,7 +101,7 @@ class ActorWeights:
 class WeightSync:
     """The controller's handle: builds the chosen transport, connects it once, runs one sync per call."""
 
-    def __init__(self, config: Any, actor: Any, engines: Any, registry: Any = None) -> None:
+    def __init__(self, config: PPOConfig, actor: Any, engines: Any, registry: Any = None) -> None:
         from rlhf.components import build
 
         if registry is None:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlhf.config.supervised import SupervisedConfig
 
 
 def join_process_group(backend: Any, local_rank: int = -1) -> tuple[int, int]:
@@ -30,7 +33,7 @@ def join_process_group(backend: Any, local_rank: int = -1) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def optimizer_section(config: Any) -> SimpleNamespace:
+def optimizer_section(config: SupervisedConfig) -> SimpleNamespace:
     """The view optimizer and scheduler plugins read (``section.adam``, ``section.lr_warmup_ratio``…)."""
     train = config.train
     return SimpleNamespace(adam=config.adam, muon=config.muon, optim=train.optim, lr_scheduler=train.lr_scheduler,
@@ -42,7 +45,7 @@ def supervised_flag(field: str) -> str:
     return f"--{field}" if field.startswith(("adam.", "muon.")) else f"--train.{field}"
 
 
-def load_trained(config: Any, *, value_head: str | None, gathered: Any = None) -> Any:
+def load_trained(config: SupervisedConfig, *, value_head: str | None, gathered: Any = None) -> Any:
     """The trained model: a causal LM, or (``value_head`` set) a model with that one-output head;
     gradient checkpointing and LoRA per the config. ``gathered``: the backend's, for a new head's init."""
     from rlhf.models.loading import dtype_of, load_causal_lm, load_value_model
@@ -61,7 +64,7 @@ def load_trained(config: Any, *, value_head: str | None, gathered: Any = None) -
     return apply_lora(model, config.ds, value_head=value_head, gradient_checkpointing=checkpointing)
 
 
-def trained_model(backend: Any, config: Any, plugins: Any, world_size: int, num_steps: int, *,
+def trained_model(backend: Any, config: SupervisedConfig, plugins: Any, world_size: int, num_steps: int, *,
                   value_head: str | None) -> Any:
     """The :class:`rlhf.components.TrainedModel` of the run: loaded through the model plugins, trained with the
     selected optimizer and scheduler."""
@@ -82,7 +85,7 @@ def trained_model(backend: Any, config: Any, plugins: Any, world_size: int, num_
     return backend.trained(load, optimizer, scheduler, section, world_size, num_steps)
 
 
-def frozen_model(backend: Any, config: Any, path: str, offload: bool) -> Any:
+def frozen_model(backend: Any, config: SupervisedConfig, path: str, offload: bool) -> Any:
     """An evaluated-only causal LM (reference, teacher): sharded when training is, offloadable."""
     from rlhf.models.loading import dtype_of, load_causal_lm
 
