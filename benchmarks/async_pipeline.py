@@ -57,7 +57,7 @@ def prepare(work: Path, smoke: bool) -> Path:
 
 def run(mode: str, work: Path, model: Path, steps: int, engine: str, lr: float) -> list[dict]:
     from rlhf.demo.run import rl_arguments
-    from rlhf.runtime.tracking import read_metrics
+    from rlhf.records.metrics import read_metrics
 
     run_dir = work / mode
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ class Sender:
         return sum(p.numel() for p in self.model.parameters())
 
     def address(self) -> tuple[str, int]:
-        from rlhf.runtime.worker_group import free_port
+        from rlhf.runtime.workers.group import free_port
 
         return "127.0.0.1", free_port()
 
@@ -41,7 +41,7 @@ class Sender:
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
     def layout(self) -> list:
-        from rlhf.runtime.weight_sync import module_layout
+        from rlhf.runtime.sync.weights import module_layout
 
         return module_layout(self.model)
 
@@ -55,7 +55,7 @@ class Sender:
 
         from rlhf_plugin_torch_sync.broadcast import send_weights
 
-        from rlhf.runtime.weight_sync import gathered_buckets, module_layout
+        from rlhf.runtime.sync.weights import gathered_buckets, module_layout
 
         source = types.SimpleNamespace(gathered_buckets=lambda layout: gathered_buckets(self.model, layout))
         send_weights(source, self.group, module_layout(self.model))
@@ -67,7 +67,7 @@ def measure(model_path: str, repeats: int) -> dict[str, float]:
     from rlhf_plugin_torch_sync.broadcast import GlooBroadcast
 
     from rlhf.config.ppo import PPOConfig
-    from rlhf.runtime.rollout import EngineActor
+    from rlhf.runtime.rollout.engines import EngineActor
 
     config = PPOConfig().model_dump(mode="json")
     sender = ray.remote(Sender).options(num_cpus=0).remote(model_path)

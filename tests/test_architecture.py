@@ -6,10 +6,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import grimp
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT = str(Path(sys.executable).with_name("lint-imports"))
@@ -21,15 +21,23 @@ def lint(source_root: Path) -> subprocess.CompletedProcess[str]:
                           env=env, cwd=ROOT, timeout=300)
 
 
-def layers() -> set[str]:
-    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
-    return {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+def layered() -> dict[str, set[str]]:
+    """Container package -> the packages its layers contract names."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    out = {}
+    for contract in contracts:
+        for container in contract.get("containers", ["rlhf"]):
+            prefix = "" if container == "rlhf" else container + "."
+            out[container] = {prefix + name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    return out
 
 
-def test_every_package_of_the_core_has_a_layer() -> None:
-    graph = grimp.build_graph("rlhf")
-    packages = {".".join(module.split(".")[:2]) for module in graph.modules} - {"rlhf"}
-    assert packages == layers(), "give each new package or module of rlhf a layer in pyproject.toml [tool.importlinter]"
+def test_every_package_of_the_core_and_of_its_runtime_has_a_layer() -> None:
+    graph = grimp.build_graph("rlhf", cache_dir=None)
+    for container, names in layered().items():
+        depth = container.count(".") + 2
+        children = {".".join(m.split(".")[:depth]) for m in graph.modules if m.startswith(container + ".")}
+        assert children == names, f"give each package or module of {container} a layer in pyproject.toml [tool.importlinter]"
 
 
 def test_the_layers_hold() -> None:
@@ -40,6 +48,6 @@ def test_the_layers_hold() -> None:
 def test_an_import_upwards_breaks_the_layers(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "core" / "src" / "rlhf", tmp_path / "rlhf", ignore=shutil.ignore_patterns("__pycache__"))
     ops = tmp_path / "rlhf" / "ops.py"
-    ops.write_text(ops.read_text() + "\n\ndef _upwards():\n    from rlhf.runtime import controller  # noqa: F401\n")
+    ops.write_text(ops.read_text() + "\n\ndef _upwards():\n    from rlhf.runtime.control import controller  # noqa: F401\n")
     result = lint(tmp_path)
-    assert result.returncode == 1 and "rlhf.ops -> rlhf.runtime.controller" in result.stdout, result.stdout[-3000:]
+    assert result.returncode == 1 and "rlhf.ops -> rlhf.runtime.control.controller" in result.stdout, result.stdout[-3000:]

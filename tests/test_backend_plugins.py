@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import base_flags
 
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 from rlhf.scaffold import write_plugin
 from rlhf.testing.cli import assert_ok, assert_user_error, run_rlhf
 
@@ -72,7 +72,7 @@ def test_an_engine_written_from_its_docs_page_passes_the_kit_and_trains_two_step
     ("auto", None, "hf"), ("auto", 0, "hf"), ("auto", 2, "vllm"), ("hf", 2, "hf"), ("stepwise", 0, "stepwise")])
 def test_auto_keeps_the_meaning_of_vllm_num_engines(engine, num_engines, expected) -> None:
     from rlhf.config.ppo import PPOConfig
-    from rlhf.runtime.rollout import rollout_engine_name
+    from rlhf.runtime.rollout.engines import rollout_engine_name
 
     config = PPOConfig()
     config.rollout.engine, config.vllm.num_engines = engine, num_engines
@@ -85,7 +85,7 @@ def test_an_engine_for_the_training_ranks_is_refused_until_the_core_places_one(p
     import rlhf
     from rlhf.config.ppo import PPOConfig
     from rlhf.errors import ConfigError
-    from rlhf.runtime.rollout import rollout_engine_class
+    from rlhf.runtime.rollout.engines import rollout_engine_class
 
     class InRank:
         in_training_rank = True

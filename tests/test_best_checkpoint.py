@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rlhf.errors import ConfigError
-from rlhf.checkpoints import files as checkpoint
-from rlhf.checkpoints.best import BestCheckpoint
+from rlhf.records import checkpoints as checkpoint
+from rlhf.records.best_checkpoint import BestCheckpoint
 
 
 def run_evals(root: Path, best: BestCheckpoint, evals: list[dict[str, float]], max_num: int = 2) -> list[int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import base_flags, crash_plugin, truncate
 
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_rlhf
 
 pytestmark = pytest.mark.slow

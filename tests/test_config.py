@@ -20,7 +20,7 @@ from rlhf.config.ppo import PPOConfig
 from rlhf.plugin_selection import PluginSelection
 from rlhf.plugins import PluginHost, PluginLoadError
 from rlhf.registry import ComponentKind as K
-from rlhf.runtime.ppo_trainer import PPOTrainer
+from rlhf.runtime.control.trainer import PPOTrainer
 
 FLAGS = json.loads((Path(__file__).parent / "data" / "openrlhf_train_ppo_flags.json").read_text())
 
@@ -314,7 +314,7 @@ def test_blocking_one_algorithm_plugin_removes_only_its_names(plugin: str) -> No
 
 
 def test_adaptive_kl_controller() -> None:
-    from rlhf.runtime.controller import KLController
+    from rlhf.runtime.control.controller import KLController
 
     fixed = KLController(0.01, None, 10000)
     fixed.update(5.0, 1024)
@@ -336,7 +336,7 @@ def test_async_and_agent_flags_are_implemented(host: PluginHost, caplog: pytest.
 
 def test_a_sample_filter_is_chosen_by_name(tmp_path: Path) -> None:
     """--algo.sample_filter builds the named filter, with the flag named when the name is wrong at build time."""
-    from rlhf.runtime.controller import PPOController
+    from rlhf.runtime.control.controller import PPOController
 
     reward = tmp_path / "reward.py"
     reward.write_text("def reward_func(queries, prompts, labels, **kwargs):\n    return [0.0] * len(queries)\n")

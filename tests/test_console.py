@@ -16,7 +16,7 @@ from rlhf.testing.cli import assert_ok, child_env
 
 GRPO = ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
         "--algo.kl.init_coef", "0"]
-BAR = "import sys; from rlhf.runtime.tracking import progress_bar\n" \
+BAR = "import sys; from rlhf.records.metrics import progress_bar\n" \
       "bar = progress_bar(40, 0, 'rl steps')\n" \
       "for i in range(40):\n    bar.set_postfix({'reward': i}, refresh=False); bar.update(1)\nbar.close()\n"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import base_flags, crash_plugin
 
-from rlhf.runtime.session_watchdog import session_processes
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
+from rlhf.runtime.cluster.watchdog import session_processes
 from rlhf.testing.cli import assert_ok, child_env, run_rlhf
 
 pytestmark = pytest.mark.slow

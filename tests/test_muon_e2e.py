@@ -11,7 +11,7 @@ from rlhf_test_support import base_flags
 from safetensors.torch import load_file
 
 from rlhf.cli.main import main
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, run_rlhf
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ import yaml
 from rlhf_test_support import base_flags
 
 from rlhf.cli.main import main
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 from rlhf.scaffold import KINDS
 from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_rlhf
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
-from rlhf.runtime.worker_group import free_port
+from rlhf.runtime.cluster.liveness import free_port
 from rlhf.serving.reward_server import build_app
 from rlhf.testing.cli import assert_user_error, run_rlhf
 

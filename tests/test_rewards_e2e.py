@@ -13,7 +13,7 @@ import yaml
 from rlhf_test_support import PRIVATE, base_flags
 
 from rlhf.cli.main import main
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import child_env
 
 pytestmark = pytest.mark.slow

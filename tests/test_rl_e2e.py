@@ -11,7 +11,7 @@ import yaml
 from rlhf_test_support import base_flags, crash_plugin
 
 from rlhf.cli.main import main
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -83,8 +83,8 @@ def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
     from rlhf.plugins import PluginHost
-    from rlhf.runtime.controller import PPOController
-    from rlhf.runtime.ppo_trainer import PPOTrainer
+    from rlhf.runtime.control.controller import PPOController
+    from rlhf.runtime.control.trainer import PPOTrainer
 
     host = PluginHost.load()
     config, _ = ConfigParser(PPOConfig, host, prog="t").parse(

@@ -40,8 +40,8 @@ def _controller(flags: list[str], run: Path) -> Any:
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
     from rlhf.plugins import PluginHost
-    from rlhf.runtime.controller import PPOController
-    from rlhf.runtime.ppo_trainer import PPOTrainer
+    from rlhf.runtime.control.controller import PPOController
+    from rlhf.runtime.control.trainer import PPOTrainer
 
     host = PluginHost.load()
     config, _ = ConfigParser(PPOConfig, host, prog="t").parse(flags)
@@ -67,7 +67,7 @@ def test_sleeping_engines_and_states_train_exactly_as_awake_ones(ray_cluster, ta
     states reloaded only around its own fit), and every loss equals the run without them."""
     import ray
 
-    from rlhf.runtime.tracking import read_metrics
+    from rlhf.records.metrics import read_metrics
 
     def run(name: str, *extra: str) -> tuple[list[dict], list[list[str]], list[tuple[str, str]]]:
         flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path / name, "vllm", steps=2)

@@ -10,7 +10,7 @@ import yaml
 from rlhf_test_support import base_flags
 
 from rlhf.cli.main import main
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, run_rlhf
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import base_flags, crash_plugin
 
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, refused_in_process, run_rlhf
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from rlhf_test_support import base_flags
 
 from rlhf.console import RUN_LOG_NAME
 from rlhf.errors import DataError, PluginError, render_exit
-from rlhf.runtime.worker_group import free_port
+from rlhf.runtime.cluster.liveness import free_port
 from rlhf.testing.cli import assert_user_error, refused_in_process, run_rlhf
 
 GRPO = ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
@@ -121,7 +121,7 @@ COMMAND_CASES = ["unknown flag", "model path not a model", "reward file syntax e
 def refused_before_the_workers(capsys: pytest.CaptureFixture[str], run: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     """``rlhf train ppo ARGV`` in this process as far as a run goes before its workers can fail: the config,
     then the controller's checks of the sources and of every prompt row (rlhf's own calls, without Ray)."""
-    from rlhf.runtime.controller import PPOController
+    from rlhf.runtime.control.controller import PPOController
 
     return refused_in_process(capsys, "ppo", *argv, then=lambda config, host: PPOController(config, host, run)._check_inputs())
 
@@ -292,7 +292,7 @@ def test_a_worker_that_fails_to_start_says_why(ray_cluster) -> None:
     import ray
 
     from rlhf.errors import WorkerError
-    from rlhf.runtime.worker_group import track, wait
+    from rlhf.runtime.cluster.liveness import track, wait
 
     class FailsToStart:  # defined here so Ray ships it by value (tests are not importable in workers)
         def __init__(self, error: Exception) -> None:

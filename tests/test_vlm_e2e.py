@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlhf.cli.main import main
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 from rlhf.testing.tiny_vlm import colour_squares_task
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Weight-sync transports (runtime/weight_sync.py picks them; rlhf-plugin-torch-sync and rlhf-plugin-vllm
+"""Weight-sync transports (runtime/sync/weights.py picks them; rlhf-plugin-torch-sync and rlhf-plugin-vllm
 implement them): bucketing, the gloo broadcast itself, and engines that end up computing identical
 log-probs whichever transport synced them."""
 
@@ -15,8 +15,8 @@ import torch
 from rlhf_plugin_torch_sync.broadcast import BroadcastGroup, receive_weights, send_weights
 from rlhf_test_support import base_flags
 
-from rlhf.runtime.weight_sync import gathered_buckets, module_layout
-from rlhf.runtime.worker_group import free_port
+from rlhf.runtime.cluster.liveness import free_port
+from rlhf.runtime.sync.weights import gathered_buckets, module_layout
 from rlhf.weight_buckets import buckets
 
 
@@ -71,8 +71,8 @@ def _controller_after_one_step(engine: str, backend: str, extra: list[str], task
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
     from rlhf.plugins import PluginHost
-    from rlhf.runtime.controller import PPOController
-    from rlhf.runtime.ppo_trainer import PPOTrainer
+    from rlhf.runtime.control.controller import PPOController
+    from rlhf.runtime.control.trainer import PPOTrainer
 
     host = PluginHost.load()
     config, _ = ConfigParser(PPOConfig, host, prog="t").parse(
@@ -91,7 +91,7 @@ def _controller_after_one_step(engine: str, backend: str, extra: list[str], task
 
 
 def _logprobs_after_an_object_store_sync(controller: Any, probe: list[int]) -> list[list[float]]:
-    from rlhf.runtime.weight_sync import WeightSync
+    from rlhf.runtime.sync.weights import WeightSync
 
     controller.config.vllm.sync_backend = "object_store"
     WeightSync(controller.config, controller.actor, controller.engines).sync()
@@ -149,7 +149,7 @@ def test_engines_compute_the_same_logprobs_after_an_ipc_or_object_store_sync(ext
 def test_auto_picks_a_broadcast_unless_lora_or_autotp_needs_the_full_state(lora_rank, tp_size, cuda, expected,
                                                                            monkeypatch) -> None:
     from rlhf.config.ppo import PPOConfig
-    from rlhf.runtime.weight_sync import backend_for
+    from rlhf.runtime.sync.weights import backend_for
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)  # the choice itself, not a CUDA fault
     config = PPOConfig()
@@ -167,7 +167,7 @@ def test_auto_picks_a_broadcast_unless_lora_or_autotp_needs_the_full_state(lora_
 def test_auto_picks_ipc_when_vllm_engines_share_the_actors_gpus(colocate_all, num_engines, async_enable, cuda,
                                                                  expected) -> None:
     from rlhf.config.ppo import PPOConfig
-    from rlhf.runtime.weight_sync import backend_for
+    from rlhf.runtime.sync.weights import backend_for
 
     config = PPOConfig()
     config.train.colocate_all, config.vllm.num_engines, config.train.async_enable = colocate_all, num_engines, async_enable
@@ -183,7 +183,7 @@ def test_auto_picks_ipc_when_vllm_engines_share_the_actors_gpus(colocate_all, nu
 def test_ipc_where_it_cannot_run_is_a_config_error_naming_why(change, cuda, reason) -> None:
     from rlhf.config.ppo import PPOConfig
     from rlhf.errors import ConfigError
-    from rlhf.runtime.weight_sync import backend_for
+    from rlhf.runtime.sync.weights import backend_for
 
     config = PPOConfig()
     config.vllm.sync_backend = "ipc"

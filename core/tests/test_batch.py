@@ -5,8 +5,8 @@ import random
 import pytest
 import torch
 
-from rlhf.runtime.batch import action_logprobs, pack, pad_list
-from rlhf.runtime.worker_group import split_bounds
+from rlhf.runtime.workers.batch import action_logprobs, pack, pad_list
+from rlhf.runtime.workers.group import split_bounds
 
 
 def reference_pack(prompts, responses, pad_id):
@@ -90,8 +90,8 @@ def test_the_reward_sits_on_the_last_model_token_when_a_trajectory_ends_with_fee
     from types import SimpleNamespace
 
     from rlhf.estimators import ReturnToGoEstimator
-    from rlhf.runtime.batch import Sample
-    from rlhf.runtime.experience import compute_advantages
+    from rlhf.runtime.control.experience import compute_advantages
+    from rlhf.runtime.workers.batch import Sample
 
     config = SimpleNamespace(reward=SimpleNamespace(clip_range=(-10.0, 10.0)),
                              algo=SimpleNamespace(kl=SimpleNamespace(use_loss=False),

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rlhf.checkpoints import files as checkpoint
 from rlhf.config.ppo import PPOConfig
 from rlhf.errors import CheckpointError, StorageError
-from rlhf.runtime.tracking import MetricsTracker, read_metrics
+from rlhf.records import checkpoints as checkpoint
+from rlhf.records.metrics import MetricsTracker, read_metrics
 
 
 def _checkpoint(root: Path, step: int) -> Path:

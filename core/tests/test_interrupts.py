@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlhf.checkpoints.files import interrupted
+from rlhf.records.checkpoints import interrupted
 
 # A plugin command that says it is running, then waits to be stopped.
 WAITER = '''

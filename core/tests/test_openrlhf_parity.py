@@ -14,8 +14,8 @@ import torch
 from rlhf_plugin_kl import K3
 
 from rlhf.ops import aggregate_loss
-from rlhf.runtime.kl_control import KLController, observed_kl
-from rlhf.runtime.policy_objective import ObjectiveSettings, StepNormalisers, policy_objective, step_counts
+from rlhf.runtime.control.kl_control import KLController, observed_kl
+from rlhf.runtime.workers.objective import ObjectiveSettings, StepNormalisers, policy_objective, step_counts
 
 ROWS, WIDTH = 8, 6
 ACCUMULATION, RANKS = 2, 2  # 8 rows = 2 ranks × 2 micro-batches of 2 rows per optimizer step
@@ -128,7 +128,7 @@ def test_seq_mean_counts_only_sequences_with_action_tokens(seed: int) -> None:
 def test_training_groups_count_only_nonempty_responses_per_optimizer_step(dynamic: bool) -> None:
     """The worker's per-step normalisers (``_training_groups``) with a stand-in model, one rank; with
     dynamic batching the micro-batches vary but the normalisers still cover the whole step."""
-    from rlhf.runtime.model_workers import _ModelWorker
+    from rlhf.runtime.workers.policy import _ModelWorker
 
     gen = torch.Generator().manual_seed(0)
     lengths = torch.randint(0, 4, (16,), generator=gen).tolist()

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from rlhf.data.prompts import PromptSchedule
-from rlhf.runtime.async_pipeline import rollout_batches
-from rlhf.runtime.batch import Sample
+from rlhf.runtime.control.async_pipeline import rollout_batches
+from rlhf.runtime.workers.batch import Sample
 
 N = 2
 

@@ -68,6 +68,6 @@ def test_first_party_plugins_and_templates_import_only_the_public_api() -> None:
 
 
 def test_the_import_scan_sees_every_form_of_import() -> None:
-    source = ("import rlhf.runtime.controller\nfrom rlhf import ops, hookimpl\n"
+    source = ("import rlhf.runtime.control.controller\nfrom rlhf import ops, hookimpl\n"
               "def f():\n    from rlhf.config.ppo import (\n        PPOConfig,\n    )\n")
-    assert rlhf_modules_imported(source) == {"rlhf.runtime.controller", "rlhf", "rlhf.ops", "rlhf.config.ppo"}
+    assert rlhf_modules_imported(source) == {"rlhf.runtime.control.controller", "rlhf", "rlhf.ops", "rlhf.config.ppo"}

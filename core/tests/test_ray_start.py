@@ -20,7 +20,7 @@ import pytest
 STARTUP = """
 import time
 import ray
-from rlhf.runtime.ray_start import start_ray
+from rlhf.runtime.cluster.ray_start import start_ray
 ray.is_initialized = lambda: True
 assert start_ray(import_meanwhile=("transformers.models.auto.tokenization_auto", "torch")) is False
 time.sleep({delay})
@@ -38,7 +38,7 @@ def test_the_tokenizer_import_after_start_ray_never_meets_a_half_imported_transf
 WORKER_NICENESS = """
 import os
 import ray
-from rlhf.runtime.ray_start import start_ray
+from rlhf.runtime.cluster.ray_start import start_ray
 
 assert start_ray() is True
 print("niceness", ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote()))
@@ -62,7 +62,7 @@ def test_a_local_clusters_workers_run_at_normal_priority_unless_the_user_says_ot
 DRIVER = """
 import os, sys, time
 import ray
-from rlhf.runtime.ray_start import start_ray, stop_ray
+from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
 
 assert start_ray() is True
 worker = ray.remote(num_cpus=0)(type("Idle", (), {"pid": lambda self: os.getpid()})).remote()
@@ -78,7 +78,7 @@ time.sleep(600)
 def _holding_files_under(folder: str, but: int = 0) -> list[str]:
     """The processes (but ``but``) that hold a file under ``folder`` open (every Ray process keeps its logs
     open there, whatever its process title says), with their titles."""
-    from rlhf.runtime.session_watchdog import session_processes
+    from rlhf.runtime.cluster.watchdog import session_processes
 
     found = []
     for pid in session_processes(folder, {os.getpid(), but}):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlhf.runtime.batch import action_logprobs, pack
-from rlhf.runtime.micro_batches import FILLER, split_to, token_budget
+from rlhf.runtime.workers.batch import action_logprobs, pack
+from rlhf.runtime.workers.micro_batches import FILLER, split_to, token_budget
 
 
 def random_samples(seed: int, count: int) -> tuple[list[list[int]], list[list[int]]]:

@@ -15,6 +15,6 @@ rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
 def rlhf_register_trainers(register):
     register(
         "ppo",
-        "rlhf.runtime.ppo_trainer:PPOTrainer",
+        "rlhf.runtime.control.trainer:PPOTrainer",
         description="RL from a prompt dataset: PPO, REINFORCE++, GRPO, RLOO… (OpenRLHF train_ppo_ray)",
     )

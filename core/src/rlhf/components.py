@@ -191,7 +191,7 @@ class AgentExecutor(Protocol):
     ``--train.agent_func_path`` is set). Runs in the controller, once per generated batch
     (``rollout.batch_size × n`` requests, more with dynamic-filtering refills, and once per eval).
     ``requests`` are dicts with ``prompt_ids`` (list[int]), ``prompt`` (text), ``label``,
-    ``max_tokens`` and ``seed``; ``engines`` is :class:`rlhf.runtime.rollout.RolloutEngines`
+    ``max_tokens`` and ``seed``; ``engines`` is :class:`rlhf.runtime.rollout.engines.RolloutEngines`
     (``generate(requests, temperature, top_p)``; :class:`rlhf.agents.executors.EngineClient`
     wraps it for ``await``-ing one turn at a time); ``sampling`` holds ``temperature`` and ``top_p``.
     Returns one dict per request with ``response_ids`` (list[int]), ``logprobs`` (list[float], one per
@@ -268,7 +268,7 @@ class RolloutEngine(Protocol):
     is above 0, else ``hf``). ``max(1, --vllm.num_engines)`` engines are built per run.
 
     Where it lives (trait ``in_training_rank``): False — each engine is built inside a Ray actor of
-    its own (the core's :class:`rlhf.runtime.rollout.EngineActor`), once per run, after the core has
+    its own (the core's :class:`rlhf.runtime.rollout.engines.EngineActor`), once per run, after the core has
     given the actor its share of the CPU threads; True — inside a training rank of the actor
     (generation in the trainer's own process). Every method below runs where the engine lives.
 

@@ -102,7 +102,7 @@ def run_processor(config: PPOConfig) -> Any:
 
 
 class EngineClient:
-    """Async, batching front of :class:`rlhf.runtime.rollout.RolloutEngines`.
+    """Async, batching front of :class:`rlhf.runtime.rollout.engines.RolloutEngines`.
 
     ``sampling`` holds the run's ``temperature`` and ``top_p``; a request may override them
     (requests with different values go out in separate engine calls).

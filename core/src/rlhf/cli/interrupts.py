@@ -21,7 +21,7 @@ _received: list[int] = []
 
 def handle_sigterm() -> None:
     """Make SIGTERM interrupt the command as Ctrl-C does (Ray's driver handler would ``sys.exit(15)``, or
-    its C++ one abort); :func:`rlhf.runtime.ray_start.start_ray` keeps this handler over Ray's. Only the
+    its C++ one abort); :func:`rlhf.runtime.cluster.ray_start.start_ray` keeps this handler over Ray's. Only the
     main thread can set it (``main`` called from another thread leaves SIGTERM as it was)."""
     import threading
 

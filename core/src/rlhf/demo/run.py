@@ -100,7 +100,7 @@ def plot_rewards(run_dir: Path, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rlhf.runtime.tracking import read_metrics
+    from rlhf.records.metrics import read_metrics
 
     rows = read_metrics(run_dir / "rl")
     steps = [r["step"] for r in rows]

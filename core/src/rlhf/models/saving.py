@@ -11,13 +11,13 @@ def save_final(model: Any, tokenizer: Any, output_dir: Path, rank: int, config_u
     """Write the trained model (a :class:`rlhf.components.TrainedModel`; or only its LoRA adapter) to
     ``output_dir``; every rank calls this.
 
-    Files go through a staging dir (:func:`rlhf.checkpoints.files.published`), so a crash or a
+    Files go through a staging dir (:func:`rlhf.records.checkpoints.published`), so a crash or a
     full disk never leaves a half-written weight file under its final name.
     """
     import torch.distributed as dist
 
-    from rlhf.checkpoints.files import published
     from rlhf.models.lora import is_peft
+    from rlhf.records.checkpoints import published
 
     module = model.module
     state = model.state_dict()

@@ -24,7 +24,7 @@ def join_process_group(backend: Any, local_rank: int = -1) -> tuple[int, int]:
     """
     import torch.distributed as dist
 
-    from rlhf.runtime.worker_group import free_port
+    from rlhf.runtime.cluster.liveness import free_port
 
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))

@@ -214,7 +214,7 @@ class SupervisedTrainer:
             save_final(self.model, self.tokenizer, Path(cfg.ckpt.output_dir), self.rank, self.final_config_updates())
             status = "completed"
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say what there is to resume from
-            from rlhf.checkpoints.files import interrupted
+            from rlhf.records.checkpoints import interrupted
 
             status = "interrupted"
             raise interrupted(Path(cfg.ckpt.path)) from exc
@@ -335,7 +335,7 @@ class SupervisedTrainer:
         """Every rank writes its training states into one staging dir that rank 0 commits."""
         import torch.distributed as dist
 
-        from rlhf.checkpoints import files as checkpoint
+        from rlhf.records import checkpoints as checkpoint
 
         plugin_state: dict[str, Any] = {}
         state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state}
@@ -349,7 +349,7 @@ class SupervisedTrainer:
 
     def _resume(self) -> int:
         """``--ckpt.load_enable``: the step of the checkpoint loaded (0 when there is none)."""
-        from rlhf.checkpoints import files as checkpoint
+        from rlhf.records import checkpoints as checkpoint
 
         if not self.config.ckpt.load_enable:
             return 0
@@ -366,7 +366,7 @@ class SupervisedTrainer:
             return None
         import yaml
 
-        from rlhf.runtime.tracking import MetricsTracker
+        from rlhf.records.metrics import MetricsTracker
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(self.config.model_dump(mode="json"), sort_keys=False))

@@ -12,7 +12,7 @@ import pytest
 from rlhf_plugin_deepspeed.config import on_gpu, train_config
 
 from rlhf.config.supervised import SupervisedConfig
-from rlhf.runtime.tracking import read_metrics
+from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, child_env, refused_in_process, run_rlhf
 
 

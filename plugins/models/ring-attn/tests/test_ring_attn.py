@@ -35,7 +35,7 @@ import sys, torch, torch.distributed as dist
 from transformers import AutoModelForCausalLM
 from rlhf_plugin_ring_attn.ring import RingAttention
 from rlhf.testing.conformance import ppo_config
-from rlhf.runtime.batch import pack
+from rlhf.runtime.workers.batch import pack
 dist.init_process_group("nccl"); rank = dist.get_rank(); torch.cuda.set_device(rank)
 config = ppo_config(); config.ds.ring_attn_size = 2
 gen = torch.Generator().manual_seed(rank)

@@ -12,7 +12,7 @@ from rlhf_plugin_remote.client import RemoteOptions, RemoteReward
 
 from rlhf.errors import RewardSourceError, find_user_error
 from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
-from rlhf.runtime.worker_group import free_port
+from rlhf.runtime.cluster.liveness import free_port
 from rlhf.serving.reward_server import build_app
 from rlhf.testing.conformance import RewardFunctionKit
 

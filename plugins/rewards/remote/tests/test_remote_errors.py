@@ -11,7 +11,7 @@ import pytest
 from rlhf_plugin_remote.client import RemoteOptions, RemoteReward
 
 from rlhf.errors import ConfigError, RewardSourceError
-from rlhf.runtime.worker_group import free_port
+from rlhf.runtime.cluster.liveness import free_port
 
 QUERIES, PROMPTS, LABELS = ["Q:a", "Q:bb", "Q:ccc", "Q:dddd"], ["Q:"] * 4, ["1", "2", "3", "4"]
 TWO_TRIES = RemoteOptions(timeout_s=2.0, retries=2, backoff_s=0.0)

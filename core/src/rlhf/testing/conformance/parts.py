@@ -53,7 +53,7 @@ class SampleFilterKit(ComponentKit):
 
 
 class ScriptedEngines:
-    """A deterministic stand-in for :class:`rlhf.runtime.rollout.RolloutEngines` with the same
+    """A deterministic stand-in for :class:`rlhf.runtime.rollout.engines.RolloutEngines` with the same
     ``generate(requests, temperature, top_p)`` contract: each response is derived from the
     request's prompt ids and seed, so an executor's output can be checked without a model."""
 

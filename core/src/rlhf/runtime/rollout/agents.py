@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import RewardSourceError
-from rlhf.runtime.batch import Sample
+from rlhf.runtime.workers.batch import Sample
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig

@@ -2,7 +2,7 @@
 
 This module holds the trainer's contract with the CLI: its config tree, the
 cross-flag rules, and the run directory it writes; the Ray/DeepSpeed/vLLM step
-loop lives in :mod:`rlhf.runtime.controller`.
+loop lives in :mod:`rlhf.runtime.control.controller`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,6 @@ class PPOTrainer:
         return finalize_ppo_config(config, plugins)
 
     def run(self) -> None:
-        from rlhf.runtime.controller import PPOController
+        from rlhf.runtime.control.controller import PPOController
 
         PPOController(self.config, self.plugins, self.run_dir).run()

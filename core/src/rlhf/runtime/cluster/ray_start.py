@@ -11,7 +11,7 @@ from typing import Any
 #: how long the reachability check waits for the cluster's port to accept a connection
 REACH_TIMEOUT_S = float(os.environ.get("RLHF_RAY_CONNECT_TIMEOUT_S", "5"))
 
-#: the :class:`~rlhf.runtime.session_watchdog.Watchdog` of the local cluster this process started, if any
+#: the :class:`~rlhf.runtime.cluster.watchdog.Watchdog` of the local cluster this process started, if any
 _watchdog: Any = None
 
 
@@ -89,7 +89,7 @@ def _start_ray() -> bool:
         os.environ.update(env)  # local workers inherit it; a runtime_env would cost ~0.5 s per worker start
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
                  object_store_memory=int(os.environ.get("RLHF_RAY_OBJECT_STORE_BYTES", str(1 << 30))))
-        from rlhf.runtime.session_watchdog import Watchdog
+        from rlhf.runtime.cluster.watchdog import Watchdog
 
         global _watchdog
         _watchdog = Watchdog(ray._private.worker._global_node.get_session_dir_path())

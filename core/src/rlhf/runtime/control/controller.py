@@ -13,17 +13,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlhf.checkpoints import files as checkpoint
-from rlhf.checkpoints.best import BestCheckpoint
 from rlhf.components import build
 from rlhf.config.base import ConfigError
+from rlhf.records import checkpoints as checkpoint
+from rlhf.records.best_checkpoint import BestCheckpoint
+from rlhf.records.metrics import record_status
 from rlhf.registry import ComponentKind as K
-from rlhf.runtime.batch import Sample, worker_payload
-from rlhf.runtime.kl_control import KLController, observed_kl
-from rlhf.runtime.ray_start import start_ray, stop_ray
-from rlhf.runtime.rewarding import RewardStage
-from rlhf.runtime.steering_control import prompt_mix_metrics, steer
-from rlhf.runtime.tracking import record_status
+from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
+from rlhf.runtime.control.kl_control import KLController, observed_kl
+from rlhf.runtime.control.rewarding import RewardStage
+from rlhf.runtime.control.steering import prompt_mix_metrics, steer
+from rlhf.runtime.workers.batch import Sample, worker_payload
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
@@ -58,7 +58,7 @@ class PPOController:
         self.step = 0
         self.steered: dict[str, float] = {}  # coefficients a steering plugin set, but β: entropy, lr_scale
         self.best = BestCheckpoint.from_config(config)
-        # async mode (runtime/async_pipeline.py): weight syncs so far, the engines' lock, the trained batch's data position
+        # async mode (runtime/control/async_pipeline.py): weight syncs so far, the engines' lock, the trained batch's data position
         self.policy_version, self.engine_lock, self.trained_data = 0, contextlib.nullcontext(), None
 
     # ----------------------------------------------------------------- set-up
@@ -73,8 +73,8 @@ class PPOController:
         """Model directories and the resumed ``state.json``, in the CLI process before Ray starts, so a
         wrong path costs one line and a second. Caps ``--data.max_len`` at the actor's positions."""
         from rlhf.models.loading import check_model_source
-        from rlhf.runtime.rollout import rollout_engine_class
-        from rlhf.runtime.weight_sync import backend_for
+        from rlhf.runtime.rollout.engines import rollout_engine_class
+        from rlhf.runtime.sync.weights import backend_for
 
         cfg = self.config
         rollout_engine_class(cfg, self.plugins.registry)  # an engine that is not installed fails before Ray starts
@@ -117,11 +117,11 @@ class PPOController:
     def _launch(self) -> None:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
         in their own processes while the controller goes on. Needs only the checked sources."""
-        from rlhf.runtime.model_workers import PolicyWorker, ReferenceWorker
-        from rlhf.runtime.placement import Placement
-        from rlhf.runtime.rollout import RolloutEngines
-        from rlhf.runtime.value_workers import CriticWorker, RewardModelWorker
-        from rlhf.runtime.worker_group import WorkerGroup
+        from rlhf.runtime.cluster.placement import Placement
+        from rlhf.runtime.rollout.engines import RolloutEngines
+        from rlhf.runtime.workers.group import WorkerGroup
+        from rlhf.runtime.workers.policy import PolicyWorker, ReferenceWorker
+        from rlhf.runtime.workers.value import CriticWorker, RewardModelWorker
 
         cfg = self.config
         dumped = cfg.model_dump(mode="json")
@@ -147,7 +147,7 @@ class PPOController:
 
     def _setup(self) -> None:
         """Every rank's model and DeepSpeed engine (the ranks of a group rendezvous), once the data is read."""
-        from rlhf.runtime.worker_group import wait
+        from rlhf.runtime.cluster.liveness import wait
 
         if not hasattr(self, "actor"):
             self._launch()
@@ -188,8 +188,8 @@ class PPOController:
     # ------------------------------------------------------------------ steps
 
     def sync_weights(self) -> None:
-        """Actor rank 0's weights into every rollout engine, by --vllm.sync_backend (runtime/weight_sync.py)."""
-        from rlhf.runtime.weight_sync import WeightSync
+        """Actor rank 0's weights into every rollout engine, by --vllm.sync_backend (runtime/sync/weights.py)."""
+        from rlhf.runtime.sync.weights import WeightSync
 
         if getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
             self.weight_sync = WeightSync(self.config, self.actor, self.engines, self.plugins.registry)
@@ -198,7 +198,7 @@ class PPOController:
             self.policy_version += 1
 
     def _generate(self, prompts: list[dict[str, Any]], n: int, temperature: float, seed_base: int) -> list[Sample]:
-        from rlhf.runtime.agent_rollout import generate_samples
+        from rlhf.runtime.rollout.agents import generate_samples
 
         with self.engines.sleep.awake():  # --vllm.enable_sleep: awake for this batch only
             return generate_samples(self.config, self.executor, self.engines, self.tokenizer, prompts, n, temperature,
@@ -241,8 +241,8 @@ class PPOController:
 
     def train_step(self, prompts: list[dict[str, Any]], rolled: Any = None) -> dict[str, float]:
         """One step on ``prompts``; ``rolled``: their samples, already generated (async mode)."""
-        from rlhf.runtime.experience import compute_advantages
-        from rlhf.runtime.worker_group import wait
+        from rlhf.runtime.cluster.liveness import wait
+        from rlhf.runtime.control.experience import compute_advantages
 
         cfg = self.config
         n = cfg.rollout.n_samples_per_prompt
@@ -340,9 +340,9 @@ class PPOController:
     def run(self) -> None:
         import yaml
 
-        from rlhf.runtime.async_pipeline import rollout_batches
-        from rlhf.runtime.tracking import MetricsTracker
-        from rlhf.runtime.worker_group import write_whereabouts
+        from rlhf.records.metrics import MetricsTracker
+        from rlhf.runtime.cluster.liveness import write_whereabouts
+        from rlhf.runtime.control.async_pipeline import rollout_batches
 
         cfg = self.config
         self._check_sources()

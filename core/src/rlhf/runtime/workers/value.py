@@ -1,7 +1,7 @@
 """The value-head model workers: critic (values, trained) and reward model (one reward per sample).
 
 Every method runs inside a Ray actor, once per rollout batch (``values``, ``rewards``, ``train``)
-or once per checkpoint; payloads are plain per-sample lists as in ``rlhf.runtime.model_workers``.
+or once per checkpoint; payloads are plain per-sample lists as in ``rlhf.runtime.workers.policy``.
 Per-token tensors are ``(B, T)`` over response tokens.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.models.loading import token_id
-from rlhf.runtime.model_workers import _ModelWorker, while_awake
+from rlhf.runtime.workers.policy import _ModelWorker, while_awake
 
 
 class _ValueWorker(_ModelWorker):
@@ -93,7 +93,7 @@ class CriticWorker(_ValueWorker):
         """Clipped value loss 0.5·max((V−R)², (V_clip−R)²), one token mean per optimizer step."""
         import torch
 
-        from rlhf.runtime.batch import pad_list
+        from rlhf.runtime.workers.batch import pad_list
 
         clip = self.config.critic.value_clip
         total, count = 0.0, 0

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import ConfigError
 from rlhf.registry import ComponentKind
-from rlhf.runtime.engine_sleep import SleepSchedule
-from rlhf.runtime.worker_group import split_evenly, track, use_cpu_share, wait
+from rlhf.runtime.cluster.liveness import track, use_cpu_share, wait
+from rlhf.runtime.rollout.sleep import SleepSchedule
+from rlhf.runtime.workers.group import split_evenly
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
@@ -91,7 +92,7 @@ class RolloutEngines:
     """The controller's handle on every rollout engine: spreads requests, syncs weights."""
 
     def __init__(self, config: PPOConfig, model_path: str, placement: Any = None, registry: Any = None) -> None:
-        """``placement``: the run's :class:`rlhf.runtime.placement.Placement`; with ``--train.colocate_all``
+        """``placement``: the run's :class:`rlhf.runtime.cluster.placement.Placement`; with ``--train.colocate_all``
         the engines take a share of the actor's bundles, otherwise they are placed by Ray. ``registry``:
         the run's component registry (the plugins loaded by default)."""
         import ray

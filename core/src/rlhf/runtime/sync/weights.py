@@ -121,6 +121,6 @@ class WeightSync:
     def _naming_dead_workers(self) -> Any:
         """A transport waits for its Ray calls itself: a rank or engine that died in them is named, not
         the peer whose collective failed first."""
-        from rlhf.runtime.worker_group import naming_dead_workers
+        from rlhf.runtime.cluster.liveness import naming_dead_workers
 
         return naming_dead_workers([*self.actor.workers, *self.engines.engines])

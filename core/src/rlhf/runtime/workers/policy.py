@@ -1,6 +1,6 @@
 """The causal-LM model workers: actor (policy, trained) and reference, over the shared worker base.
 
-The critic and the reward model (value heads) are in ``rlhf.runtime.value_workers``.
+The critic and the reward model (value heads) are in ``rlhf.runtime.workers.value``.
 
 Every method here runs inside a Ray actor, once per rollout batch (``logprobs``,
 ``values``, ``rewards``, ``train``) or once per sync/checkpoint. Payloads are plain
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.models.loading import token_id
-from rlhf.runtime.worker_group import BaseWorker
+from rlhf.runtime.workers.group import BaseWorker
 
 
 def _action_masks(payload: dict[str, list], rows: Any) -> list[list[int] | None] | None:
@@ -32,7 +32,7 @@ def _action_count(payload: dict[str, list], row: int) -> int:
 
 def _padded_column(payload: dict[str, list], rows: list[int], width: int, key: str) -> Any:
     """``(len(rows), width)`` tensor of one per-token payload column."""
-    from rlhf.runtime.batch import pad_list
+    from rlhf.runtime.workers.batch import pad_list
 
     return pad_list([payload[key][i] for i in rows], width)
 
@@ -70,10 +70,10 @@ class _ModelWorker(BaseWorker):
         return load_model(active(self.config, self.plugins.registry), role, self.config, path, default)
 
     def _batch(self, payload: dict[str, list], rows: list[int]) -> Any:
-        """The :class:`~rlhf.runtime.batch.TokenBatch` of these samples, packed with ``--ds.packing_samples``
-        where that is the faster path (:func:`~rlhf.runtime.micro_batches.packed_forward`)."""
-        from rlhf.runtime.batch import pack
-        from rlhf.runtime.micro_batches import packed_forward
+        """The :class:`~rlhf.runtime.workers.batch.TokenBatch` of these samples, packed with ``--ds.packing_samples``
+        where that is the faster path (:func:`~rlhf.runtime.workers.micro_batches.packed_forward`)."""
+        from rlhf.runtime.workers.batch import pack
+        from rlhf.runtime.workers.micro_batches import packed_forward
 
         if not hasattr(self, "_packed"):
             self._packed = packed_forward(self.config)
@@ -87,7 +87,7 @@ class _ModelWorker(BaseWorker):
         as its response."""
         import torch
 
-        from rlhf.runtime.micro_batches import plan
+        from rlhf.runtime.workers.micro_batches import plan
 
         cfg = self.config
         budget = (cfg.rollout.max_tokens_per_gpu or cfg.train.max_tokens_per_gpu) if cfg.train.dynamic_batch_enable else None
@@ -116,8 +116,8 @@ class _ModelWorker(BaseWorker):
         """
         import torch
 
-        from rlhf.runtime.micro_batches import plan
-        from rlhf.runtime.policy_objective import step_counts
+        from rlhf.runtime.workers.micro_batches import plan
+        from rlhf.runtime.workers.objective import step_counts
 
         cfg = self.config
         n = len(payload["prompt_ids"])
@@ -175,7 +175,7 @@ class _CausalLMWorker(_ModelWorker):
     """Shared by the actor and the reference: per-token log-probs of responses."""
 
     def logprobs(self, payload: dict[str, list]) -> list[list[float]]:
-        from rlhf.runtime.batch import action_logprobs
+        from rlhf.runtime.workers.batch import action_logprobs
 
         def compute(batch: Any) -> Any:
             logits = self.model(**batch.model_inputs()).logits
@@ -210,7 +210,7 @@ class PolicyWorker(_CausalLMWorker):
         from rlhf.components import build
         from rlhf.models.loading import dtype_of, load_causal_lm
         from rlhf.registry import ComponentKind as K
-        from rlhf.runtime.policy_objective import ObjectiveSettings
+        from rlhf.runtime.workers.objective import ObjectiveSettings
 
         self._init_common(master_addr, master_port)
         cfg = self.config
@@ -252,8 +252,8 @@ class PolicyWorker(_CausalLMWorker):
         import torch
 
         from rlhf.ops import token_entropy
-        from rlhf.runtime.batch import action_logits
-        from rlhf.runtime.policy_objective import StepNormalisers, policy_objective
+        from rlhf.runtime.workers.batch import action_logits
+        from rlhf.runtime.workers.objective import StepNormalisers, policy_objective
 
         cfg = self.config
         coefficients = coefficients or {}
@@ -317,7 +317,7 @@ class PolicyWorker(_CausalLMWorker):
     def weight_sync_call(self, transport: Any, method: str, *args: Any) -> Any:
         """The weight-sync transport's actor-side ``method(source, *args)``, in every rank (see
         :class:`rlhf.components.WeightSyncTransport`); ``source`` keeps the transport's state between calls."""
-        from rlhf.runtime.weight_sync import ActorWeights
+        from rlhf.runtime.sync.weights import ActorWeights
 
         if not hasattr(self, "_sync_state"):
             self._sync_state: dict[str, Any] = {}
@@ -343,7 +343,7 @@ class PolicyWorker(_CausalLMWorker):
 
         from transformers import AutoTokenizer
 
-        from rlhf.checkpoints.files import published
+        from rlhf.records.checkpoints import published
 
         with self.ema.applied() if self.ema is not None else contextlib.nullcontext():
             state = self.model.state_dict()

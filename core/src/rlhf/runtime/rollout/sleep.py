@@ -10,7 +10,7 @@ With ``--train.colocate_all`` the engines share the devices with training. With 
 
 What sleeping frees is the engine's business (:meth:`rlhf.components.RolloutEngine.sleep`): vLLM's
 level-1 sleep where its platform has one, nothing elsewhere. The calls are made in this order either
-way and recorded by :class:`rlhf.runtime.rollout.EngineActor` (``sleep_history``).
+way and recorded by :class:`rlhf.runtime.rollout.engines.EngineActor` (``sleep_history``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class SleepSchedule:
     @contextlib.contextmanager
     def awake(self, tags: list[str] | None = None) -> Iterator[None]:
         """The engines awake (only ``tags`` of their memory) for the body, asleep again after it."""
-        from rlhf.runtime.worker_group import wait
+        from rlhf.runtime.cluster.liveness import wait
 
         if not self.enabled:
             yield

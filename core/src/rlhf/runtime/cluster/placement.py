@@ -62,7 +62,7 @@ class Placement:
             sharers = sum(copies.get(r, 1) for r in roles) + (train.colocate_all and "actor" in roles)  # engines too
             for role in roles:
                 self._groups[role] = (group, sharers)
-        from rlhf.runtime.worker_group import wait
+        from rlhf.runtime.cluster.liveness import wait
 
         wait([g.ready() for g in self._placement_groups()])  # a cluster short of bundles times out with a message
 
@@ -76,7 +76,7 @@ class Placement:
 
     def cpu_sharers(self, config: PPOConfig, engine: bool) -> int:
         """How many worker processes compute at the same time as one model rank (``engine=False``) or one
-        rollout engine (``engine=True``), for :func:`rlhf.runtime.worker_group.use_cpu_share`. In sync mode the
+        rollout engine (``engine=True``), for :func:`rlhf.runtime.cluster.liveness.use_cpu_share`. In sync mode the
         engines generate while the ranks wait, and the reverse; with ``--train.async_enable`` they overlap."""
         engines = max(1, config.vllm.num_engines or 0)
         if config.train.async_enable:

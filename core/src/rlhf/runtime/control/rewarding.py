@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.registry import ComponentKind as K
-from rlhf.runtime.batch import Sample
+from rlhf.runtime.workers.batch import Sample
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
@@ -71,7 +71,7 @@ class RewardStage:
 
     def _agent_term(self, config: PPOConfig) -> Any:
         from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
-        from rlhf.runtime.agent_rollout import agent_reward
+        from rlhf.runtime.rollout.agents import agent_reward
 
         self.reward_model_paths = []
         others = [flag for flag, value in (("--reward.functions", config.reward.functions),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rlhf.steering import SteeringView
 
 if TYPE_CHECKING:
-    from rlhf.runtime.controller import PPOController
+    from rlhf.runtime.control.controller import PPOController
 
 
 @dataclass

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlhf.checkpoints.files import write_text_atomically
 from rlhf.errors import StorageError, storage_error
+from rlhf.records.checkpoints import write_text_atomically
 
 if TYPE_CHECKING:
     from rlhf.config.run import RunConfig
@@ -134,7 +134,7 @@ def _keep_records_up_to(path: Path, step: int) -> None:
     if len(kept) == len(lines):
         return
     log.warning("%s: dropped %d record(s) after step %d, where this run starts", path, len(lines) - len(kept), step)
-    from rlhf.checkpoints.files import write_text_atomically
+    from rlhf.records.checkpoints import write_text_atomically
 
     write_text_atomically(path, "".join(kept), "metrics")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlhf.runtime.batch import Sample, pad_list
+from rlhf.runtime.workers.batch import Sample, pad_list
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig

@@ -1,0 +1,1 @@
+"""What a run records on disk: atomic checkpoint files and the run directory, the best-checkpoint record, metrics and status."""

@@ -1,0 +1,1 @@
+"""The rollout engines as the controller drives them: engine actors, agent rollouts, sleep between phases."""
