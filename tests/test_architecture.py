@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -51,3 +52,49 @@ def test_an_import_upwards_breaks_the_layers(tmp_path: Path) -> None:
     ops.write_text(ops.read_text() + "\n\ndef _upwards():\n    from rlhf.runtime.control import controller  # noqa: F401\n")
     result = lint(tmp_path)
     assert result.returncode == 1 and "rlhf.ops -> rlhf.runtime.control.controller" in result.stdout, result.stdout[-3000:]
+
+
+def function_local_rlhf_imports(source: str) -> list[int]:
+    """Lines of ``import rlhf…``/``from rlhf… import`` statements inside a function (TYPE_CHECKING blocks aside)."""
+    found = []
+
+    class Visitor(ast.NodeVisitor):
+        depth = 0
+
+        def visit_FunctionDef(self, node: ast.AST) -> None:
+            self.depth += 1
+            self.generic_visit(node)
+            self.depth -= 1
+
+        visit_AsyncFunctionDef = visit_FunctionDef
+
+        def visit_If(self, node: ast.If) -> None:
+            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                self.generic_visit(node)
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+            if self.depth and node.level == 0 and (node.module or "").split(".")[0] == "rlhf":
+                found.append(node.lineno)
+
+        def visit_Import(self, node: ast.Import) -> None:
+            if self.depth and any(alias.name.split(".")[0] == "rlhf" for alias in node.names):
+                found.append(node.lineno)
+
+    Visitor().visit(ast.parse(source))
+    return found
+
+
+def test_the_core_imports_its_own_modules_at_module_top() -> None:
+    """Function-local imports are for deferring heavy libraries (torch, transformers, Ray, vLLM); the core's own
+    modules are light, so they are imported at the top where the import graph shows them. The CLI is the
+    exception: `rlhf --help` and a one-line error must not pay for loading every command's modules."""
+    core = ROOT / "core" / "src" / "rlhf"
+    hidden = [f"{path.relative_to(core)}:{line}" for path in sorted(core.rglob("*.py")) if "cli" not in path.parts
+              for line in function_local_rlhf_imports(path.read_text())]
+    assert not hidden, f"move these rlhf imports to the module top: {hidden}"
+
+
+def test_the_scan_finds_a_function_local_import() -> None:
+    source = ("from rlhf import ops\nif TYPE_CHECKING:\n    from rlhf.components import X\n"
+              "def f():\n    import torch\n    from rlhf.runtime import control\n")
+    assert function_local_rlhf_imports(source) == [6]

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlhf import PLUGIN_API_VERSION
+
 #: Modules whose public names (``__all__``, else every name not starting with ``_`` defined there) are the plugin API.
 PUBLIC_MODULES = (
     "rlhf",
@@ -119,8 +121,6 @@ def compare(snapshot: dict[str, str], current: dict[str, str]) -> tuple[list[str
 
 
 def main(argv: list[str]) -> int:
-    from rlhf import PLUGIN_API_VERSION
-
     if argv != ["--write"]:
         print("usage: python -m rlhf.plugin_api --write", file=sys.stderr)
         return 2

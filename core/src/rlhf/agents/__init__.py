@@ -24,6 +24,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+from rlhf.errors import ConfigError
+
 
 class AgentInstanceBase(ABC):
     """One environment episode (a fresh instance per episode).
@@ -72,7 +74,6 @@ def load_agent_class(path: str, names: tuple[str, ...], flag: str = "--train.age
     Raises :class:`rlhf.errors.ConfigError` naming the file when it is missing, fails to import
     or defines none of ``names``.
     """
-    from rlhf.errors import ConfigError
 
     file = Path(path)
     if not file.is_file():

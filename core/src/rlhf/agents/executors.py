@@ -12,6 +12,11 @@ import asyncio
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from rlhf.data.prompts import prompt_processor
+from rlhf.models.loading import load_tokenizer
+from rlhf.plugin_selection import PluginSelection
+from rlhf.plugins import PluginHost
+
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
 
@@ -76,7 +81,6 @@ class AsyncAgentExecutor:
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from rlhf.models.loading import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.tokenizer_path, "--actor.model_name_or_path")
         return self._tokenizer
@@ -94,9 +98,6 @@ def run_processor(config: PPOConfig) -> Any:
     """The run's prompt processor (a VLM plugin's, whose optional ``extend`` adds environment images to a
     trajectory; see :class:`rlhf.components.Processor`), or None for a text-only run. Loads the run's plugin
     set once more, as the workers do. Runs in the controller, once per run, when an executor first needs it."""
-    from rlhf.data.prompts import prompt_processor
-    from rlhf.plugin_selection import PluginSelection
-    from rlhf.plugins import PluginHost
 
     return prompt_processor(config, PluginHost.load(PluginSelection.from_resolved(config.plugin_set)).registry)
 

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rlhf.config.openrlhf_legacy import TABLES, Choice, Entry, Ignored, Removed, Rename, Sum, Switch
+from rlhf.config.ppo import PPOConfig
+from rlhf.config.supervised import SupervisedConfig
 from rlhf.errors import ConfigError
 
 log = logging.getLogger("rlhf.config")
@@ -198,8 +200,6 @@ def _mixed_message(first: str, second: str, target: str) -> str:
 
 def table_for_config(config_class: type) -> dict[str, Entry]:
     """The table of a trainer's config tree: PPO's, the supervised trainers', or none."""
-    from rlhf.config.ppo import PPOConfig
-    from rlhf.config.supervised import SupervisedConfig
 
     if issubclass(config_class, PPOConfig):
         return TABLES["ppo"]

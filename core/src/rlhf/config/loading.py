@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from rlhf.config.base import ConfigError, cli_extra
+from rlhf.config.base import ConfigError, cli_extra, flagged_fields
 from rlhf.config.cli_bridge import add_model_flags, flatten, nest, reject_unknown
 from rlhf.config.legacy_translation import table_for_config, translate
 from rlhf.config.refused import refusals, refuse
@@ -183,7 +183,6 @@ def check_components(config: BaseModel, host: PluginHost, prefix: str = "") -> N
 def check_plugin_flags(config: BaseModel, host: PluginHost, cli_keys: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """A flag a model plugin implements (``flag(plugin=...)``), set on the command line or away from its
     default, needs that plugin loaded: else a :class:`ConfigError` saying what to install."""
-    from rlhf.config.base import flagged_fields
 
     for dotted, plugin, changed in flagged_fields(config):
         if (changed or dotted in cli_keys) and plugin not in host.registry.names(ComponentKind.MODEL_LOADER):

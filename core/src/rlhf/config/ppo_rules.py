@@ -12,8 +12,9 @@ import logging
 from rlhf import is_correction
 from rlhf.components import build
 from rlhf.config.base import ConfigError
-from rlhf.config.checks import check_global_batch, check_optimizer, require_positive
+from rlhf.config.checks import check_4bit, check_global_batch, check_optimizer, require_positive
 from rlhf.config.ppo import PPOConfig
+from rlhf.config.training_backend import check_backend_config
 from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentKind
 
@@ -141,13 +142,11 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
-    from rlhf.config.training_backend import check_backend_config
 
     check_backend_config(cfg, host.registry)
     if cfg.vllm.sync_backend != "auto":  # whether it can run for this config: the controller's input check
         host.registry.registration(ComponentKind.WEIGHT_SYNC_TRANSPORT, cfg.vllm.sync_backend, flag="--vllm.sync_backend")
     if cfg.ds.load_in_4bit:
-        from rlhf.config.checks import check_4bit
 
         check_4bit(cfg.ds)
     kl = cfg.algo.kl

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rlhf.components import build
 from rlhf.registry import ComponentKind
 
 if TYPE_CHECKING:
@@ -24,6 +25,5 @@ def check_backend_config(config: RunConfig, registry: Any) -> None:
 
 def training_backend(config: RunConfig, registry: Any) -> Any:
     """The backend of this process (a :class:`rlhf.components.TrainingBackend`), built from the run config."""
-    from rlhf.components import build
 
     return build(backend_class(config, registry), config)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlhf.config.base import ConfigError
+from rlhf.data.sources import text_value
 from rlhf.data.templates import as_messages, format_prompt
 
 
@@ -46,7 +47,6 @@ def prompt_response(prompt_value: Any, response_value: Any, data_cfg: Any, token
 def row_prompt_response(row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: str,
                         index: int) -> tuple[list[int], list[int]]:
     """:func:`prompt_response` of a row's ``--data.input_key`` and ``--data.output_key`` values."""
-    from rlhf.data.sources import text_value
 
     prompt = text_value(row, data_cfg.input_key, "--data.input_key", source, index)
     response = text_value(row, data_cfg.output_key, "--data.output_key", source, index)
@@ -103,7 +103,6 @@ def preference_pair(row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: 
     (masks cover the responses); without it, chosen and rejected are complete texts or
     conversations and every token counts.
     """
-    from rlhf.data.sources import text_value
 
     chosen = text_value(row, data_cfg.chosen_key, "--data.chosen_key", source, index)
     rejected = text_value(row, data_cfg.rejected_key, "--data.rejected_key", source, index)

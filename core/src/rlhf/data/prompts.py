@@ -13,9 +13,13 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any
 
+from rlhf.components import build
+from rlhf.config.base import flagged_fields
 from rlhf.data.sources import load_mixed, row_value, text_value
 from rlhf.data.templates import format_prompt
+from rlhf.data.workers import chunks, computed_in_order
 from rlhf.errors import DataError
+from rlhf.registry import ComponentKind
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
@@ -45,7 +49,6 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
     ``--data.max_len``, are dropped with one warning that counts them and names their rows
     (OpenRLHF filters over-long prompts too), or are an error with ``--data.on_invalid_prompt error``.
     """
-    from rlhf.data.workers import chunks, computed_in_order
 
     def prepare(part: list[tuple[int, dict[str, Any]]]) -> list[tuple[str | None, dict[str, Any] | None]]:
         return [_prepare(index, row, data_cfg, tokenizer, source, processor) for index, row in part]
@@ -211,9 +214,6 @@ def prompt_processor(config: PPOConfig, registry: Any) -> Any:
     """The :class:`rlhf.components.Processor` named by ``--data.processor``, else the one of the model plugins
     this run switched on (a VLM's), or None: a plugin that registered both a model loader and a processor
     under one name provides it."""
-    from rlhf.components import build
-    from rlhf.config.base import flagged_fields
-    from rlhf.registry import ComponentKind
 
     chosen = getattr(config.data, "processor", None)
     if chosen:

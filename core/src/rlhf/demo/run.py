@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlhf.config.loading import ConfigParser
 from rlhf.demo import task
+from rlhf.records.metrics import read_metrics
+from rlhf.registry import ComponentKind
 
 log = logging.getLogger("rlhf.demo")
 
@@ -59,8 +62,6 @@ def run_demo(run_dir: Path, *, seed: int, rl_steps: int, engine: str, sft_target
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlhf.config.loading import ConfigParser
-    from rlhf.registry import ComponentKind
 
     started = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -100,7 +101,6 @@ def plot_rewards(run_dir: Path, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rlhf.records.metrics import read_metrics
 
     rows = read_metrics(run_dir / "rl")
     steps = [r["step"] for r in rows]

@@ -22,15 +22,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rlhf.components import build
+from rlhf.config.base import flagged_fields
+from rlhf.registry import ComponentKind
+
 if TYPE_CHECKING:
     from rlhf.config.run import RunConfig
 
 
 def active(config: RunConfig, registry: Any) -> list[Any]:
     """The model-plugin components this run switched on, built once each, in flag order."""
-    from rlhf.components import build
-    from rlhf.config.base import flagged_fields
-    from rlhf.registry import ComponentKind
 
     flags: dict[str, str] = {}  # plugin -> the first of its flags that is set
     for dotted, plugin, changed in flagged_fields(config):

@@ -14,6 +14,7 @@ from typing import Any
 
 from rlhf.config.checks import check_4bit
 from rlhf.errors import ConfigError
+from rlhf.models.loading import torch_dtype
 
 
 def lora_enabled(ds: Any) -> bool:
@@ -91,7 +92,6 @@ def merge_adapter(base_path: str, adapter_path: str, output_path: str, *, is_rm:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-    from rlhf.models.loading import torch_dtype
 
     if not (Path(adapter_path) / "adapter_config.json").exists():
         raise ConfigError(f"--lora_path {adapter_path}: no adapter_config.json there (is it a LoRA adapter dir?)")

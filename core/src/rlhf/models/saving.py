@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlhf.models.lora import is_peft
+from rlhf.records.checkpoints import published
+
 
 def save_final(model: Any, tokenizer: Any, output_dir: Path, rank: int, config_updates: dict[str, Any]) -> None:
     """Write the trained model (a :class:`rlhf.components.TrainedModel`; or only its LoRA adapter) to
@@ -16,8 +19,6 @@ def save_final(model: Any, tokenizer: Any, output_dir: Path, rank: int, config_u
     """
     import torch.distributed as dist
 
-    from rlhf.models.lora import is_peft
-    from rlhf.records.checkpoints import published
 
     module = model.module
     state = model.state_dict()

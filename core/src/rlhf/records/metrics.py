@@ -134,8 +134,6 @@ def _keep_records_up_to(path: Path, step: int) -> None:
     if len(kept) == len(lines):
         return
     log.warning("%s: dropped %d record(s) after step %d, where this run starts", path, len(lines) - len(kept), step)
-    from rlhf.records.checkpoints import write_text_atomically
-
     write_text_atomically(path, "".join(kept), "metrics")
 
 

@@ -21,10 +21,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rlhf.components import build
+from rlhf.config.loading import validate
+from rlhf.config.ppo import PPOConfig
 from rlhf.errors import ConfigError
 from rlhf.models.loading import check_model_source
 from rlhf.plugins import PluginHost
+from rlhf.registry import ComponentKind
 from rlhf.reward_output import non_finite_samples
+from rlhf.reward_terms import call_reward
 
 log = logging.getLogger("rlhf.serving")
 
@@ -140,7 +145,6 @@ def parse_request(body: bytes) -> RewardRequest:
 
 def score(reward: Any, source: str, request: RewardRequest) -> tuple[int, dict[str, Any]]:
     """The status and JSON answer for one request: the rewards, or a 500 that names the failure."""
-    from rlhf.reward_terms import call_reward
 
     count = len(request.query)
     prompts = request.prompts if request.prompts is not None else [""] * count
@@ -200,8 +204,6 @@ def build_app(reward: Any, name: str, source: str | None = None,
 def serve(host: PluginHost, args: argparse.Namespace) -> int:
     import uvicorn
 
-    from rlhf.components import build
-    from rlhf.registry import ComponentKind
 
     if args.function:
         reward = build(host.registry.get(ComponentKind.REWARD_FUNCTION, args.function, flag="--function"), _default_config(host))
@@ -215,7 +217,5 @@ def serve(host: PluginHost, args: argparse.Namespace) -> int:
 
 def _default_config(host: PluginHost) -> Any:
     """Reward functions with ``from_config`` get the default run config with the plugins' option defaults."""
-    from rlhf.config.loading import validate
-    from rlhf.config.ppo import PPOConfig
 
     return validate(PPOConfig, {}, host)

@@ -11,6 +11,14 @@ import os
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from rlhf.components import build
+from rlhf.config.checks import check_optimizer
+from rlhf.models.extensions import active, load_model
+from rlhf.models.loading import dtype_of, load_causal_lm, load_value_model
+from rlhf.models.lora import apply_lora, quantization_kwargs
+from rlhf.registry import ComponentKind as K
+from rlhf.runtime.cluster.liveness import free_port
+
 if TYPE_CHECKING:
     from rlhf.config.supervised import SupervisedConfig
 
@@ -24,7 +32,6 @@ def join_process_group(backend: Any, local_rank: int = -1) -> tuple[int, int]:
     """
     import torch.distributed as dist
 
-    from rlhf.runtime.cluster.liveness import free_port
 
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
@@ -48,8 +55,6 @@ def supervised_flag(field: str) -> str:
 def load_trained(config: SupervisedConfig, *, value_head: str | None, gathered: Any = None) -> Any:
     """The trained model: a causal LM, or (``value_head`` set) a model with that one-output head;
     gradient checkpointing and LoRA per the config. ``gathered``: the backend's, for a new head's init."""
-    from rlhf.models.loading import dtype_of, load_causal_lm, load_value_model
-    from rlhf.models.lora import apply_lora, quantization_kwargs
 
     path = config.model.model_name_or_path  # checked by SupervisedTrainer.run before anything loads
     attn, extra = config.ds.attn_implementation, {**quantization_kwargs(config.ds), "experts": config.ds.experts_implementation}
@@ -68,10 +73,6 @@ def trained_model(backend: Any, config: SupervisedConfig, plugins: Any, world_si
                   value_head: str | None) -> Any:
     """The :class:`rlhf.components.TrainedModel` of the run: loaded through the model plugins, trained with the
     selected optimizer and scheduler."""
-    from rlhf.components import build
-    from rlhf.config.checks import check_optimizer
-    from rlhf.models.extensions import active, load_model
-    from rlhf.registry import ComponentKind as K
 
     section = optimizer_section(config)
     optimizer = build(plugins.registry.get(K.OPTIMIZER, section.optim, flag="--train.optim"), config)
@@ -87,7 +88,6 @@ def trained_model(backend: Any, config: SupervisedConfig, plugins: Any, world_si
 
 def frozen_model(backend: Any, config: SupervisedConfig, path: str, offload: bool) -> Any:
     """An evaluated-only causal LM (reference, teacher): sharded when training is, offloadable."""
-    from rlhf.models.loading import dtype_of, load_causal_lm
 
     def load() -> Any:
         return load_causal_lm(path, dtype_of(config), config.ds.attn_implementation, experts=config.ds.experts_implementation)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlhf.data.conversations import preference_pair
+from rlhf.supervised.batch import collate_pairs
 from rlhf.supervised.trainer import SupervisedTrainer
 
 
@@ -15,13 +17,9 @@ class PairwiseTrainer(SupervisedTrainer):
     """Reads ``--data.prompt_key/chosen_key/rejected_key/margin_key`` rows; units are pairs."""
 
     def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
-        from rlhf.data.conversations import preference_pair
-
         return [preference_pair(row, self.config.data, self.tokenizer, source, i) for i, row in enumerate(rows)]
 
     def collate(self, examples: list[dict[str, Any]]) -> Any:
-        from rlhf.supervised.batch import collate_pairs
-
         return collate_pairs(examples, self.pad_id, self.config.ds.packing_samples)
 
     def units(self, batch: Any) -> float:

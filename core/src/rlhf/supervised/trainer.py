@@ -21,7 +21,18 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from rlhf.config.base import ConfigError
+from rlhf.config.checks import check_4bit, check_global_batch, require_positive
 from rlhf.config.supervised import SupervisedConfig
+from rlhf.config.training_backend import check_backend_config, training_backend
+from rlhf.data.sources import load_mixed
+from rlhf.data.workers import computed_in_order
+from rlhf.models.loading import attn_implementation, check_model_source, load_tokenizer, seed_process
+from rlhf.models.saving import save_final
+from rlhf.records import checkpoints as checkpoint
+from rlhf.records.checkpoints import interrupted
+from rlhf.records.metrics import MetricsTracker
+from rlhf.supervised.batch import collate, per_sample_sum, token_logprobs
+from rlhf.supervised.models import frozen_model, join_process_group, trained_model
 
 __all__ = ["LossParts", "SupervisedTrainer"]
 
@@ -70,7 +81,6 @@ class SupervisedTrainer:
         """Cross-flag checks in the CLI process before anything loads; subclasses extend it (call super)."""
         import os
 
-        from rlhf.config.checks import check_global_batch, require_positive
 
         require_positive(config, "train.batch_size", "train.micro_batch_size", "train.max_epochs", "data.max_len",
                          "ds.tensor_parallel_size")
@@ -80,11 +90,9 @@ class SupervisedTrainer:
             raise ConfigError(f"--ds.tensor_parallel_size {tp} does not divide the launcher's WORLD_SIZE {world}")
         check_global_batch(config.train.batch_size, config.train.micro_batch_size, world // tp,
                            "the launcher's WORLD_SIZE / --ds.tensor_parallel_size")
-        from rlhf.config.training_backend import check_backend_config
 
         check_backend_config(config, plugins.registry)
         if config.ds.load_in_4bit:
-            from rlhf.config.checks import check_4bit
 
             check_4bit(config.ds)
         return config
@@ -96,7 +104,6 @@ class SupervisedTrainer:
 
     def collate(self, examples: list[dict[str, Any]]) -> Any:
         """Examples -> one micro-batch (a :class:`~rlhf.supervised.batch.SupervisedBatch` by default)."""
-        from rlhf.supervised.batch import collate
 
         return collate([e["ids"] for e in examples], [e["mask"] for e in examples], self.pad_id,
                        self.config.ds.packing_samples)
@@ -140,7 +147,6 @@ class SupervisedTrainer:
         """``((N,) Σ log p over each sample's trained tokens, forward output)``; under no_grad for frozen models."""
         import torch
 
-        from rlhf.supervised.batch import per_sample_sum, token_logprobs
 
         frozen = model is not self.model
         with torch.no_grad() if frozen else contextlib.nullcontext():
@@ -151,9 +157,6 @@ class SupervisedTrainer:
     def run(self) -> None:
         import torch
 
-        from rlhf.config.training_backend import training_backend
-        from rlhf.models.loading import check_model_source, load_tokenizer, seed_process
-        from rlhf.supervised.models import frozen_model, join_process_group, trained_model
 
         cfg = self.config
         if not cfg.model.model_name_or_path:
@@ -177,7 +180,6 @@ class SupervisedTrainer:
         self.model = trained_model(self.backend, cfg, self.plugins, self.dp_size, total, value_head=self.value_head)
         self.device = self.model.device
         if cfg.ds.packing_samples and self.rank == 0:
-            from rlhf.models.loading import attn_implementation
 
             if not attn_implementation(cfg.ds.attn_implementation).startswith("flash"):
                 log.warning("--ds.packing_samples without flash-attn: the packed row gets a full block-diagonal mask, "
@@ -192,7 +194,6 @@ class SupervisedTrainer:
         tracker = self._tracker(total, step)
         self.plugins.train_start(cfg, self.run_dir)
         status = "failed"
-        from rlhf.data.workers import computed_in_order
 
         # --data.dataloader_num_workers: the next steps' micro-batches are collated in worker processes
         step_batches = computed_in_order(self._step_batches, range(step, total), cfg.data.dataloader_num_workers)
@@ -209,12 +210,10 @@ class SupervisedTrainer:
                 if cfg.ckpt.save_steps > 0 and step % cfg.ckpt.save_steps == 0:
                     self.save_checkpoint(step)
                 self.plugins.step_end(step, metrics)
-            from rlhf.models.saving import save_final
 
             save_final(self.model, self.tokenizer, Path(cfg.ckpt.output_dir), self.rank, self.final_config_updates())
             status = "completed"
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say what there is to resume from
-            from rlhf.records.checkpoints import interrupted
 
             status = "interrupted"
             raise interrupted(Path(cfg.ckpt.path)) from exc
@@ -224,8 +223,6 @@ class SupervisedTrainer:
             self.plugins.train_end(cfg, self.run_dir, status)
 
     def _datasets(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        from rlhf.data.sources import load_mixed
-
         cfg = self.config
         rows = load_mixed(cfg.data.dataset, cfg.data.dataset_probs, cfg.data.dataset_split, cfg.data.max_samples,
                           cfg.train.seed, "--data.dataset", "--data.dataset_probs")
@@ -335,7 +332,6 @@ class SupervisedTrainer:
         """Every rank writes its training states into one staging dir that rank 0 commits."""
         import torch.distributed as dist
 
-        from rlhf.records import checkpoints as checkpoint
 
         plugin_state: dict[str, Any] = {}
         state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state}
@@ -349,7 +345,6 @@ class SupervisedTrainer:
 
     def _resume(self) -> int:
         """``--ckpt.load_enable``: the step of the checkpoint loaded (0 when there is none)."""
-        from rlhf.records import checkpoints as checkpoint
 
         if not self.config.ckpt.load_enable:
             return 0
@@ -366,7 +361,6 @@ class SupervisedTrainer:
             return None
         import yaml
 
-        from rlhf.records.metrics import MetricsTracker
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(self.config.model_dump(mode="json"), sort_keys=False))

@@ -14,6 +14,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlhf.cli.main import split_plugin_args
+from rlhf.cli.train_cmd import train_config
+from rlhf.errors import render_exit
+from rlhf.plugins import PluginHost
+
 #: Variables a launcher (torchrun, an outer test) may have set that would make a child join the wrong group.
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -59,10 +64,6 @@ def refused_in_process(capsys: Any, trainer: str, *argv: str,
     prints it (``render_exit``), for :func:`rlhf.testing.cli.assert_user_error`."""
     import pytest
 
-    from rlhf.cli.main import split_plugin_args
-    from rlhf.cli.train_cmd import train_config
-    from rlhf.errors import render_exit
-    from rlhf.plugins import PluginHost
 
     capsys.readouterr()
     try:

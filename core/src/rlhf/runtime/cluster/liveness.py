@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rlhf.errors import WorkerError, find_user_error
+from rlhf.records.checkpoints import write_text_atomically
 
 TIMEOUT_S = float(os.environ.get("RLHF_RAY_TIMEOUT", "1800"))
 
@@ -50,7 +51,6 @@ def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
     import json
     from pathlib import Path
 
-    from rlhf.records.checkpoints import write_text_atomically
 
     handles = [w for group in groups if group is not None for w in group.workers] + list(engines)
     places = wait([_WHEREABOUTS[h._actor_id.hex()] for h in handles])

@@ -22,6 +22,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import ConfigError
+from rlhf.runtime.cluster.liveness import wait
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
@@ -62,7 +63,6 @@ class Placement:
             sharers = sum(copies.get(r, 1) for r in roles) + (train.colocate_all and "actor" in roles)  # engines too
             for role in roles:
                 self._groups[role] = (group, sharers)
-        from rlhf.runtime.cluster.liveness import wait
 
         wait([g.ready() for g in self._placement_groups()])  # a cluster short of bundles times out with a message
 

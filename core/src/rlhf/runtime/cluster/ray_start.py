@@ -8,6 +8,10 @@ import socket
 import threading
 from typing import Any
 
+from rlhf.console import WORKER_ENV, WORKER_SETUP_HOOK, hand_back_library_loggers
+from rlhf.errors import WorkerError
+from rlhf.runtime.cluster.watchdog import Watchdog
+
 #: how long the reachability check waits for the cluster's port to accept a connection
 REACH_TIMEOUT_S = float(os.environ.get("RLHF_RAY_CONNECT_TIMEOUT_S", "5"))
 
@@ -60,8 +64,6 @@ def _start_ray() -> bool:
     import ray
     from ray._private import ray_constants
 
-    from rlhf.console import WORKER_ENV, WORKER_SETUP_HOOK, hand_back_library_loggers
-    from rlhf.errors import WorkerError
 
     hand_back_library_loggers()  # Ray's own console handler, installed as `ray` imported
     if ray.is_initialized():
@@ -89,7 +91,6 @@ def _start_ray() -> bool:
         os.environ.update(env)  # local workers inherit it; a runtime_env would cost ~0.5 s per worker start
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
                  object_store_memory=int(os.environ.get("RLHF_RAY_OBJECT_STORE_BYTES", str(1 << 30))))
-        from rlhf.runtime.cluster.watchdog import Watchdog
 
         global _watchdog
         _watchdog = Watchdog(ray._private.worker._global_node.get_session_dir_path())
@@ -107,7 +108,6 @@ def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
     ``ray://host:port``: the Ray client server) and one TCP connect is tried. ``local`` starts a
     cluster and other schemes are Ray's to refuse, so they are not checked.
     """
-    from rlhf.errors import WorkerError
 
     what = f"RAY_ADDRESS={address}"
     scheme, _, rest = address.rpartition("://")

@@ -15,15 +15,27 @@ from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
 from rlhf.config.base import ConfigError
+from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
+from rlhf.models.loading import check_model_source, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
 from rlhf.records.best_checkpoint import BestCheckpoint
-from rlhf.records.metrics import record_status
+from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
+from rlhf.runtime.cluster.liveness import wait, write_whereabouts
+from rlhf.runtime.cluster.placement import Placement
 from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
+from rlhf.runtime.control.async_pipeline import rollout_batches
+from rlhf.runtime.control.experience import compute_advantages
 from rlhf.runtime.control.kl_control import KLController, observed_kl
 from rlhf.runtime.control.rewarding import RewardStage
 from rlhf.runtime.control.steering import prompt_mix_metrics, steer
+from rlhf.runtime.rollout.agents import generate_samples
+from rlhf.runtime.rollout.engines import RolloutEngines, rollout_engine_class
+from rlhf.runtime.sync.weights import WeightSync, backend_for
 from rlhf.runtime.workers.batch import Sample, worker_payload
+from rlhf.runtime.workers.group import WorkerGroup
+from rlhf.runtime.workers.policy import PolicyWorker, ReferenceWorker
+from rlhf.runtime.workers.value import CriticWorker, RewardModelWorker
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
@@ -72,9 +84,6 @@ class PPOController:
     def _check_sources(self) -> None:
         """Model directories and the resumed ``state.json``, in the CLI process before Ray starts, so a
         wrong path costs one line and a second. Caps ``--data.max_len`` at the actor's positions."""
-        from rlhf.models.loading import check_model_source
-        from rlhf.runtime.rollout.engines import rollout_engine_class
-        from rlhf.runtime.sync.weights import backend_for
 
         cfg = self.config
         rollout_engine_class(cfg, self.plugins.registry)  # an engine that is not installed fails before Ray starts
@@ -96,8 +105,6 @@ class PPOController:
 
     def _check_data(self) -> None:
         """The tokenizer and every prompt row (the CLI process; the rows' errors name file and row)."""
-        from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
-        from rlhf.models.loading import load_tokenizer
 
         cfg = self.config
         self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path",
@@ -117,11 +124,6 @@ class PPOController:
     def _launch(self) -> None:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
         in their own processes while the controller goes on. Needs only the checked sources."""
-        from rlhf.runtime.cluster.placement import Placement
-        from rlhf.runtime.rollout.engines import RolloutEngines
-        from rlhf.runtime.workers.group import WorkerGroup
-        from rlhf.runtime.workers.policy import PolicyWorker, ReferenceWorker
-        from rlhf.runtime.workers.value import CriticWorker, RewardModelWorker
 
         cfg = self.config
         dumped = cfg.model_dump(mode="json")
@@ -147,7 +149,6 @@ class PPOController:
 
     def _setup(self) -> None:
         """Every rank's model and DeepSpeed engine (the ranks of a group rendezvous), once the data is read."""
-        from rlhf.runtime.cluster.liveness import wait
 
         if not hasattr(self, "actor"):
             self._launch()
@@ -189,7 +190,6 @@ class PPOController:
 
     def sync_weights(self) -> None:
         """Actor rank 0's weights into every rollout engine, by --vllm.sync_backend (runtime/sync/weights.py)."""
-        from rlhf.runtime.sync.weights import WeightSync
 
         if getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
             self.weight_sync = WeightSync(self.config, self.actor, self.engines, self.plugins.registry)
@@ -198,8 +198,6 @@ class PPOController:
             self.policy_version += 1
 
     def _generate(self, prompts: list[dict[str, Any]], n: int, temperature: float, seed_base: int) -> list[Sample]:
-        from rlhf.runtime.rollout.agents import generate_samples
-
         with self.engines.sleep.awake():  # --vllm.enable_sleep: awake for this batch only
             return generate_samples(self.config, self.executor, self.engines, self.tokenizer, prompts, n, temperature,
                                     seed_base)
@@ -241,8 +239,6 @@ class PPOController:
 
     def train_step(self, prompts: list[dict[str, Any]], rolled: Any = None) -> dict[str, float]:
         """One step on ``prompts``; ``rolled``: their samples, already generated (async mode)."""
-        from rlhf.runtime.cluster.liveness import wait
-        from rlhf.runtime.control.experience import compute_advantages
 
         cfg = self.config
         n = cfg.rollout.n_samples_per_prompt
@@ -340,9 +336,6 @@ class PPOController:
     def run(self) -> None:
         import yaml
 
-        from rlhf.records.metrics import MetricsTracker
-        from rlhf.runtime.cluster.liveness import write_whereabouts
-        from rlhf.runtime.control.async_pipeline import rollout_batches
 
         cfg = self.config
         self._check_sources()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rlhf.ops import compute_approx_kl, masked_mean, masked_whiten
 from rlhf.runtime.workers.batch import Sample, pad_list
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ def compute_advantages(
 ) -> tuple[list[list[float]], list[list[float]], dict[str, float]]:
     import torch
 
-    from rlhf.ops import compute_approx_kl, masked_mean, masked_whiten
 
     width = max(1, max(len(s.response_ids) for s in samples))
     mask = pad_list([s.mask() for s in samples], width)  # multi-turn: environment tokens are 0

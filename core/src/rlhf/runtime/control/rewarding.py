@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.registry import ComponentKind as K
+from rlhf.reward_output import RewardOutput
+from rlhf.reward_terms import CompositeReward, TermSpec, call_reward, parse_terms
+from rlhf.runtime.rollout.agents import agent_reward
 from rlhf.runtime.workers.batch import Sample
 
 if TYPE_CHECKING:
@@ -32,7 +35,6 @@ class RewardStage:
 
     def _terms(self, config: PPOConfig, registry: Any) -> Any:
         """The composite reward: ``--reward.functions`` terms, the ``--reward.remote_url`` file, the reward model."""
-        from rlhf.reward_terms import CompositeReward, TermSpec, call_reward, parse_terms
 
         try:
             specs = parse_terms(config.reward.functions, config.reward.on_error)
@@ -70,9 +72,6 @@ class RewardStage:
             raise ConfigError(str(exc)) from None
 
     def _agent_term(self, config: PPOConfig) -> Any:
-        from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
-        from rlhf.runtime.rollout.agents import agent_reward
-
         self.reward_model_paths = []
         others = [flag for flag, value in (("--reward.functions", config.reward.functions),
                                            ("--reward.remote_url", config.reward.remote_url),
@@ -84,8 +83,6 @@ class RewardStage:
         return CompositeReward([(TermSpec("agent", 1.0, config.reward.on_error), term)], score_term="agent")
 
     def _reward_model_term(self, index: int, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> Any:
-        from rlhf.reward_output import RewardOutput
-
         rewards = self.reward_models[index].call_split(
             "rewards", {"prompt_ids": columns["prompt_ids"], "response_ids": columns["response_ids"]})
         return RewardOutput(rewards, list(rewards))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rlhf.config.checks import parse_probabilities
 from rlhf.steering import SteeringView
 
 if TYPE_CHECKING:
@@ -66,7 +67,6 @@ def steer(controller: PPOController, metrics: dict[str, float]) -> StepRequests:
 
 def prompt_weights(controller: PPOController) -> tuple[float, ...]:
     """The sources' current sampling weights: a plugin's, else ``--data.prompt_probs`` (or equal shares)."""
-    from rlhf.config.checks import parse_probabilities
 
     if controller.schedule.weights is not None:
         return controller.schedule.weights

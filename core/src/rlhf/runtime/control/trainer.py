@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rlhf.config.ppo import PPOConfig
+from rlhf.config.ppo_rules import finalize_ppo_config
+from rlhf.runtime.control.controller import PPOController
 
 
 class PPOTrainer:
@@ -23,11 +25,7 @@ class PPOTrainer:
 
     @classmethod
     def prepare_config(cls, config: PPOConfig, plugins: Any) -> PPOConfig:
-        from rlhf.config.ppo_rules import finalize_ppo_config
-
         return finalize_ppo_config(config, plugins)
 
     def run(self) -> None:
-        from rlhf.runtime.control.controller import PPOController
-
         PPOController(self.config, self.plugins, self.run_dir).run()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import ConfigError
+from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentKind
 from rlhf.runtime.cluster.liveness import track, use_cpu_share, wait
 from rlhf.runtime.rollout.sleep import SleepSchedule
@@ -98,7 +99,6 @@ class RolloutEngines:
         import ray
 
         if registry is None:
-            from rlhf.plugins import PluginHost
 
             registry = PluginHost.load().registry
         engine_class = rollout_engine_class(config, registry)

@@ -19,6 +19,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from rlhf.runtime.cluster.liveness import wait
+
 
 class SleepSchedule:
     """The controller's side: puts the engines to sleep at creation and wakes them around each phase."""
@@ -31,7 +33,6 @@ class SleepSchedule:
     @contextlib.contextmanager
     def awake(self, tags: list[str] | None = None) -> Iterator[None]:
         """The engines awake (only ``tags`` of their memory) for the body, asleep again after it."""
-        from rlhf.runtime.cluster.liveness import wait
 
         if not self.enabled:
             yield

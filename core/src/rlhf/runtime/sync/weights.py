@@ -14,7 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from rlhf.components import build
+from rlhf.errors import ConfigError
+from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentKind
+from rlhf.runtime.cluster.liveness import naming_dead_workers
 from rlhf.weight_buckets import Entry, buckets
 
 if TYPE_CHECKING:
@@ -35,14 +39,12 @@ def backend_for(config: PPOConfig, cuda: bool | None = None, registry: Any = Non
     share the actor's GPUs, else a broadcast (``nccl`` on CUDA, ``gloo`` on CPU), else (LoRA, AutoTP)
     the object store. An explicit transport that cannot run is a :class:`ConfigError` naming why,
     rather than a silent switch."""
-    from rlhf.errors import ConfigError
 
     if cuda is None:
         import torch
 
         cuda = torch.cuda.is_available()
     if registry is None:
-        from rlhf.plugins import PluginHost
 
         registry = PluginHost.load().registry
     choice = config.vllm.sync_backend
@@ -102,10 +104,7 @@ class WeightSync:
     """The controller's handle: builds the chosen transport, connects it once, runs one sync per call."""
 
     def __init__(self, config: PPOConfig, actor: Any, engines: Any, registry: Any = None) -> None:
-        from rlhf.components import build
-
         if registry is None:
-            from rlhf.plugins import PluginHost
 
             registry = PluginHost.load().registry
         self.backend = backend_for(config, registry=registry)
@@ -121,6 +120,5 @@ class WeightSync:
     def _naming_dead_workers(self) -> Any:
         """A transport waits for its Ray calls itself: a rank or engine that died in them is named, not
         the peer whose collective failed first."""
-        from rlhf.runtime.cluster.liveness import naming_dead_workers
 
         return naming_dead_workers([*self.actor.workers, *self.engines.engines])

@@ -11,6 +11,11 @@ import os
 import socket
 from typing import Any
 
+from rlhf.config.ppo import PPOConfig
+from rlhf.config.training_backend import backend_class, training_backend
+from rlhf.models.loading import seed_process
+from rlhf.plugin_selection import PluginSelection
+from rlhf.plugins import PluginHost
 from rlhf.runtime.cluster.liveness import free_port, track, use_cpu_share, wait, whereabouts
 
 
@@ -33,10 +38,6 @@ class BaseWorker:
         start-up work instead of following it."""
         import transformers  # noqa: F401
 
-        from rlhf.config.ppo import PPOConfig
-        from rlhf.config.training_backend import backend_class
-        from rlhf.plugin_selection import PluginSelection
-        from rlhf.plugins import PluginHost
 
         self.plugins = PluginHost.load(PluginSelection.from_resolved(self._config_dict.get("plugin_set", [])))
         self.config = PPOConfig.model_validate(self._config_dict)
@@ -52,9 +53,6 @@ class BaseWorker:
         return socket.gethostbyname(socket.gethostname()) if _multi_node() else "127.0.0.1", free_port()
 
     def _init_common(self, master_addr: str, master_port: int) -> None:
-        from rlhf.config.training_backend import training_backend
-        from rlhf.models.loading import seed_process
-
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         if not hasattr(self, "plugins"):  # preload ran first unless a caller set up a worker by hand
             self.preload()

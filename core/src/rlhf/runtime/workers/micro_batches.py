@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from rlhf.models.loading import attn_implementation
+
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
 
@@ -86,7 +88,6 @@ def packed_forward(config: PPOConfig) -> bool:
     """
     if not config.ds.packing_samples:
         return False
-    from rlhf.models.loading import attn_implementation
 
     if attn_implementation(config.ds.attn_implementation).startswith("flash"):
         return True

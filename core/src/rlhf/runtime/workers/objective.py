@@ -18,6 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlhf import is_correction
+from rlhf.components import build
+from rlhf.ops import aggregate_loss, compute_approx_kl, kl_with_unbiased_gradient, masked_mean
+from rlhf.registry import ComponentKind
+
 if TYPE_CHECKING:
     import torch
 
@@ -65,8 +70,6 @@ class ObjectiveSettings:
         advantage, kl = config.algo.advantage, config.algo.kl
         kl_estimator = None
         if kl.use_loss and registry is not None:
-            from rlhf.components import build
-            from rlhf.registry import ComponentKind
 
             kl_estimator = build(registry.get(ComponentKind.KL_ESTIMATOR, kl.estimator, flag="--algo.kl.estimator"), config)
         return cls(
@@ -107,8 +110,6 @@ def policy_objective(
     loss; ``entropy`` (per token, from the same temperature-scaled logits) is given exactly
     when ``--actor.entropy_coef`` is set. Metrics are local masked means of this micro-batch.
     """
-    from rlhf import is_correction
-    from rlhf.ops import aggregate_loss, compute_approx_kl, kl_with_unbiased_gradient, masked_mean
 
     policy_mode = settings.loss_agg_mode if policy_loss.token_level else "seq-mean-token-mean"
     step = {"num_tokens": normalisers.tokens, "num_sequences": normalisers.sequences, "scale": normalisers.scale}

@@ -15,8 +15,19 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from rlhf.models.loading import token_id
+from rlhf.components import build
+from rlhf.errors import ConfigError
+from rlhf.models.extensions import active, load_model
+from rlhf.models.loading import dtype_of, load_causal_lm, token_id
+from rlhf.models.lora import apply_lora, is_peft, merged_state_dict, quantization_kwargs
+from rlhf.ops import token_entropy
+from rlhf.records.checkpoints import published
+from rlhf.registry import ComponentKind as K
+from rlhf.runtime.sync.weights import ActorWeights
+from rlhf.runtime.workers.batch import action_logits, action_logprobs, pack, pad_list
 from rlhf.runtime.workers.group import BaseWorker
+from rlhf.runtime.workers.micro_batches import packed_forward, plan
+from rlhf.runtime.workers.objective import ObjectiveSettings, StepNormalisers, policy_objective, step_counts
 
 
 def _action_masks(payload: dict[str, list], rows: Any) -> list[list[int] | None] | None:
@@ -32,7 +43,6 @@ def _action_count(payload: dict[str, list], row: int) -> int:
 
 def _padded_column(payload: dict[str, list], rows: list[int], width: int, key: str) -> Any:
     """``(len(rows), width)`` tensor of one per-token payload column."""
-    from rlhf.runtime.workers.batch import pad_list
 
     return pad_list([payload[key][i] for i in rows], width)
 
@@ -65,15 +75,12 @@ class _ModelWorker(BaseWorker):
 
     def _load(self, role: str, path: str, default: Any) -> Any:
         """The model of ``role`` through the model plugins this run switched on (Liger, ring attention, VLM)."""
-        from rlhf.models.extensions import active, load_model
 
         return load_model(active(self.config, self.plugins.registry), role, self.config, path, default)
 
     def _batch(self, payload: dict[str, list], rows: list[int]) -> Any:
         """The :class:`~rlhf.runtime.workers.batch.TokenBatch` of these samples, packed with ``--ds.packing_samples``
         where that is the faster path (:func:`~rlhf.runtime.workers.micro_batches.packed_forward`)."""
-        from rlhf.runtime.workers.batch import pack
-        from rlhf.runtime.workers.micro_batches import packed_forward
 
         if not hasattr(self, "_packed"):
             self._packed = packed_forward(self.config)
@@ -87,7 +94,6 @@ class _ModelWorker(BaseWorker):
         as its response."""
         import torch
 
-        from rlhf.runtime.workers.micro_batches import plan
 
         cfg = self.config
         budget = (cfg.rollout.max_tokens_per_gpu or cfg.train.max_tokens_per_gpu) if cfg.train.dynamic_batch_enable else None
@@ -116,8 +122,6 @@ class _ModelWorker(BaseWorker):
         """
         import torch
 
-        from rlhf.runtime.workers.micro_batches import plan
-        from rlhf.runtime.workers.objective import step_counts
 
         cfg = self.config
         n = len(payload["prompt_ids"])
@@ -146,8 +150,6 @@ class _ModelWorker(BaseWorker):
     def _trained_model(self, role: str, load_model: Any, num_training_steps: int) -> None:
         """The trained model of ``config.<role>`` (actor or critic) through the training backend, with the
         registered optimizer and scheduler."""
-        from rlhf.components import build
-        from rlhf.registry import ComponentKind as K
 
         section = getattr(self.config, role)
         registry = self.plugins.registry
@@ -175,8 +177,6 @@ class _CausalLMWorker(_ModelWorker):
     """Shared by the actor and the reference: per-token log-probs of responses."""
 
     def logprobs(self, payload: dict[str, list]) -> list[list[float]]:
-        from rlhf.runtime.workers.batch import action_logprobs
-
         def compute(batch: Any) -> Any:
             logits = self.model(**batch.model_inputs()).logits
             return action_logprobs(logits, batch, self.config.rollout.temperature)
@@ -188,8 +188,6 @@ class ReferenceWorker(_CausalLMWorker):
     role = "ref"
 
     def setup(self, master_addr: str, master_port: int) -> None:
-        from rlhf.models.loading import dtype_of, load_causal_lm
-
         self._init_common(master_addr, master_port)
         ds, path = self.config.ds, self.config.actor.model_name_or_path
 
@@ -207,19 +205,12 @@ class PolicyWorker(_CausalLMWorker):
     role = "actor"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
-        from rlhf.components import build
-        from rlhf.models.loading import dtype_of, load_causal_lm
-        from rlhf.registry import ComponentKind as K
-        from rlhf.runtime.workers.objective import ObjectiveSettings
-
         self._init_common(master_addr, master_port)
         cfg = self.config
         self.loss = build(self.plugins.registry.get(K.POLICY_LOSS, cfg.actor.policy_loss_type, flag="--actor.policy_loss_type"), cfg)
         self.settings = ObjectiveSettings.from_config(cfg, self.plugins.registry)  # builds the KL estimator once
 
         def load() -> Any:
-            from rlhf.models.lora import apply_lora, quantization_kwargs
-
             model = load_causal_lm(cfg.actor.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation,
                                    experts=cfg.ds.experts_implementation, **quantization_kwargs(cfg.ds))
             checkpointing = cfg.actor.gradient_checkpointing_enable
@@ -231,7 +222,6 @@ class PolicyWorker(_CausalLMWorker):
         self.ema = None
         if cfg.train.enable_ema:
             if not hasattr(self.model, "ema"):
-                from rlhf.errors import ConfigError
 
                 raise ConfigError(f"--train.enable_ema: the training backend {cfg.train.backend!r} keeps no EMA; "
                                   "drop the flag or use --train.backend deepspeed")
@@ -251,9 +241,6 @@ class PolicyWorker(_CausalLMWorker):
         """
         import torch
 
-        from rlhf.ops import token_entropy
-        from rlhf.runtime.workers.batch import action_logits
-        from rlhf.runtime.workers.objective import StepNormalisers, policy_objective
 
         cfg = self.config
         coefficients = coefficients or {}
@@ -301,7 +288,6 @@ class PolicyWorker(_CausalLMWorker):
         """All ranks call this (ZeRO-3 gathers collectively); rank 0 returns the full CPU state dict
         under HF names (with LoRA: the base weights with the adapters folded in), the others None.
         Ray serialises it into the object store as the method returns, before any further step."""
-        from rlhf.models.lora import is_peft, merged_state_dict
 
         module = self.model.module
         if is_peft(module):
@@ -317,7 +303,6 @@ class PolicyWorker(_CausalLMWorker):
     def weight_sync_call(self, transport: Any, method: str, *args: Any) -> Any:
         """The weight-sync transport's actor-side ``method(source, *args)``, in every rank (see
         :class:`rlhf.components.WeightSyncTransport`); ``source`` keeps the transport's state between calls."""
-        from rlhf.runtime.sync.weights import ActorWeights
 
         if not hasattr(self, "_sync_state"):
             self._sync_state: dict[str, Any] = {}
@@ -343,7 +328,6 @@ class PolicyWorker(_CausalLMWorker):
 
         from transformers import AutoTokenizer
 
-        from rlhf.records.checkpoints import published
 
         with self.ema.applied() if self.ema is not None else contextlib.nullcontext():
             state = self.model.state_dict()

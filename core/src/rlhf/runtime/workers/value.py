@@ -10,7 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlhf.models.loading import token_id
+from rlhf.models.loading import dtype_of, load_tokenizer, load_value_model, token_id, token_values
+from rlhf.models.lora import apply_lora, quantization_kwargs
+from rlhf.models.saving import save_final
+from rlhf.runtime.workers.batch import pad_list
 from rlhf.runtime.workers.policy import _ModelWorker, while_awake
 
 
@@ -21,7 +24,6 @@ class _ValueWorker(_ModelWorker):
 
     def _action_values(self, batch: Any) -> Any:
         """Values of the prefix before each action token, ``(B, T)``."""
-        from rlhf.models.loading import token_values
 
         values = token_values(self.model.module, head=self.head, **batch.model_inputs())
         return batch.at_actions(values) * batch.action_mask
@@ -31,8 +33,6 @@ class RewardModelWorker(_ValueWorker):
     role = "reward"
 
     def setup(self, master_addr: str, master_port: int, path: str) -> None:
-        from rlhf.models.loading import dtype_of, load_value_model
-
         self._init_common(master_addr, master_port)
         self.head = self.config.ds.value_head_prefix
 
@@ -54,7 +54,6 @@ class RewardModelWorker(_ValueWorker):
 
     def rewards(self, payload: dict[str, list]) -> list[float]:
         """The head's value at the last token of each prompt+response: one reward per sample."""
-        from rlhf.models.loading import token_values
 
         def compute(batch: Any) -> Any:
             values = token_values(self.model.module, head=self.head, **batch.model_inputs())
@@ -70,14 +69,10 @@ class CriticWorker(_ValueWorker):
     role = "critic"
 
     def setup(self, master_addr: str, master_port: int, num_training_steps: int) -> None:
-        from rlhf.models.loading import dtype_of, load_value_model
-
         self._init_common(master_addr, master_port)
         cfg = self.config
         self.head = cfg.ds.value_head_prefix
         def load() -> Any:
-            from rlhf.models.lora import apply_lora, quantization_kwargs
-
             model = load_value_model(cfg.critic.model_name_or_path, dtype_of(cfg), cfg.ds.attn_implementation, self.head,
                                      experts=cfg.ds.experts_implementation, gathered=self.backend.gathered,
                                      **quantization_kwargs(cfg.ds))
@@ -93,7 +88,6 @@ class CriticWorker(_ValueWorker):
         """Clipped value loss 0.5·max((V−R)², (V_clip−R)²), one token mean per optimizer step."""
         import torch
 
-        from rlhf.runtime.workers.batch import pad_list
 
         clip = self.config.critic.value_clip
         total, count = 0.0, 0
@@ -119,8 +113,6 @@ class CriticWorker(_ValueWorker):
     def save_hf(self, directory: str) -> None:
         """``--critic.save_value_network``: the critic as an HF model with its value head (loadable as a
         reward model) and the actor's tokenizer; every rank calls this (the gather is collective)."""
-        from rlhf.models.loading import load_tokenizer
-        from rlhf.models.saving import save_final
 
         tokenizer = load_tokenizer(self.config.actor.model_name_or_path, "--actor.model_name_or_path")
         save_final(self.model, tokenizer, Path(directory), self.rank, {})

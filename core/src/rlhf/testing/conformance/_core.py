@@ -12,6 +12,10 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
+from rlhf.components import build
+from rlhf.config.ppo import PPOConfig
+from rlhf.plugin_selection import PluginSelection
+from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentKind
 
 #: Modules a plugin module must not import at its top: ``rlhf plugins`` and every Ray worker load it.
@@ -88,8 +92,6 @@ def load_plugin(module: str, label: str, *, every_installed: bool = False) -> An
     alone, or with ``every_installed`` plugin too (a trainer's defaults name other plugins' components)."""
     import importlib
 
-    from rlhf.plugin_selection import PluginSelection
-    from rlhf.plugins import PluginHost
 
     selection = PluginSelection(origin="conformance kit") if every_installed else \
         PluginSelection(names=(), strict=True, origin="conformance kit")
@@ -120,7 +122,6 @@ def ppo_config(**fields: Any) -> Any:
     """A run config of ``rlhf train ppo``, what ``from_config`` receives: the defaults, with ``fields`` set as a
     YAML config sets them (``ppo_config(plugins={"mine": {"scale": 0.1}}, algo={"kl": {"init_coef": 0.0}})``).
     The result is mutable (``config.ds.zero_stage = 2``)."""
-    from rlhf.config.ppo import PPOConfig
 
     return PPOConfig(**fields)
 
@@ -144,8 +145,6 @@ class ComponentKit:
         return ppo_config()
 
     def make_component(self) -> Any:
-        from rlhf.components import build
-
         if self.component is None:
             raise fail(self.kind.label, "kit set-up", f"set {type(self).__name__}.component or override make_component()")
         return build(self.component, self.run_config())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlhf.components import build
 from rlhf.registry import ComponentKind
 from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, ppo_config
 
@@ -129,7 +130,6 @@ class RolloutEngineKit(ComponentKit):
 
 def check_weight_sync_transport(transport_class: type, config: Any = None) -> None:
     """The traits ``auto`` reads, and an instance that pickles (it travels to every rank and engine)."""
-    from rlhf.components import build
 
     if not isinstance(getattr(transport_class, "auto_preference", None), int):
         raise fail(TRANSPORT, "traits", "auto_preference must be an int class attribute")

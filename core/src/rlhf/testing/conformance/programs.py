@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rlhf.config.loading import ConfigParser
 from rlhf.registry import ComponentKind
-from rlhf.testing.conformance._core import ComponentKit, check_import_is_light, fail, load_plugin
+from rlhf.testing.conformance._core import ComponentKit, check_import_is_light, fail, load_plugin, ppo_config
 
 TRAINER = ComponentKind.TRAINER.label
 COMMAND = ComponentKind.COMMAND.label
@@ -23,7 +24,6 @@ def check_trainer(trainer_cls: Any, module: str, argv: list[str] | None, run_dir
     through the real CLI parser; with ``argv`` and ``run_dir``, the trainer also runs there."""
     from pydantic import BaseModel
 
-    from rlhf.config.loading import ConfigParser
 
     config_class = getattr(trainer_cls, "config_class", None)
     if not (isinstance(config_class, type) and issubclass(config_class, BaseModel)):
@@ -106,7 +106,6 @@ def check_lifecycle_observer(module: str, run_dir: Path, config: Any = None) -> 
     """The module implements at least one lifecycle hook, loads into a host, and a whole run's worth of
     lifecycle calls (worker init, start, steps, checkpoint save and load, end: completed and failed)
     goes through without raising; what it stores in a checkpoint's ``state`` is JSON."""
-    from rlhf.testing.conformance._core import ppo_config
 
     implemented = [h for h in LIFECYCLE_HOOKS if callable(getattr(importlib.import_module(module), h, None))]
     if not implemented:
@@ -149,8 +148,6 @@ class LifecycleObserverKit:
         return self.plugin_module
 
     def run_config(self) -> Any:
-        from rlhf.testing.conformance._core import ppo_config
-
         return ppo_config()
 
     def test_import_is_light(self) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlhf.errors import RewardSourceError
 from rlhf.registry import ComponentKind
+from rlhf.reward_terms import call_reward
 from rlhf.testing.conformance import tensors as tt
 from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, show
 
@@ -24,7 +26,6 @@ DEFAULT_SAMPLES = (
 
 def _call(function: Any, samples: list[tuple[str, str, Any]]) -> Any:
     """The runtime's own adapter (batched, per-sample, async and TRL shapes) with the runtime's extra columns."""
-    from rlhf.reward_terms import call_reward
 
     prompts = [p for p, _, _ in samples]
     queries = [p + r for p, r, _ in samples]
@@ -46,8 +47,6 @@ def check_reward_function(function: Any, samples: list[tuple[str, str, Any]] | N
         batch = samples[:size]
 
         def check() -> str | None:
-            from rlhf.errors import RewardSourceError
-
             try:
                 out = _call(function, batch)
             except RewardSourceError as exc:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlhf.testing.conformance._core import show
+
 #: ``(P prompts, n samples per prompt, T action tokens)``, smallest first.
 SIZES = ((1, 2, 1), (1, 2, 3), (2, 3, 4), (3, 4, 7))
 
@@ -55,6 +57,4 @@ def at_least_fp32(dtype: Any) -> Any:
 
 
 def describe(**parts: Any) -> str:
-    from rlhf.testing.conformance._core import show
-
     return ", ".join(f"{name}={show(value)}" for name, value in parts.items())

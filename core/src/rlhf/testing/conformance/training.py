@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from rlhf.components import build
+from rlhf.errors import CheckpointError
 from rlhf.registry import ComponentKind
 from rlhf.testing.conformance._core import ComponentKit, check_picklable, first_failure, ppo_config
 
@@ -107,8 +109,6 @@ def check_training_backend(backend_class: type, model_path: Any, config: Any = N
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlhf.components import build
-    from rlhf.errors import CheckpointError
 
     path = str(model_path)
     config = kit_config(config)
