@@ -1,6 +1,6 @@
-"""Write core/src/rlhf/first_party.json: which first-party distribution registers which component.
+"""Write core/src/rlhf/host/first_party.json: which first-party distribution registers which component.
 
-The core reads it for "install X to get Y" hints (rlhf.catalogue), which matter exactly when the
+The core reads it for "install X to get Y" hints (rlhf.host.catalogue), which matter exactly when the
 distribution is not installed, so the table is taken here, once, from a checkout where every
 first-party plugin is installed: the distributions named by plugins/*/*/pyproject.toml, each
 one's registrations as `rlhf plugins` sees them.
@@ -18,7 +18,7 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-OUTPUT = ROOT / "core" / "src" / "rlhf" / "first_party.json"
+OUTPUT = ROOT / "core" / "src" / "rlhf" / "host" / "first_party.json"
 
 
 def first_party_distributions() -> list[str]:
@@ -26,8 +26,8 @@ def first_party_distributions() -> list[str]:
 
 
 def render() -> str:
-    from rlhf.plugin_selection import PluginSelection, canonical
-    from rlhf.plugins import PluginHost
+    from rlhf.host.plugin_host import PluginHost
+    from rlhf.host.selection import PluginSelection, canonical
 
     wanted = {canonical(name): name for name in first_party_distributions()}
     host = PluginHost.load(PluginSelection.parse(None, strict=True))
@@ -46,7 +46,7 @@ def render() -> str:
 
 def _registering_nothing(host, wanted: dict[str, str]) -> set[str]:
     """Installed first-party distributions that register no component (hooks or options only)."""
-    from rlhf.plugin_selection import canonical
+    from rlhf.host.selection import canonical
 
     return {wanted[canonical(r.distribution)] for r in host.loaded()
             if r.distribution and canonical(r.distribution) in wanted and not r.components}

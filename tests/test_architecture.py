@@ -38,7 +38,11 @@ def test_every_package_of_the_core_and_of_its_runtime_has_a_layer() -> None:
     for container, names in layered().items():
         depth = container.count(".") + 2
         children = {".".join(m.split(".")[:depth]) for m in graph.modules if m.startswith(container + ".")}
-        assert children == names, f"give each package or module of {container} a layer in pyproject.toml [tool.importlinter]"
+        assert children == {".".join(name.split(".")[:depth]) for name in names}, (
+            f"give each package or module of {container} a layer in pyproject.toml [tool.importlinter]")
+        for split in {name.rsplit(".", 1)[0] for name in names if name.count(".") >= depth}:  # a package layered by module
+            parts = {".".join(m.split(".")[:depth + 1]) for m in graph.modules if m.startswith(split + ".")}
+            assert parts <= names, f"give each module of {split} a layer: {sorted(parts - names)}"
 
 
 def test_the_layers_hold() -> None:

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from rlhf.cli.main import build_parser, main
-from rlhf.plugin_selection import PluginSelection
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind
 
 

@@ -17,8 +17,8 @@ import rlhf
 from rlhf.config.base import ConfigError
 from rlhf.config.loading import ConfigParser
 from rlhf.config.ppo import PPOConfig
-from rlhf.plugin_selection import PluginSelection
-from rlhf.plugins import PluginHost, PluginLoadError
+from rlhf.host.plugin_host import PluginHost, PluginLoadError
+from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.control.trainer import PPOTrainer
 

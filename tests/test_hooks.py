@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import rlhf
-from rlhf.plugins import PluginHost, PluginLoadError
+from rlhf.host.plugin_host import PluginHost, PluginLoadError
 from rlhf.registry import ComponentError, ComponentKind
 
 

@@ -316,8 +316,8 @@ def test_every_table_target_is_a_flag_of_its_trainers() -> None:
     """No entry of the PPO/supervised tables points at a flag that does not exist (typos in the table)."""
     from rlhf.config.loading import ConfigParser
     from rlhf.config.openrlhf_legacy import Rename, Sum, Switch
-    from rlhf.plugin_selection import PluginSelection
-    from rlhf.plugins import PluginHost
+    from rlhf.host.plugin_host import PluginHost
+    from rlhf.host.selection import PluginSelection
     from rlhf.registry import ComponentKind
 
     host = PluginHost.load(PluginSelection.from_cli(None, False))

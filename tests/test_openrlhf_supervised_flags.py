@@ -23,8 +23,8 @@ from rlhf.config.loading import ConfigParser
 from rlhf.config.openrlhf_legacy import Removed
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.refused import refusals
-from rlhf.plugin_selection import PluginSelection
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind
 from rlhf.testing.cli import assert_user_error, run_rlhf
 

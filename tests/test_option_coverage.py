@@ -26,8 +26,8 @@ from rlhf.config.base import ConfigError, Section, cli_extra, flag
 from rlhf.config.loading import ConfigParser
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.refused import REFUSED, refusals, refuse
-from rlhf.plugin_selection import PluginSelection
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind
 from rlhf.testing.cli import assert_user_error, run_rlhf
 

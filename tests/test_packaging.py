@@ -56,7 +56,7 @@ def test_the_meta_distribution_depends_on_the_core_and_every_first_party_plugin(
 
 
 def test_the_install_hints_table_is_generated_from_the_plugins_registrations() -> None:
-    """core/src/rlhf/first_party.json (rlhf.catalogue's hints) equals what the installed plugins register."""
+    """core/src/rlhf/first_party.json (rlhf.host.catalogue's hints) equals what the installed plugins register."""
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_catalogue.py"), "--check"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -19,7 +19,7 @@ def test_each_rank_gets_its_bundle_and_colocated_groups_share_them(flags, togeth
 
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
-    from rlhf.plugins import PluginHost
+    from rlhf.host.plugin_host import PluginHost
     from rlhf.runtime.cluster.placement import CPU_BUNDLE, fraction
     from rlhf.runtime.control.controller import PPOController
     from rlhf.runtime.control.trainer import PPOTrainer
@@ -74,7 +74,7 @@ def test_engines_and_ranks_split_the_cores_when_async_overlaps_them(flags, ray_c
 
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
-    from rlhf.plugins import PluginHost
+    from rlhf.host.plugin_host import PluginHost
     from rlhf.runtime.control.controller import PPOController
     from rlhf.runtime.control.trainer import PPOTrainer
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import PRIVATE, RlhfCli, pip_install_target
 
-from rlhf.plugin_selection import PluginSelection
-from rlhf.plugins import PluginHost, PluginLoadError
+from rlhf.host.plugin_host import PluginHost, PluginLoadError
+from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind
 
 

@@ -82,7 +82,7 @@ def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_
 
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
-    from rlhf.plugins import PluginHost
+    from rlhf.host.plugin_host import PluginHost
     from rlhf.runtime.control.controller import PPOController
     from rlhf.runtime.control.trainer import PPOTrainer
 

@@ -39,7 +39,7 @@ def test_deepspeed_states_sleep_between_steps_and_training_is_unchanged(stage, t
 def _controller(flags: list[str], run: Path) -> Any:
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
-    from rlhf.plugins import PluginHost
+    from rlhf.host.plugin_host import PluginHost
     from rlhf.runtime.control.controller import PPOController
     from rlhf.runtime.control.trainer import PPOTrainer
 

@@ -70,7 +70,7 @@ def _controller_after_one_step(engine: str, backend: str, extra: list[str], task
     """A PPO controller that has generated, trained one step and synced its engines by ``backend``."""
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
-    from rlhf.plugins import PluginHost
+    from rlhf.host.plugin_host import PluginHost
     from rlhf.runtime.control.controller import PPOController
     from rlhf.runtime.control.trainer import PPOTrainer
 

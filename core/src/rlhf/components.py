@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from rlhf.config.run import RunConfig
-    from rlhf.plugins import PluginHost
+    from rlhf.host.plugin_host import PluginHost
 
 
 def build(component: Any, config: RunConfig) -> Any:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
         WeightSyncTransport,
     )
     from rlhf.config.run import RunConfig
-    from rlhf.plugin_options import OptionsRegister
+    from rlhf.host.options import OptionsRegister
     from rlhf.registry import Register
     from rlhf.steering import Steering
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
-from rlhf.catalogue import first_party_providers
 from rlhf.errors import ConfigError
+from rlhf.host.catalogue import first_party_providers
 
 T = TypeVar("T")
 

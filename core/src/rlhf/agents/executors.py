@@ -13,9 +13,9 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from rlhf.data.prompts import prompt_processor
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginSelection
 from rlhf.models.loading import load_tokenizer
-from rlhf.plugin_selection import PluginSelection
-from rlhf.plugins import PluginHost
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig

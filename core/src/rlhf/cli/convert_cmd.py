@@ -27,7 +27,7 @@ from rlhf.config.loading import META_DESTS, ConfigParser
 from rlhf.config.openrlhf_legacy import OPENRLHF_MODULES, TABLES
 from rlhf.config.refused import refused_settings
 from rlhf.errors import ConfigError, OneLineArgumentParser
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
 from rlhf.registry import ComponentKind
 
 log = logging.getLogger("rlhf.config")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
 
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:

@@ -13,8 +13,8 @@ import sys
 from rlhf import __version__
 from rlhf.console import configure_console
 from rlhf.errors import ConfigError, OneLineArgumentParser, debug_requested, render_exit
-from rlhf.plugin_selection import ENV_PLUGINS, ENV_STRICT, PluginSelection
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import ENV_PLUGINS, ENV_STRICT, PluginSelection
 
 PLUGIN_HELP = f"""\
 plugin selection (same syntax in ${ENV_PLUGINS}; the flag wins when both are set):

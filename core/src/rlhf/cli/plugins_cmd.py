@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
 
 
 def show_plugins(host: PluginHost, *, as_json: bool, kind: str | None) -> int:

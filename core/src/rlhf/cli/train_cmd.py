@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from rlhf.config.loading import ConfigParser
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
 from rlhf.registry import ComponentKind
 
 

@@ -19,7 +19,7 @@ from rlhf.config.cli_bridge import add_model_flags, flatten, nest, reject_unknow
 from rlhf.config.legacy_translation import table_for_config, translate
 from rlhf.config.refused import refusals, refuse
 from rlhf.errors import OneLineArgumentParser
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
 from rlhf.registry import ComponentError, ComponentKind
 
 #: Flags every config-taking command accepts besides the tree itself.

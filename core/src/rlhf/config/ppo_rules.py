@@ -15,7 +15,7 @@ from rlhf.config.base import ConfigError
 from rlhf.config.checks import check_4bit, check_global_batch, check_optimizer, require_positive
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.training_backend import check_backend_config
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
 from rlhf.registry import ComponentKind
 
 log = logging.getLogger("rlhf.config")

@@ -25,8 +25,8 @@ from rlhf.components import build
 from rlhf.config.loading import validate
 from rlhf.config.ppo import PPOConfig
 from rlhf.errors import ConfigError
+from rlhf.host.plugin_host import PluginHost
 from rlhf.models.loading import check_model_source
-from rlhf.plugins import PluginHost
 from rlhf.registry import ComponentKind
 from rlhf.reward_output import non_finite_samples
 from rlhf.reward_terms import call_reward

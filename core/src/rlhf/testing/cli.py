@@ -17,7 +17,7 @@ from typing import Any
 from rlhf.cli.main import split_plugin_args
 from rlhf.cli.train_cmd import train_config
 from rlhf.errors import render_exit
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
 
 #: Variables a launcher (torchrun, an outer test) may have set that would make a child join the wrong group.
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")

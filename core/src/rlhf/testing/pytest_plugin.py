@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from rlhf.plugin_selection import PluginRecord, PluginSelection
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginRecord, PluginSelection
 from rlhf.testing.tiny import build_causal_lm, build_reward_model, build_tokenizer
 from rlhf.testing.tiny_vlm import build_idefics3, build_qwen2_5_vl
 

@@ -156,8 +156,8 @@ def test_bf16_computes_in_bf16_and_keeps_fp32_master_weights(out, model_dir) -> 
 
 
 def test_the_plugin_registers_the_backend_as_fsdp2() -> None:
-    from rlhf.plugin_selection import PluginSelection
-    from rlhf.plugins import PluginHost
+    from rlhf.host.plugin_host import PluginHost
+    from rlhf.host.selection import PluginSelection
     from rlhf.registry import ComponentKind
 
     host = PluginHost.load(PluginSelection(names=(), modules=("rlhf_plugin_fsdp2",)))

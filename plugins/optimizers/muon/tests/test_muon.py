@@ -123,8 +123,8 @@ def test_checks_warn_about_clipping_and_refuse_settings_deepspeed_ignores(caplog
 def test_rlhf_train_ppo_runs_the_checks_before_anything_starts(caplog: pytest.LogCaptureFixture) -> None:
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo_rules import finalize_ppo_config
-    from rlhf.plugin_selection import PluginSelection
-    from rlhf.plugins import PluginHost
+    from rlhf.host.plugin_host import PluginHost
+    from rlhf.host.selection import PluginSelection
 
     host = PluginHost.load(PluginSelection.parse("ppo,adamw,muon,kl,deepspeed", strict=True))
 

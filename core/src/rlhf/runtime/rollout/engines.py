@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import ConfigError
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
 from rlhf.registry import ComponentKind
 from rlhf.runtime.cluster.liveness import track, use_cpu_share, wait
 from rlhf.runtime.rollout.sleep import SleepSchedule

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
 from rlhf.errors import ConfigError
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
 from rlhf.registry import ComponentKind
 from rlhf.runtime.cluster.liveness import naming_dead_workers
 from rlhf.weight_buckets import Entry, buckets

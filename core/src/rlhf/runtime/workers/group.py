@@ -13,9 +13,9 @@ from typing import Any
 
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.training_backend import backend_class, training_backend
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginSelection
 from rlhf.models.loading import seed_process
-from rlhf.plugin_selection import PluginSelection
-from rlhf.plugins import PluginHost
 from rlhf.runtime.cluster.liveness import free_port, track, use_cpu_share, wait, whereabouts
 
 

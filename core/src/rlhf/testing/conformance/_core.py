@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 
 from rlhf.components import build
 from rlhf.config.ppo import PPOConfig
-from rlhf.plugin_selection import PluginSelection
-from rlhf.plugins import PluginHost
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind
 
 #: Modules a plugin module must not import at its top: ``rlhf plugins`` and every Ray worker load it.

@@ -18,6 +18,6 @@ from importlib import resources
 @cache
 def first_party_providers() -> dict[tuple[str, str], str]:
     """``(component kind value, name) -> distribution``, e.g. ``("kl_estimator", "k3") -> "rlhf-plugin-kl"``."""
-    table = json.loads(resources.files("rlhf").joinpath("first_party.json").read_text())
+    table = json.loads(resources.files("rlhf.host").joinpath("first_party.json").read_text())
     return {(kind, name): distribution
             for distribution, kinds in table.items() for kind, names in kinds.items() for name in names}

@@ -28,8 +28,8 @@ import pluggy
 
 from rlhf import PLUGIN_API_VERSION, PROJECT_NAME, __version__, hookspecs
 from rlhf.errors import PluginError, UserError
-from rlhf.plugin_options import OptionsRegister, PluginOptions
-from rlhf.plugin_selection import BLOCKED, FAILED, OK, PluginRecord, PluginSelection, canonical, file_plugin_name
+from rlhf.host.options import OptionsRegister, PluginOptions
+from rlhf.host.selection import BLOCKED, FAILED, OK, PluginRecord, PluginSelection, canonical, file_plugin_name
 from rlhf.registry import ComponentKind, ComponentRegistry, Register
 from rlhf.steering import Steering, SteeringView
 
@@ -43,7 +43,7 @@ PLUGIN_KINDS = ("algorithms", "rewards", "agents", "models", "optimizers", "back
 ENTRY_POINT_GROUPS = tuple(f"rlhf.{kind}" for kind in PLUGIN_KINDS)
 
 #: Core modules registered as plugins before anything else; they cannot be blocked.
-BUILTIN_PLUGINS = {"core": "rlhf.builtin"}
+BUILTIN_PLUGINS = {"core": "rlhf.host.builtin"}
 
 
 class PluginLoadError(PluginError):
