@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from rlhf.payloads import GenerationRequest, GenerationResult
+
 if TYPE_CHECKING:
     import torch
     from pydantic import BaseModel
@@ -205,7 +207,7 @@ class AgentExecutor(Protocol):
     stage's terms.
     """
 
-    def run(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]: ...
+    def run(self, requests: list[GenerationRequest], engines: Any, sampling: dict[str, float]) -> list[GenerationResult]: ...
 
 
 @runtime_checkable
@@ -283,7 +285,7 @@ class RolloutEngine(Protocol):
 
     in_training_rank: ClassVar[bool]
 
-    def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+    def generate(self, requests: list[GenerationRequest], temperature: float, top_p: float) -> list[GenerationResult]:
         """One result per request, in request order; once per generation batch (a rollout batch's
         share, a dynamic-filtering refill, an eval batch, or one agent turn).
 

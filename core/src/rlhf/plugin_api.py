@@ -37,6 +37,7 @@ PUBLIC_MODULES = (
     "rlhf.reward_output",
     "rlhf.weight_buckets",
     "rlhf.media",
+    "rlhf.payloads",
     "rlhf.config.base",
     "rlhf.config.supervised",
     "rlhf.config.run",

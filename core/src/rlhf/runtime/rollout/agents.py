@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import RewardSourceError
+from rlhf.payloads import GenerationRequest
 from rlhf.runtime.workers.batch import Sample
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 def generate_samples(config: PPOConfig, executor: Any, engines: Any, tokenizer: Any, prompts: list[dict[str, Any]], n: int,
                      temperature: float, seed_base: int) -> list[Sample]:
     """``n`` samples per prompt, adjacent, each with its group index."""
-    requests = []
+    requests: list[GenerationRequest] = []
     for group, prompt in enumerate(prompts):
         room = config.data.max_len - len(prompt["prompt_ids"])
         max_tokens = max(1, min(config.rollout.max_new_tokens or room, room))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlhf.media import collate_media
+from rlhf.payloads import WorkerColumns
 
 if TYPE_CHECKING:
     import torch
@@ -47,9 +48,9 @@ class Sample:
         return self.action_mask if self.action_mask is not None else [1] * len(self.response_ids)
 
 
-def worker_payload(samples: list[Sample]) -> dict[str, list | None]:
+def worker_payload(samples: list[Sample]) -> WorkerColumns:
     """The columns every model worker reads: token ids, the prompts' media and the multi-turn action masks when there are any."""
-    payload: dict[str, list | None] = {"prompt_ids": [s.prompt_ids for s in samples],
+    payload: WorkerColumns = {"prompt_ids": [s.prompt_ids for s in samples],
                                        "response_ids": [s.response_ids for s in samples]}
     if any(s.media for s in samples):
         payload["media"] = [s.media for s in samples]
