@@ -142,7 +142,6 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
-
     check_backend_config(cfg, host.registry)
     if cfg.vllm.sync_backend != "auto":  # whether it can run for this config: the controller's input check
         host.registry.registration(ComponentKind.WEIGHT_SYNC_TRANSPORT, cfg.vllm.sync_backend, flag="--vllm.sync_backend")

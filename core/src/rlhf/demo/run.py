@@ -62,7 +62,6 @@ def run_demo(run_dir: Path, *, seed: int, rl_steps: int, engine: str, sft_target
     import torch
     from transformers import AutoModelForCausalLM
 
-
     started = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
@@ -100,7 +99,6 @@ def plot_rewards(run_dir: Path, out: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
 
     rows = read_metrics(run_dir / "rl")
     steps = [r["step"] for r in rows]

@@ -92,7 +92,6 @@ def merge_adapter(base_path: str, adapter_path: str, output_path: str, *, is_rm:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-
     if not (Path(adapter_path) / "adapter_config.json").exists():
         raise ConfigError(f"--lora_path {adapter_path}: no adapter_config.json there (is it a LoRA adapter dir?)")
     auto = AutoModelForSequenceClassification if is_rm else AutoModelForCausalLM

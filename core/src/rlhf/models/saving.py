@@ -19,7 +19,6 @@ def save_final(model: Any, tokenizer: Any, output_dir: Path, rank: int, config_u
     """
     import torch.distributed as dist
 
-
     module = model.module
     state = model.state_dict()
     if rank == 0:

@@ -204,7 +204,6 @@ def build_app(reward: Any, name: str, source: str | None = None,
 def serve(host: PluginHost, args: argparse.Namespace) -> int:
     import uvicorn
 
-
     if args.function:
         reward = build(host.registry.get(ComponentKind.REWARD_FUNCTION, args.function, flag="--function"), _default_config(host))
         name, source = args.function, f"reward function {args.function!r}"

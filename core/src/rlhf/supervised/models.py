@@ -32,7 +32,6 @@ def join_process_group(backend: Any, local_rank: int = -1) -> tuple[int, int]:
     """
     import torch.distributed as dist
 
-
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     os.environ.setdefault("LOCAL_RANK", str(max(local_rank, 0)))  # a launcher's LOCAL_RANK wins

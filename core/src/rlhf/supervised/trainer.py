@@ -81,7 +81,6 @@ class SupervisedTrainer:
         """Cross-flag checks in the CLI process before anything loads; subclasses extend it (call super)."""
         import os
 
-
         require_positive(config, "train.batch_size", "train.micro_batch_size", "train.max_epochs", "data.max_len",
                          "ds.tensor_parallel_size")
         # under torchrun / the deepspeed launcher the ranks form groups of --ds.tensor_parallel_size
@@ -147,7 +146,6 @@ class SupervisedTrainer:
         """``((N,) Σ log p over each sample's trained tokens, forward output)``; under no_grad for frozen models."""
         import torch
 
-
         frozen = model is not self.model
         with torch.no_grad() if frozen else contextlib.nullcontext():
             out = self.forward(model, batch)
@@ -156,7 +154,6 @@ class SupervisedTrainer:
     # ----- the loop ---------------------------------------------------------------------
     def run(self) -> None:
         import torch
-
 
         cfg = self.config
         if not cfg.model.model_name_or_path:
@@ -332,7 +329,6 @@ class SupervisedTrainer:
         """Every rank writes its training states into one staging dir that rank 0 commits."""
         import torch.distributed as dist
 
-
         plugin_state: dict[str, Any] = {}
         state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state}
 
@@ -360,7 +356,6 @@ class SupervisedTrainer:
         if self.rank != 0:
             return None
         import yaml
-
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(self.config.model_dump(mode="json"), sort_keys=False))

@@ -64,7 +64,6 @@ def refused_in_process(capsys: Any, trainer: str, *argv: str,
     prints it (``render_exit``), for :func:`rlhf.testing.cli.assert_user_error`."""
     import pytest
 
-
     capsys.readouterr()
     try:
         selection, rest = split_plugin_args(list(argv))

@@ -51,7 +51,6 @@ def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
     import json
     from pathlib import Path
 
-
     handles = [w for group in groups if group is not None for w in group.workers] + list(engines)
     places = wait([_WHEREABOUTS[h._actor_id.hex()] for h in handles])
     rows = [{"group": _MEMBERS[h._actor_id.hex()][0], "rank": _MEMBERS[h._actor_id.hex()][1], **place}

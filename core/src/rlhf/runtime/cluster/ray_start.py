@@ -64,7 +64,6 @@ def _start_ray() -> bool:
     import ray
     from ray._private import ray_constants
 
-
     hand_back_library_loggers()  # Ray's own console handler, installed as `ray` imported
     if ray.is_initialized():
         return False

@@ -336,7 +336,6 @@ class PPOController:
     def run(self) -> None:
         import yaml
 
-
         cfg = self.config
         self._check_sources()
         started_ray = start_ray(import_meanwhile=("transformers.models.auto.tokenization_auto", "torch"))  # for _check_data

@@ -31,7 +31,6 @@ def compute_advantages(
 ) -> tuple[list[list[float]], list[list[float]], dict[str, float]]:
     import torch
 
-
     width = max(1, max(len(s.response_ids) for s in samples))
     mask = pad_list([s.mask() for s in samples], width)  # multi-turn: environment tokens are 0
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)

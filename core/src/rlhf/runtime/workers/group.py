@@ -38,7 +38,6 @@ class BaseWorker:
         start-up work instead of following it."""
         import transformers  # noqa: F401
 
-
         self.plugins = PluginHost.load(PluginSelection.from_resolved(self._config_dict.get("plugin_set", [])))
         self.config = PPOConfig.model_validate(self._config_dict)
         preload = getattr(backend_class(self.config, self.plugins.registry), "preload", None)

@@ -94,7 +94,6 @@ class _ModelWorker(BaseWorker):
         as its response."""
         import torch
 
-
         cfg = self.config
         budget = (cfg.rollout.max_tokens_per_gpu or cfg.train.max_tokens_per_gpu) if cfg.train.dynamic_batch_enable else None
         responses = payload["response_ids"]
@@ -121,7 +120,6 @@ class _ModelWorker(BaseWorker):
         pass that keeps the ranks' collectives paired.
         """
         import torch
-
 
         cfg = self.config
         n = len(payload["prompt_ids"])
@@ -241,7 +239,6 @@ class PolicyWorker(_CausalLMWorker):
         """
         import torch
 
-
         cfg = self.config
         coefficients = coefficients or {}
         settings = self.settings
@@ -327,7 +324,6 @@ class PolicyWorker(_CausalLMWorker):
         import contextlib
 
         from transformers import AutoTokenizer
-
 
         with self.ema.applied() if self.ema is not None else contextlib.nullcontext():
             state = self.model.state_dict()

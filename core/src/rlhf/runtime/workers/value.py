@@ -88,7 +88,6 @@ class CriticWorker(_ValueWorker):
         """Clipped value loss 0.5·max((V−R)², (V_clip−R)²), one token mean per optimizer step."""
         import torch
 
-
         clip = self.config.critic.value_clip
         total, count = 0.0, 0
         for rows, tokens, _, weight in self._training_groups(payload, step, salt=7919):

@@ -92,7 +92,6 @@ def load_plugin(module: str, label: str, *, every_installed: bool = False) -> An
     alone, or with ``every_installed`` plugin too (a trainer's defaults name other plugins' components)."""
     import importlib
 
-
     selection = PluginSelection(origin="conformance kit") if every_installed else \
         PluginSelection(names=(), strict=True, origin="conformance kit")
     host = PluginHost.load(selection)

@@ -24,7 +24,6 @@ def check_trainer(trainer_cls: Any, module: str, argv: list[str] | None, run_dir
     through the real CLI parser; with ``argv`` and ``run_dir``, the trainer also runs there."""
     from pydantic import BaseModel
 
-
     config_class = getattr(trainer_cls, "config_class", None)
     if not (isinstance(config_class, type) and issubclass(config_class, BaseModel)):
         raise fail(TRAINER, "config_class", f"must be a pydantic BaseModel subclass, got {config_class!r}")

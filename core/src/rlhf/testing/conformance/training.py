@@ -109,7 +109,6 @@ def check_training_backend(backend_class: type, model_path: Any, config: Any = N
     import torch
     from transformers import AutoModelForCausalLM
 
-
     path = str(model_path)
     config = kit_config(config)
     backend = build(backend_class, config)
