@@ -49,9 +49,11 @@ def rlhf_modules_imported(source: str) -> set[str]:
             modules.add(module)
             continue
         modules.add(package)
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:  # a module: its names are not modules
+            continue
         for name in (n.strip() for n in names.split(",")):
-            if name and importlib.util.find_spec(package) and importlib.util.find_spec(package).submodule_search_locations \
-                    and importlib.util.find_spec(f"{package}.{name}"):
+            if name and importlib.util.find_spec(f"{package}.{name}"):
                 modules.add(f"{package}.{name}")
     return modules
 
