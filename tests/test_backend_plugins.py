@@ -37,9 +37,10 @@ def test_rlhf_plugins_lists_the_engines_and_transports() -> None:
 @pytest.mark.parametrize("flags,names", [
     (["--vllm.num_engines", "1", "--plugins", "no:vllm"], ["--rollout.engine", "'vllm'", "pip install rlhf-plugin-vllm"]),
     (["--rollout.engine", "hf", "--plugins", "no:hf-generate"], ["--rollout.engine", "'hf'", "pip install rlhf-plugin-hf-generate"]),
-    (["--rollout.engine", "sglang"], ["--rollout.engine", "'sglang'", "hf, vllm"]),
+    (["--plugins", "no:hf-generate"], ["--rollout.engine", "'hf'", "pip install rlhf-plugin-hf-generate"]),
+    (["--rollout.engine", "sglang"], ["--rollout.engine", "'sglang'", "hf, hf-inprocess, vllm"]),
     (["--vllm.sync_backend", "gloo", "--plugins", "no:torch-sync"], ["--vllm.sync_backend", "'gloo'", "rlhf-plugin-torch-sync"]),
-], ids=["vllm blocked", "hf blocked", "unknown engine", "transport blocked"])
+], ids=["vllm blocked", "hf blocked", "auto finds no hf engine", "unknown engine", "transport blocked"])
 def test_an_engine_or_transport_that_is_not_installed_is_one_line_naming_its_distribution(
         flags, names, task_files, tiny_causal_lm_path, tmp_path) -> None:
     assert_user_error(run_rlhf("train", "ppo", *run_flags(task_files, tiny_causal_lm_path, tmp_path, 1), *flags), *names)
@@ -68,41 +69,32 @@ def test_an_engine_written_from_its_docs_page_passes_the_kit_and_trains_two_step
     assert all("policy_loss" in m for m in metrics)
 
 
-@pytest.mark.parametrize("engine,num_engines,expected", [
-    ("auto", None, "hf"), ("auto", 0, "hf"), ("auto", 2, "vllm"), ("hf", 2, "hf"), ("stepwise", 0, "stepwise")])
-def test_auto_keeps_the_meaning_of_vllm_num_engines(engine, num_engines, expected) -> None:
+@pytest.mark.parametrize("engine,num_engines,flags,expected", [
+    ("auto", None, [], "hf-inprocess"), ("auto", 0, [], "hf-inprocess"), ("auto", 2, [], "vllm"), ("hf", 2, [], "hf"),
+    ("stepwise", 0, [], "stepwise"),
+    ("auto", 0, ["--ds.zero_stage", "3"], "hf"), ("auto", 0, ["--ds.tensor_parallel_size", "2"], "hf"),
+    ("auto", 0, ["--train.backend", "fsdp2"], "hf")])
+def test_auto_keeps_the_meaning_of_vllm_num_engines(engine, num_engines, flags, expected) -> None:
+    """0 or unset: HF generate, inside the actor's ranks where their weights are whole, else in its own process."""
     from rlhf.config.ppo import PPOConfig
-    from rlhf.runtime.rollout.engines import rollout_engine_name
+    from rlhf.config.rollout_engine import rollout_engine_name
+    from rlhf.host.plugin_host import PluginHost
 
     config = PPOConfig()
     config.rollout.engine, config.vllm.num_engines = engine, num_engines
-    assert rollout_engine_name(config) == expected
+    for flag, value in zip(flags[::2], flags[1::2]):  # --section.field value
+        section, field = flag.removeprefix("--").split(".")
+        setattr(getattr(config, section), field, type(getattr(getattr(config, section), field))(value))
+    assert rollout_engine_name(config, PluginHost.load().registry) == expected
 
 
-def test_an_engine_for_the_training_ranks_is_refused_until_the_core_places_one(plugin_host, register_plugin) -> None:
-    import types
-
-    import rlhf
-    from rlhf.config.ppo import PPOConfig
-    from rlhf.errors import ConfigError
-    from rlhf.runtime.rollout.engines import rollout_engine_class
-
-    class InRank:
-        in_training_rank = True
-
-    class InActor:
-        in_training_rank = False
-
-    def rlhf_register_rollout_engines(register):
-        register("in_rank", InRank)
-        register("in_actor", InActor)
-
-    register_plugin(types.SimpleNamespace(rlhf_plugin_api=rlhf.PLUGIN_API_VERSION,
-                                          rlhf_register_rollout_engines=rlhf.hookimpl(rlhf_register_rollout_engines)),
-                    name="engines")
-    config = PPOConfig()
-    config.rollout.engine = "in_actor"
-    assert rollout_engine_class(config, plugin_host.registry) is InActor
-    config.rollout.engine = "in_rank"
-    with pytest.raises(ConfigError, match="--rollout.engine in_rank: an engine that lives inside the training ranks"):
-        rollout_engine_class(config, plugin_host.registry)
+@pytest.mark.parametrize("flags,conflict", [
+    (["--ds.zero_stage", "3"], "--ds.zero_stage 3 splits its parameters over the ranks"),
+    (["--train.backend", "fsdp2"], "--train.backend fsdp2 shards its parameters"),
+], ids=["zero3", "fsdp2"])
+def test_an_engine_in_the_training_ranks_is_refused_where_their_weights_are_sharded(
+        flags, conflict, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    assert_user_error(run_rlhf("train", "ppo", *run_flags(task_files, tiny_causal_lm_path, tmp_path, 1),
+                               "--rollout.engine", "hf-inprocess", *flags),
+                      "--rollout.engine hf-inprocess generates inside the actor's training ranks", conflict,
+                      "--rollout.engine hf")

@@ -264,23 +264,37 @@ class SchedulerFactory(Protocol):
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """Generates rollouts token-in/token-out and holds a copy of the policy's weights.
+    """Generates rollouts token-in/token-out with the policy's weights (a copy, or the trained ones).
 
-    Selected with ``--rollout.engine NAME`` (default ``auto``: ``vllm`` when ``--vllm.num_engines``
-    is above 0, else ``hf``). ``max(1, --vllm.num_engines)`` engines are built per run.
+    Selected with ``--rollout.engine NAME`` (default ``auto``, see below).
 
-    Where it lives (trait ``in_training_rank``): False — each engine is built inside a Ray actor of
-    its own (the core's :class:`rlhf.runtime.rollout.engines.EngineActor`), once per run, after the core has
-    given the actor its share of the CPU threads; True — inside a training rank of the actor
-    (generation in the trainer's own process). Every method below runs where the engine lives.
+    Where it lives (trait ``in_training_rank``):
 
-    Constructor: ``(model_path, param_dtype, max_model_len, seed, config, cpu_sharers=None)`` —
-    an HF model directory, ``"bf16" | "fp16" | "fp32"``, the longest prompt + response in tokens,
-    the engine's seed (``--train.seed`` + engine index), the run's dumped config as a dict (or a
-    part of it: read optional keys with ``.get``) and how many processes compute beside it.
+    * False — ``max(1, --vllm.num_engines)`` engines, each built inside a Ray actor of its own (the
+      core's :class:`rlhf.runtime.rollout.engines.EngineActor`), once per run, after the core has given
+      the actor its share of the CPU threads. It holds a copy of the policy, refreshed by the weight-sync
+      transport after every training step.
+    * True — one engine in each actor training rank (the trainer's own process), built once per run
+      after the rank's trained model, which it then gets through :meth:`attach`. It generates with the trained
+      weights themselves: no engine process, no copy, no weight sync (``load_weights`` is never called
+      by a run). Each rank gets an equal share of every generation batch. The core refuses it (one line,
+      before Ray starts) when the training backend's optional ``sharded_reason(config)`` says the
+      parameters are split over the ranks (ZeRO-3, AutoTP, FSDP2), unless the engine sets the trait
+      ``gathers_sharded_parameters = True`` (then it must gather them itself, every rank in step).
 
-    Optional classmethod the core calls before anything starts (in the CLI process, once):
-    ``check_config(config) -> None`` raising :class:`rlhf.errors.ConfigError` for a run it cannot serve.
+    Every method below runs where the engine lives.
+
+    Constructor: ``(model_path, param_dtype, max_model_len, seed, config)`` — an HF model directory,
+    ``"bf16" | "fp16" | "fp32"``, the longest prompt + response in tokens, the engine's seed
+    (``--train.seed`` + engine index or rank), the run's dumped config as a dict (or a part of it:
+    read optional keys with ``.get``). An in-rank engine loads no weights here.
+
+    Optional classmethods the core calls in the CLI process before anything starts:
+    ``check_config(config) -> None`` raising :class:`rlhf.errors.ConfigError` for a run it cannot serve;
+    ``auto_preference(config) -> int | None``: how much ``auto`` wants this engine for the run (the
+    highest wins among the engines that can serve it; None or absent: never picked by ``auto``). The
+    first-party ones keep OpenRLHF's meaning of ``--vllm.num_engines``: above 0 vLLM; else HF generate
+    in the training ranks (``hf-inprocess``) where the weights are whole there, else ``hf``.
     """
 
     in_training_rank: ClassVar[bool]
@@ -295,6 +309,11 @@ class RolloutEngine(Protocol):
         log-prob of the sampled token under the distribution actually sampled, i.e. the logits divided
         by ``temperature``, before top-p) and ``finish_reason`` (``"stop"`` at EOS, else ``"length"``).
         """
+        ...
+
+    def attach(self, trained: TrainedModel) -> None:
+        """In-rank engines only: generate with ``trained`` (this rank's :class:`TrainedModel`; read
+        ``trained.module``) from now on. Once per run, in the rank, before any :meth:`generate`."""
         ...
 
     def load_weights(self, state: dict[str, Any]) -> None:
@@ -492,9 +511,12 @@ class TrainingBackend(Protocol):
     ``config.train`` (``micro_batch_size``, ``batch_size``, ``max_norm`` via the optimizer section).
 
     Optional classmethods: ``check_config(config) -> None``, called in the CLI process once before
-    anything starts, raising :class:`rlhf.errors.ConfigError` for flags it cannot honour; and
+    anything starts, raising :class:`rlhf.errors.ConfigError` for flags it cannot honour;
     ``preload() -> None``, called in each model worker as it is created, for slow imports that can
-    overlap the controller's start-up.
+    overlap the controller's start-up; and ``sharded_reason(config) -> str | None``, in the CLI
+    process and the actor ranks: why a trained model's parameters are not whole on every rank for
+    this config, naming the flag (``"--ds.zero_stage 3 splits its parameters over the ranks"``), or
+    None where they are; absent means always whole. An in-rank rollout engine is refused with it.
     """
 
     def init_distributed(self) -> None:

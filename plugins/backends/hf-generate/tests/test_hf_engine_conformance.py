@@ -1,6 +1,6 @@
-"""The HF-generate engine passes the rollout-engine kit."""
+"""Both HF-generate engines pass the rollout-engine kit."""
 
-from rlhf_plugin_hf_generate.engine import HFEngine
+from rlhf_plugin_hf_generate.engine import HFEngine, InProcessHFEngine
 
 from rlhf.testing.conformance import RolloutEngineKit
 
@@ -9,3 +9,9 @@ class TestHFEngine(RolloutEngineKit):
     component = HFEngine
     plugin_module = "rlhf_plugin_hf_generate"
     registered_name = "hf"
+
+
+class TestInProcessHFEngine(RolloutEngineKit):
+    component = InProcessHFEngine
+    plugin_module = "rlhf_plugin_hf_generate"
+    registered_name = "hf-inprocess"

@@ -33,11 +33,14 @@ CPU_BUNDLE = 0.01
 class Placement:
     """Which placement group and bundle every rank (and engine) of a run uses."""
 
-    def __init__(self, config: PPOConfig, ranks: dict[str, int], gpu: bool, copies: dict[str, int] | None = None) -> None:
+    def __init__(self, config: PPOConfig, ranks: dict[str, int], gpu: bool, copies: dict[str, int] | None = None,
+                 engines_in_rank: bool = False) -> None:
         """``ranks``: role -> rank count of every group the run creates; ``copies``: role -> how many
-        groups of that role there are (reward models), 1 when absent."""
+        groups of that role there are (reward models), 1 when absent; ``engines_in_rank``: the rollout
+        engines live in the actor's ranks (no process of their own)."""
         copies = copies or {}
         self.model_ranks = sum(count * copies.get(role, 1) for role, count in ranks.items())
+        self.engine_processes = 0 if engines_in_rank else max(1, config.vllm.num_engines or 0)
         self.gpu = gpu
         train = config.train
         sets: list[list[str]] = []
@@ -60,7 +63,7 @@ class Placement:
                 raise ConfigError(f"colocated groups need the same number of ranks: {flags}")
             bundle = {"GPU": 1.0} if gpu else {"CPU": CPU_BUNDLE}
             group = placement_group([dict(bundle) for _ in range(counts.pop())], strategy=train.placement_strategy)
-            sharers = sum(copies.get(r, 1) for r in roles) + (train.colocate_all and "actor" in roles)  # engines too
+            sharers = sum(copies.get(r, 1) for r in roles) + (train.colocate_all and "actor" in roles and not engines_in_rank)  # engines too
             for role in roles:
                 self._groups[role] = (group, sharers)
 
@@ -78,10 +81,9 @@ class Placement:
         """How many worker processes compute at the same time as one model rank (``engine=False``) or one
         rollout engine (``engine=True``), for :func:`rlhf.runtime.cluster.liveness.use_cpu_share`. In sync mode the
         engines generate while the ranks wait, and the reverse; with ``--train.async_enable`` they overlap."""
-        engines = max(1, config.vllm.num_engines or 0)
         if config.train.async_enable:
-            return engines + self.model_ranks
-        return engines if engine else self.model_ranks
+            return self.engine_processes + self.model_ranks
+        return self.engine_processes if engine else self.model_ranks
 
     def engine_options(self, index: int) -> dict[str, Any] | None:
         """With ``--train.colocate_all`` engine ``index``'s place on the actor's bundles; else None."""
@@ -91,7 +93,8 @@ class Placement:
         return self.options("actor", index % len(group.bundle_specs))
 
     @classmethod
-    def for_run(cls, config: PPOConfig, *, with_ref: bool, with_critic: bool, reward_models: int, gpu: bool) -> Placement:
+    def for_run(cls, config: PPOConfig, *, with_ref: bool, with_critic: bool, reward_models: int, gpu: bool,
+                engines_in_rank: bool = False) -> Placement:
         def ranks(section: Any) -> int:
             return section.num_nodes * section.num_gpus_per_node
 
@@ -102,7 +105,7 @@ class Placement:
             roles["critic"] = ranks(config.critic)
         if reward_models:
             roles["reward"] = ranks(config.reward)
-        return cls(config, roles, gpu, {"reward": reward_models})
+        return cls(config, roles, gpu, {"reward": reward_models}, engines_in_rank)
 
     def remove(self) -> None:
         """Give the bundles back now (a run's exit does it anyway; tests sharing a cluster call this)."""

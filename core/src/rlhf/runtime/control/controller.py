@@ -30,7 +30,8 @@ from rlhf.runtime.control.kl_control import KLController, observed_kl
 from rlhf.runtime.control.rewarding import RewardStage
 from rlhf.runtime.control.steering import prompt_mix_metrics, steer
 from rlhf.runtime.rollout.agents import generate_samples
-from rlhf.runtime.rollout.engines import RolloutEngines, rollout_engine_class
+from rlhf.config.rollout_engine import rollout_engine_class
+from rlhf.runtime.rollout.engines import InRankEngines, RolloutEngines
 from rlhf.runtime.sync.weights import WeightSync, backend_for
 from rlhf.runtime.workers.batch import Sample, worker_payload
 from rlhf.runtime.workers.group import WorkerGroup
@@ -86,8 +87,10 @@ class PPOController:
         wrong path costs one line and a second. Caps ``--data.max_len`` at the actor's positions."""
 
         cfg = self.config
-        rollout_engine_class(cfg, self.plugins.registry)  # an engine that is not installed fails before Ray starts
-        backend_for(cfg, registry=self.plugins.registry)  # so does a --vllm.sync_backend that cannot run here
+        # an engine that is not installed fails before Ray starts, and so does a --vllm.sync_backend that cannot run here
+        self.engine_in_rank = rollout_engine_class(cfg, self.plugins.registry).in_training_rank
+        if not self.engine_in_rank:  # an engine in the training ranks shares their weights: nothing to sync
+            backend_for(cfg, registry=self.plugins.registry)
         actor_path = cfg.actor.model_name_or_path
         if not actor_path:
             raise ConfigError("--actor.model_name_or_path is required")
@@ -129,8 +132,10 @@ class PPOController:
         dumped = cfg.model_dump(mode="json")
         with_ref, with_critic, reward_paths = cfg.algo.kl.init_coef > 0, self.estimator.needs_critic, self.rewards.reward_model_paths
         self.placement = Placement.for_run(cfg, with_ref=with_ref, with_critic=with_critic, reward_models=len(reward_paths),
-                                           gpu=_gpu())
-        self.engines = RolloutEngines(cfg, cfg.actor.model_name_or_path, self.placement, self.plugins.registry)  # first: vLLM boots longest
+                                           gpu=_gpu(), engines_in_rank=self.engine_in_rank)
+        if not self.engine_in_rank:  # first: vLLM boots longest
+            self.engines: RolloutEngines | InRankEngines = RolloutEngines(cfg, cfg.actor.model_name_or_path, self.placement,
+                                                                          self.plugins.registry)
 
         def ranks(section: Any) -> int:
             return section.num_nodes * section.num_gpus_per_node
@@ -143,6 +148,8 @@ class PPOController:
 
         trained_tp = cfg.ds.tensor_parallel_size  # AutoTP splits the trained models; evaluated ones stay whole
         self.actor = group(PolicyWorker, "actor", cfg.actor, trained_tp)
+        if self.engine_in_rank:
+            self.engines = InRankEngines(cfg, self.actor)
         self.ref = group(ReferenceWorker, "ref", cfg.ref) if with_ref else None
         self.critic = group(CriticWorker, "critic", cfg.critic, trained_tp) if with_critic else None
         self.rewards.reward_models = [group(RewardModelWorker, "reward", cfg.reward) for _ in reward_paths]
@@ -191,6 +198,9 @@ class PPOController:
     def sync_weights(self) -> None:
         """Actor rank 0's weights into every rollout engine, by --vllm.sync_backend (runtime/sync/weights.py)."""
 
+        if self.engines.shares_weights:  # the engines generate with the trained weights themselves
+            self.policy_version += 1
+            return
         if getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
             self.weight_sync = WeightSync(self.config, self.actor, self.engines, self.plugins.registry)
         with self.engine_lock, self.engines.sleep.awake(tags=["weights"]):  # --vllm.enable_sleep: weights only

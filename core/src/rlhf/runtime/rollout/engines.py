@@ -1,46 +1,25 @@
-"""The controller's side of rollout generation: engine actors built from the selected engine component.
+"""The controller's side of rollout generation, over the selected engine component.
 
 The engine itself (vLLM, HF ``generate``, a third party's) is a :class:`rlhf.components.RolloutEngine`
-registered by a plugin and chosen by ``--rollout.engine``. The core wraps each one in an
-:class:`EngineActor` (its own Ray actor), spreads requests over them and records their sleep calls.
+registered by a plugin and chosen by ``--rollout.engine`` (:mod:`rlhf.config.rollout_engine`). Where it
+lives decides the handle: :class:`RolloutEngines` wraps each engine in an :class:`EngineActor` (its own
+Ray actor), spreads requests over them and records their sleep calls; :class:`InRankEngines` spreads
+requests over the actor's training ranks, each of which holds an engine on its own trained model.
+Both give the agent executors the same ``generate``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlhf.errors import ConfigError
+from rlhf.config.rollout_engine import rollout_engine_class
 from rlhf.host.plugin_host import PluginHost
-from rlhf.registry import ComponentKind
 from rlhf.runtime.cluster.liveness import track, use_cpu_share, wait
 from rlhf.runtime.rollout.sleep import SleepSchedule
 from rlhf.runtime.workers.group import split_evenly
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
-
-
-def rollout_engine_name(config: PPOConfig) -> str:
-    """The engine a run uses: ``--rollout.engine``, where ``auto`` keeps OpenRLHF's meaning of
-    ``--vllm.num_engines`` (above 0: vLLM engines; 0 or unset: HF ``generate``)."""
-    choice = config.rollout.engine
-    if choice != "auto":
-        return choice
-    return "vllm" if (config.vllm.num_engines or 0) > 0 else "hf"
-
-
-def rollout_engine_class(config: PPOConfig, registry: Any) -> type:
-    """The selected engine class; an unknown name is a one-line error naming the distribution to install."""
-    name = rollout_engine_name(config)
-    engine_class = registry.get(ComponentKind.ROLLOUT_ENGINE, name, flag="--rollout.engine")
-    if engine_class.in_training_rank:  # the placement for it (generation in the actor's ranks) is not built yet
-        raise ConfigError(f"--rollout.engine {name}: an engine that lives inside the training ranks "
-                          "(in_training_rank = True) needs an rlhf-core that places it there; this one runs engines "
-                          "in Ray actors of their own")
-    check = getattr(engine_class, "check_config", None)
-    if check is not None:
-        check(config)
-    return engine_class
 
 
 class EngineActor:
@@ -90,7 +69,10 @@ class EngineActor:
 
 
 class RolloutEngines:
-    """The controller's handle on every rollout engine: spreads requests, syncs weights."""
+    """The controller's handle on engines in Ray actors of their own: spreads requests, syncs weights."""
+
+    #: False: each engine holds a copy of the policy, which a weight sync refreshes after every training step
+    shares_weights = False
 
     def __init__(self, config: PPOConfig, model_path: str, placement: Any = None, registry: Any = None) -> None:
         """``placement``: the run's :class:`rlhf.runtime.cluster.placement.Placement`; with ``--train.colocate_all``
@@ -133,6 +115,37 @@ class RolloutEngines:
     def sequence_logprobs(self, token_ids: list[int]) -> list[list[float]]:
         """Each engine's log-probs of ``token_ids[1:]``; for checks and tests."""
         return wait([e.sequence_logprobs.remote(token_ids) for e in self.engines])
+
+
+class InRankEngines:
+    """The controller's handle on engines inside the actor's training ranks (``in_training_rank = True``).
+
+    Each rank built its engine on its own trained model (``PolicyWorker.setup``), so the engines generate
+    with the weights being trained: there is no engine process to place, put to sleep or sync.
+    """
+
+    #: True: the engines generate with the trained weights themselves; a weight sync has nothing to move
+    shares_weights = True
+
+    def __init__(self, config: PPOConfig, actor: Any) -> None:
+        """``actor``: the actor's :class:`rlhf.runtime.workers.group.WorkerGroup`."""
+        self.actor = actor
+        self.engines: list[Any] = []  # no engine actor of its own
+        self.sleep = SleepSchedule([], enabled=False)
+
+    def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        chunks = split_evenly(requests, len(self.actor.workers))
+        refs = [w.generate.remote(chunk, temperature, top_p) for w, chunk in zip(self.actor.workers, chunks) if chunk]
+        return [r for part in wait(refs) for r in part]
+
+    def max_weight_difference(self, state_ref: Any) -> tuple[float, int]:
+        """Worst (difference, tensors compared) over the ranks' engines; for checks and tests."""
+        results = self.actor.call("engine_call", "max_weight_difference", state_ref)
+        return max(r[0] for r in results), min(r[1] for r in results)
+
+    def sequence_logprobs(self, token_ids: list[int]) -> list[list[float]]:
+        """Each rank's engine's log-probs of ``token_ids[1:]``; for checks and tests."""
+        return self.actor.call("engine_call", "sequence_logprobs", token_ids)
 
 
 def _engine_gpus(config: PPOConfig) -> float:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.components import build
+from rlhf.config.rollout_engine import rollout_engine_class
 from rlhf.errors import ConfigError
 from rlhf.models.extensions import active, load_model
 from rlhf.models.loading import dtype_of, load_causal_lm, token_id
@@ -224,6 +225,21 @@ class PolicyWorker(_CausalLMWorker):
                 raise ConfigError(f"--train.enable_ema: the training backend {cfg.train.backend!r} keeps no EMA; "
                                   "drop the flag or use --train.backend deepspeed")
             self.ema = self.model.ema(cfg.train.ema_beta)
+        #: an engine of the run's that lives in this rank (in_training_rank), on the trained model itself
+        self.engine = None
+        engine_class = rollout_engine_class(cfg, self.plugins.registry)
+        if engine_class.in_training_rank:
+            self.engine = engine_class(cfg.actor.model_name_or_path, cfg.ds.param_dtype, cfg.data.max_len,
+                                       cfg.train.seed + self.rank, self._config_dict)
+            self.engine.attach(self.model)
+
+    def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        """This rank's share of a generation batch, by its in-rank engine (see :meth:`setup`)."""
+        return self.engine.generate(requests, temperature, top_p)
+
+    def engine_call(self, method: str, *args: Any) -> Any:
+        """The in-rank engine's ``method(*args)`` (``sequence_logprobs``, ``max_weight_difference``); for checks."""
+        return getattr(self.engine, method)(*args)
 
     @while_awake
     def train(self, payload: dict[str, list], step: int, kl_coef: float,

@@ -3,7 +3,8 @@
 The engine kit builds the engine on a tiny offline model (``tiny_causal_lm_path``) in the test
 process and checks it against a plain ``transformers`` forward of the same weights: the log-probs
 it reports are those of the distribution it sampled (temperature-scaled), a weight load replaces
-every weight, sleep/wake leave it generating. The transport kit checks the traits ``auto`` reads.
+every weight, sleep/wake leave it generating; an in-rank engine is attached to a whole trained model
+and must follow that model's weights as they move in place. The transport kit checks the traits ``auto`` reads.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, 
     check_picklable(ENGINE, engine_class)
     engine = engine_class(str(model_path), "fp32", 128, 0, config or ppo_config().model_dump(mode="json"))
     reference = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32).eval()
+    trained = None
+    if engine_class.in_training_rank:  # it generates with the rank's trained model: here, an unsharded one
+        trained = WholeTrainedModel(AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32))
+        engine.attach(trained)
     requests = [{"prompt_ids": [5, 40, 41, 42], "max_tokens": 6, "seed": 3},
                 {"prompt_ids": [7, 8], "max_tokens": 1, "seed": 4},
                 {"prompt_ids": [9, 10, 11, 12, 13, 14, 15], "max_tokens": 9, "seed": 5}]
@@ -110,6 +115,31 @@ def check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, 
     first_failure(ENGINE, "seeded sampling", [("one request twice, seed 3", seeded)])
     first_failure(ENGINE, "sequence_logprobs", [(f"token ids {probe}", sequence_logprobs)])
     first_failure(ENGINE, "load_weights", [("every weight perturbed, with a sleep/wake around", weights)])
+    if trained is not None:
+
+        def shared() -> str | None:
+            with torch.no_grad():  # a training step, as the trainer takes it: in place, no load_weights
+                for parameter, moved in zip(trained.module.parameters(), reference.parameters()):
+                    parameter.add_(0.05 * torch.randn_like(parameter))
+                    moved.copy_(parameter)
+            return sequence_logprobs()
+
+        first_failure(ENGINE, "generates with the attached model's weights",
+                      [("every trained weight moved in place after attach", shared)])
+
+
+class WholeTrainedModel:
+    """What the engine kit attaches an in-rank engine to: a training backend's model whose parameters are
+    whole in this process (ZeRO 0-2 on one rank), with the :class:`rlhf.components.TrainedModel` members an
+    engine reads."""
+
+    def __init__(self, module: Any) -> None:
+        self.module, self.device = module, module.device
+
+    def gathered(self) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
 
 
 class RolloutEngineKit(ComponentKit):

@@ -33,6 +33,16 @@ class DeepSpeedBackend:
         check_options(config.ds)
 
     @classmethod
+    def sharded_reason(cls, config: Any) -> str | None:
+        """Why a trained model's parameters are not whole on each rank (in-rank rollout engines read it)."""
+        ds = config.ds
+        if ds.zero_stage == 3:
+            return "--ds.zero_stage 3 splits its parameters over the ranks"
+        if ds.tensor_parallel_size > 1:
+            return f"--ds.tensor_parallel_size {ds.tensor_parallel_size} splits its layers over the ranks (AutoTP)"
+        return None
+
+    @classmethod
     def preload(cls) -> None:
         """DeepSpeed's import (seconds), started as a model worker is created."""
         import deepspeed  # noqa: F401

@@ -69,6 +69,11 @@ class FSDP2Backend:
             raise ConfigError(f"--ds.lora.rank {rank}: LoRA is not supported on --train.backend fsdp2 yet; drop it or "
                               "use --train.backend deepspeed")
 
+    @classmethod
+    def sharded_reason(cls, config: Any) -> str | None:
+        """Why a trained model's parameters are not whole on each rank (in-rank rollout engines read it)."""
+        return "--train.backend fsdp2 shards its parameters over the ranks (fully_shard)"
+
     def init_distributed(self) -> None:
         import torch.distributed as dist
 

@@ -1,7 +1,10 @@
-"""HF ``transformers`` ``generate`` as an rlhf rollout engine (``--rollout.engine hf``).
+"""HF ``transformers`` ``generate`` as rlhf rollout engines.
 
-``auto`` picks it when ``--vllm.num_engines`` is 0 or unset: no vLLM needed, any model HF can load
-(VLMs included), one batch per call, left-padded.
+``hf-inprocess`` generates inside each actor training rank with the trained model itself: no engine
+process, no weight copy, no weight sync. ``auto`` picks it when ``--vllm.num_engines`` is 0 or unset
+and the training backend keeps the actor's weights whole on every rank (ZeRO 0-2); under ZeRO-3,
+AutoTP or FSDP2 it picks ``hf``, which loads its own copy in a Ray actor of its own. Either needs no
+vLLM, serves any model HF can load (VLMs included), one batch per call, left-padded.
 """
 
 import rlhf
@@ -12,3 +15,5 @@ rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
 @rlhf.hookimpl
 def rlhf_register_rollout_engines(register):
     register("hf", "rlhf_plugin_hf_generate.engine:HFEngine", description="HF transformers generate() in its own Ray actor")
+    register("hf-inprocess", "rlhf_plugin_hf_generate.engine:InProcessHFEngine",
+             description="HF transformers generate() inside each actor training rank, with the trained weights themselves")

@@ -1,4 +1,9 @@
-"""The HF-generate rollout engine: ``transformers`` ``generate`` with the log-probs of what it sampled."""
+"""The HF-generate rollout engines: ``transformers`` ``generate`` with the log-probs of what it sampled.
+
+:class:`HFEngine` loads its own copy of the policy in a Ray actor of its own; :class:`InProcessHFEngine`
+generates inside each actor training rank with the trained model itself (no second process, no weight
+copy, no weight sync). Both sample the same way, so a run gives the same samples with either.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +11,39 @@ from typing import Any
 
 
 class HFEngine:
-    """HF ``generate`` as a rollout engine (``--rollout.engine hf``; ``auto`` with ``--vllm.num_engines 0``)."""
+    """HF ``generate`` in an engine actor of its own (``--rollout.engine hf``; ``auto`` with
+    ``--vllm.num_engines 0`` when the actor's weights are sharded over its ranks)."""
 
     in_training_rank = False
+
+    @classmethod
+    def auto_preference(cls, config: Any) -> int | None:
+        return None if (config.vllm.num_engines or 0) > 0 else 10
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         import torch
 
-        from rlhf.models.loading import load_generative, token_id
+        from rlhf.models.loading import load_generative
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[param_dtype]
-        self.model = load_generative(model_path, dtype).eval()
-        self.pad_id = token_id(self.model, "pad_token_id") or 0
-        eos = self.model.generation_config.eos_token_id or token_id(self.model, "eos_token_id")
+        self._use(load_generative(model_path, dtype).eval())
+
+    def _use(self, model: Any) -> None:
+        """Generate with ``model`` (an HF generative model, or a PEFT model around one)."""
+        from rlhf.models.loading import token_id
+
+        self.model = model
+        self.pad_id = token_id(model, "pad_token_id") or 0
+        eos = model.generation_config.eos_token_id or token_id(model, "eos_token_id")
         self.eos_ids = set(eos) if isinstance(eos, (list, tuple)) else {eos}  # Llama-3 style lists too
         # a VLM's image/video placeholders are the processor's to place: a sampled one would break the training forward
-        placeholders = [getattr(self.model.config, key, None) for key in ("image_token_id", "video_token_id")]
+        placeholders = [getattr(model.config, key, None) for key in ("image_token_id", "video_token_id")]
         self.suppressed = [t for t in placeholders if t is not None] or None
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         import torch
+
+        from rlhf.media import collate_media
 
         if not requests:
             return []
@@ -35,20 +53,20 @@ class HFEngine:
         for i, r in enumerate(requests):  # left padding
             input_ids[i, width - len(r["prompt_ids"]) :] = torch.tensor(r["prompt_ids"])
             attention[i, width - len(r["prompt_ids"]) :] = 1
-        from rlhf.media import collate_media
-
+        device = self.model.device
         media = collate_media([r.get("media") for r in requests])  # a VLM's images, in request order
         torch.manual_seed(requests[0]["seed"])
         sample = temperature > 0
         with torch.no_grad():
             out = self.model.generate(
-                input_ids=input_ids, attention_mask=attention, max_new_tokens=max(r["max_tokens"] for r in requests), **media,
+                input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                max_new_tokens=max(r["max_tokens"] for r in requests), **{k: v.to(device) for k, v in media.items()},
                 do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None, top_k=0 if sample else None,
                 pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), output_logits=True, return_dict_in_generate=True,
                 suppress_tokens=self.suppressed,
             )
-        tokens = out.sequences[:, width:]
-        logits = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)
+        tokens = out.sequences[:, width:].cpu()
+        logits = torch.stack(out.logits, dim=1).float().cpu() / (temperature if sample else 1.0)
         logprobs = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         # each row ends at its first EOS within its own max_tokens ("stop"), else at max_tokens ("length")
         limit = torch.tensor([r["max_tokens"] for r in requests]).clamp(max=tokens.shape[1])
@@ -74,11 +92,44 @@ class HFEngine:
     def max_weight_difference(self, state: dict[str, Any]) -> tuple[float, int]:
         own = self.model.state_dict()
         shared = [k for k in state if k in own]
-        return max(float((own[k] - state[k].to(own[k].dtype)).abs().max()) for k in shared), len(shared)
+        return max((float((own[k].cpu() - state[k].to(own[k].dtype).cpu()).abs().max()) for k in shared), default=0.0), len(shared)
 
     def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
         import torch
 
         with torch.no_grad():
-            logits = self.model(torch.tensor([token_ids])).logits[0, :-1].float()
+            logits = self.model(torch.tensor([token_ids], device=self.model.device)).logits[0, :-1].float().cpu()
         return torch.log_softmax(logits, -1).gather(-1, torch.tensor(token_ids[1:])[:, None])[:, 0].tolist()
+
+
+class InProcessHFEngine(HFEngine):
+    """HF ``generate`` inside each actor training rank, with the trained model itself (``--rollout.engine
+    hf-inprocess``; ``auto`` with ``--vllm.num_engines 0`` when the actor's weights are whole on every rank).
+
+    Each rank generates its share of a batch. Sampling runs on a forked torch RNG, so the trainer's own
+    random state (dropout, its shuffles) is the same as with an engine in another process.
+    """
+
+    in_training_rank = True
+
+    @classmethod
+    def auto_preference(cls, config: Any) -> int | None:
+        return None if (config.vllm.num_engines or 0) > 0 else 20
+
+    def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
+        """Nothing to load: the weights come with :meth:`attach`."""
+
+    def attach(self, trained: Any) -> None:
+        """Generate with ``trained.module`` (the rank's :class:`rlhf.components.TrainedModel`), from now on."""
+        self._use(trained.module)
+
+    def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        import torch
+
+        training = self.model.training
+        self.model.eval()  # no dropout while sampling; the trainer sets its own mode before each phase
+        try:
+            with torch.random.fork_rng(devices=[]):
+                return super().generate(requests, temperature, top_p)
+        finally:
+            self.model.train(training)

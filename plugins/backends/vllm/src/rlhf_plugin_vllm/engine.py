@@ -11,6 +11,11 @@ class VLLMEngine:
 
     in_training_rank = False
 
+    @classmethod
+    def auto_preference(cls, config: Any) -> int | None:
+        """``auto`` means vLLM whenever --vllm.num_engines is above 0 (OpenRLHF's meaning of the flag)."""
+        return 30 if (config.vllm.num_engines or 0) > 0 else None
+
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         """``config``: a run's dumped config, or its ``vllm`` section alone (``rlhf generate``). The core has
         set this process's CPU thread share already (in-process vLLM fixes it as its worker starts)."""

@@ -1,0 +1,64 @@
+"""The run's rollout engine (``--rollout.engine``): chosen by name, or by ``auto`` from the installed ones.
+
+Lives beside the training-backend choice because the two meet: an engine that generates inside the
+actor's training ranks (trait ``in_training_rank``) can only use the actor's own weights where the
+training backend keeps them whole on every rank. Read in the CLI process (the check before Ray
+starts), in the controller and in every actor rank (which builds an in-rank engine itself).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rlhf.config.training_backend import backend_class
+from rlhf.errors import ConfigError
+from rlhf.registry import ComponentKind
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
+
+
+def sharding_conflict(engine_class: type, config: PPOConfig, registry: Any) -> str | None:
+    """Why an in-rank engine cannot generate with this run's actor (its training backend splits the
+    parameters over the ranks, and the engine does not gather them), or None."""
+    if not engine_class.in_training_rank or getattr(engine_class, "gathers_sharded_parameters", False):
+        return None
+    reason = getattr(backend_class(config, registry), "sharded_reason", None)
+    return reason(config) if reason is not None else None
+
+
+def rollout_engine_name(config: PPOConfig, registry: Any) -> str:
+    """The engine a run uses: ``--rollout.engine``, or for ``auto`` the installed engine with the highest
+    ``auto_preference(config)`` (an optional classmethod; None or absent: never picked by ``auto``) that
+    can serve the run. The first-party ones keep OpenRLHF's meaning of ``--vllm.num_engines``: above 0,
+    vLLM engines; 0 or unset, HF ``generate`` inside the actor's ranks where its weights are whole there,
+    else in an engine process of its own."""
+    choice = config.rollout.engine
+    if choice != "auto":
+        return choice
+    ranked = []
+    for name in registry.names(ComponentKind.ROLLOUT_ENGINE):
+        engine_class = registry.get(ComponentKind.ROLLOUT_ENGINE, name)
+        preference = getattr(engine_class, "auto_preference", None)
+        rank = preference(config) if preference is not None else None
+        if rank is not None and sharding_conflict(engine_class, config, registry) is None:
+            ranked.append((rank, name))
+    if not ranked:  # the engine OpenRLHF's flags mean, so that the error names the distribution to install
+        return "vllm" if (config.vllm.num_engines or 0) > 0 else "hf"
+    return max(ranked)[1]
+
+
+def rollout_engine_class(config: PPOConfig, registry: Any) -> type:
+    """The selected engine class, checked against the run (its ``check_config``, and the training backend for
+    an engine inside the training ranks); an unknown name is a one-line error naming the distribution to install."""
+    name = rollout_engine_name(config, registry)
+    engine_class = registry.get(ComponentKind.ROLLOUT_ENGINE, name, flag="--rollout.engine")
+    conflict = sharding_conflict(engine_class, config, registry)
+    if conflict:
+        raise ConfigError(f"--rollout.engine {name} generates inside the actor's training ranks with their own weights, "
+                          f"but {conflict}; train with whole weights on each rank (e.g. --ds.zero_stage 2), or use an engine "
+                          "in its own process (--rollout.engine hf, or --vllm.num_engines 1)")
+    check = getattr(engine_class, "check_config", None)
+    if check is not None:
+        check(config)
+    return engine_class
