@@ -73,11 +73,13 @@ def test_ppo_with_critic_reward_model_and_kl(engine, ray_cluster, task_files, ti
     assert (tmp_path / "ckpt" / "global_step2" / "hf" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("engine,extra", [("hf", []), ("vllm", []), ("vllm", ["--ds.lora.rank", "8", "--actor.adam.lr", "1e-2"])],
-                         ids=["hf", "vllm", "vllm-lora"])
+@pytest.mark.parametrize("engine,extra", [("hf", []), ("hf", ["--rollout.engine", "hf"]), ("vllm", []),
+                                          ("vllm", ["--ds.lora.rank", "8", "--actor.adam.lr", "1e-2"])],
+                         ids=["hf-inprocess", "hf", "vllm", "vllm-lora"])
 def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_cluster, task_files, tiny_causal_lm_path,
                                                              tmp_path) -> None:
-    """With LoRA the engines get the base weights with the adapters folded in."""
+    """With LoRA the engines get the base weights with the adapters folded in; an in-process engine has the
+    trained weights themselves."""
     from transformers import AutoModelForCausalLM
 
     from rlhf.config.loading import ConfigParser

@@ -266,7 +266,7 @@ def test_a_worker_dying_in_the_middle_of_a_weight_sync_is_named_not_its_peers_er
     plugin = tmp_path / "dies_in_sync.py"
     plugin.write_text(DIES_IN_SYNC)
     result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin),
-                   "--vllm.sync_backend", "gloo")
+                   "--rollout.engine", "hf", "--vllm.sync_backend", "gloo")  # an engine process to sync into
     assert_user_error(result, "Ray worker 'actor' rank 0", "died", "--ckpt.load_enable")
 
 

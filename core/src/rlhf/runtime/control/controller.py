@@ -89,8 +89,10 @@ class PPOController:
         cfg = self.config
         # an engine that is not installed fails before Ray starts, and so does a --vllm.sync_backend that cannot run here
         self.engine_in_rank = rollout_engine_class(cfg, self.plugins.registry).in_training_rank
-        if not self.engine_in_rank:  # an engine in the training ranks shares their weights: nothing to sync
-            backend_for(cfg, registry=self.plugins.registry)
+        transport = backend_for(cfg, registry=self.plugins.registry)
+        if self.engine_in_rank and cfg.vllm.sync_backend != "auto":
+            log.warning("--vllm.sync_backend %s is not used: the rollout engine generates inside the actor's ranks with "
+                        "the trained weights, so there is nothing to sync", transport)
         actor_path = cfg.actor.model_name_or_path
         if not actor_path:
             raise ConfigError("--actor.model_name_or_path is required")

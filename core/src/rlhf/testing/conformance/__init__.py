@@ -22,6 +22,7 @@ from rlhf.testing.conformance._core import ComponentKit, ConformanceFailure, che
 from rlhf.testing.conformance.backends import (
     RolloutEngineKit,
     WeightSyncTransportKit,
+    WholeTrainedModel,
     check_rollout_engine,
     check_weight_sync_transport,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "ppo_config",
     "RolloutEngineKit",
     "WeightSyncTransportKit",
+    "WholeTrainedModel",
     "check_rollout_engine",
     "check_weight_sync_transport",
     "TrainingBackendKit",
