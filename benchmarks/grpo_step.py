@@ -11,8 +11,17 @@ per rollout batch, no KL, lr 1e-4. Every system runs as a fresh process
 process appends a line per finished step, so start-up (process start to first step
 done) and step time are measured from outside, the same way for all.
 
+Beside the wall clock, each run's whole process tree (Ray's processes and workers included) is
+sampled from /proc: CPU-seconds per steady step and peak resident memory
+(benchmarks/process_tree.py). Before each run the script waits for the 1-minute load to fall
+under ``--quiet_load`` (at most ``--quiet_wait`` seconds) and prints the load beside the figures,
+with ``!`` where the machine never got quiet.
+
+- ``rlhf-hf`` is ``--vllm.num_engines 0``: HF generate inside the actor's rank (``hf-inprocess``);
+  ``--rlhf_flags='--rollout.engine hf'`` puts it in an engine process of its own.
 - ``raw-hf``/``raw-vllm`` are the floor: the same generation with no framework, plus a
-  plain-torch forward/backward/AdamW step of the batch (their step = those two times).
+  plain-torch forward/backward/AdamW step of the batch in rlhf's micro-batches (their step =
+  those two times).
 - ``trl`` needs TRL (``pip install -c constraints.txt -e '.[bench]'``); it is left out, with a note, if absent.
 
 A benchmark, not a test: figures depend on the machine and its load.
@@ -32,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from process_tree import TreeSampler, load_average, wait_for_quiet  # beside this script (on sys.path as it runs)
+
 HERE = Path(__file__).resolve().parent
 SYSTEMS = ("rlhf-vllm", "rlhf-hf", "trl", "raw-vllm", "raw-hf")
 
@@ -44,6 +55,10 @@ class Run:
     steps: list[float]  # seconds of every step after the first
     response_length: float
     phases: dict[str, float] = field(default_factory=dict)  # median seconds per phase, where the system reports them
+    cpu_per_step: float = float("nan")  # CPU-seconds of the whole process tree per steady step
+    peak_rss: int = 0  # bytes, the whole process tree at its largest
+    load: float = 0.0  # the machine's 1-minute load, the higher of the run's start and end
+    quiet: bool = True  # whether the load was under --quiet_load when the run started
 
 
 def prepare(work: Path, max_positions: int, warm_start: bool) -> Path:
@@ -63,8 +78,9 @@ def prepare(work: Path, max_positions: int, warm_start: bool) -> Path:
 
 
 def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: int, new_tokens: int, steps: int,
-               label: str, rlhf_flags: tuple[str, ...] = ()) -> Run:
+               label: str, warmup: int, rlhf_flags: tuple[str, ...] = ()) -> Run:
     from rlhf.demo import task
+    from rlhf.demo.run import RL_MICRO_BATCH
 
     run_dir = work / "runs" / label
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -75,12 +91,16 @@ def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: i
     spec = {"model": str(model), "prompt_file": str(run_dir / "prompts.jsonl"), "run_dir": str(run_dir),
             "times": str(times), "prompts": prompts, "samples": samples, "new_tokens": new_tokens, "steps": steps,
             "max_len": min(256, new_tokens + 16), "engine": system.rsplit("-", 1)[-1],
+            "micro": min(RL_MICRO_BATCH, prompts * samples),
             "rlhf_flags": list(rlhf_flags)}
-    started = time.time()
-    done = subprocess.run([sys.executable, str(HERE / "grpo_workloads.py"), system.split("-")[0] if system.startswith("rlhf")
-                           else system, json.dumps(spec)], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{system} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+    started, load_before = time.time(), load_average()
+    process = subprocess.Popen([sys.executable, str(HERE / "grpo_workloads.py"), system.split("-")[0] if system.startswith("rlhf")
+                                else system, json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = TreeSampler(process.pid)
+    _, stderr = process.communicate()
+    samples = sampler.stop()
+    if process.returncode != 0:
+        raise SystemExit(f"{system} failed (exit {process.returncode}):\n{stderr[-4000:]}")
     lines = [json.loads(line) for line in times.read_text().splitlines()]
     stamps = [line["t"] for line in lines]
     if system.startswith("raw"):
@@ -90,7 +110,10 @@ def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: i
     phases = {key: statistics.median(line[key] for line in lines[1:]) for key in ("generation", "train", "sync")
               if len(lines) > 1 and key in lines[0]}
     lengths = [line["response_length"] for line in lines if "response_length" in line]
-    return Run(stamps[0] - started, step_times, statistics.mean(lengths) if lengths else float("nan"), phases)
+    steady = stamps[1 + warmup:]  # the CPU of the steps the wall-clock median covers
+    cpu = ((samples.cpu_at(steady[-1]) - samples.cpu_at(stamps[warmup])) / (len(steady))) if steady else float("nan")
+    return Run(stamps[0] - started, step_times, statistics.mean(lengths) if lengths else float("nan"), phases, cpu,
+               samples.peak_rss(), max(load_before, load_average()))
 
 
 def available(systems: list[str]) -> list[str]:
@@ -102,17 +125,21 @@ def available(systems: list[str]) -> list[str]:
     return systems
 
 
-def measure(work: Path, model: Path, systems: list[str], repeats: int, warmup: int, rlhf_flags: tuple[str, ...] = (),
-            **sizes: Any) -> dict[str, list[Run]]:
+def measure(work: Path, model: Path, systems: list[str], repeats: int, warmup: int, quiet: tuple[float, float],
+            rlhf_flags: tuple[str, ...] = (), **sizes: Any) -> dict[str, list[Run]]:
+    """Each system ``repeats`` times, interleaved (A B A B), each run after waiting for a quiet machine."""
     runs: dict[str, list[Run]] = {s: [] for s in systems}
     for repeat in range(repeats):
         for system in systems:
+            calm, _ = wait_for_quiet(*quiet)
             tag = "x".join(str(v) for v in sizes.values())
-            run = run_system(system, work, model, label=f"{system}-{tag}-{repeat}", rlhf_flags=rlhf_flags, **sizes)
-            run.steps = run.steps[warmup:]
+            run = run_system(system, work, model, label=f"{system}-{tag}-{repeat}", warmup=warmup, rlhf_flags=rlhf_flags,
+                             **sizes)
+            run.steps, run.quiet = run.steps[warmup:], calm
             runs[system].append(run)
             print(f"  {system} repeat {repeat + 1}: start-up {run.startup:.1f} s, median "
-                  f"{statistics.median(run.steps):.3f} s/step", flush=True)
+                  f"{statistics.median(run.steps):.3f} s/step, {run.cpu_per_step:.3f} CPU-s/step, peak "
+                  f"{run.peak_rss / 2**20:.0f} MiB, load {run.load:.2f}{'' if calm else ' (never quiet)'}", flush=True)
     return runs
 
 
@@ -133,23 +160,32 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None
         train = min(statistics.median(r.phases["train"] for r in runs[s]) for s in raw)
         return statistics.median(r.phases["generation"] for r in runs[f"raw-{engine}"]) + train
 
+    def cpu_of(system: str) -> float:
+        return statistics.median(r.cpu_per_step for r in runs[system])
+
     out = Table(title=title)
-    for column in ("system", "s/step min", "s/step median", "samples/s", "start-up s", "resp. tokens", "phases (median s)",
-                   "vs TRL", "vs raw floor"):
+    for column in ("system", "s/step median", "CPU-s/step", "peak MiB", "load", "samples/s", "start-up s", "resp. tokens",
+                   "phases (median s)", "vs TRL", "vs raw floor", "CPU vs raw"):
         out.add_column(column)
     trl = median("trl")
     for system, system_runs in runs.items():
         steps = [t for run in system_runs for t in run.steps]
         mid = statistics.median(steps)
-        floor = floor_of(system.rsplit("-", 1)[-1]) if system.startswith("rlhf") else None
+        engine = system.rsplit("-", 1)[-1]
+        floor = floor_of(engine) if system.startswith("rlhf") else None
+        raw_cpu = cpu_of(f"raw-{engine}") if system.startswith("rlhf") and f"raw-{engine}" in runs else None
         phases = " ".join(f"{k[:3]} {statistics.median(r.phases[k] for r in system_runs):.3f}" for k in system_runs[0].phases)
-        out.add_row(system, f"{min(steps):.3f}", f"{mid:.3f}", f"{samples_per_step / mid:.0f}",
-                    f"{statistics.median(r.startup for r in system_runs):.1f}",
+        loads = "/".join(f"{r.load:.1f}{'' if r.quiet else '!'}" for r in system_runs)
+        out.add_row(system, f"{mid:.3f}", f"{cpu_of(system):.3f}", f"{max(r.peak_rss for r in system_runs) / 2**20:.0f}",
+                    loads, f"{samples_per_step / mid:.0f}", f"{statistics.median(r.startup for r in system_runs):.1f}",
                     f"{statistics.mean(r.response_length for r in system_runs):.1f}", phases,
-                    f"{trl / mid:.2f}x" if trl else "", f"{100 * (mid / floor - 1):+.0f} %" if floor else "")
-    Console(width=200).print(out)
+                    f"{trl / mid:.2f}x" if trl else "", f"{100 * (mid / floor - 1):+.0f} %" if floor else "",
+                    f"{100 * (cpu_of(system) / raw_cpu - 1):+.0f} %" if raw_cpu else "")
+    Console(width=220).print(out)
     print("vs TRL: samples/s relative to TRL's (2.00x = twice as fast); vs raw floor: step time above the same "
-          "engine's raw generate plus the fastest plain-torch update of the same batch")
+          "engine's raw generate plus the fastest plain-torch update of the same batch; CPU vs raw: CPU-seconds per "
+          "step of the whole process tree above the same engine's raw floor; load: 1-minute load average per run "
+          "(! = never under --quiet_load)")
 
 
 def main() -> None:
@@ -168,16 +204,19 @@ def main() -> None:
     parser.add_argument("--rlhf_flags", default="", help="extra `rlhf train ppo` flags for the rlhf systems "
                         "(one string, split like a shell), e.g. '--vllm.sync_backend gloo' for an A/B")
     parser.add_argument("--work", type=Path, help="where models and runs go (default: a temporary directory)")
+    parser.add_argument("--quiet_load", type=float, default=1.5, help="wait for the 1-minute load to fall under this")
+    parser.add_argument("--quiet_wait", type=float, default=120, help="seconds to wait for it at most, per run")
     args = parser.parse_args()
     systems = available(args.systems.split(","))
     if args.smoke:
-        args.repeats, args.steps, args.warmup = 1, 2, 0
+        args.repeats, args.steps, args.warmup, args.quiet_wait = 1, 2, 0, 0
+    quiet = (args.quiet_load, args.quiet_wait)
     with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
         work = args.work or Path(tmp)
         if not args.grid:
             model = prepare(work, 64, warm_start=not args.smoke)
             sizes = {"prompts": args.prompts, "samples": args.samples, "new_tokens": args.new_tokens, "steps": args.steps}
-            runs = measure(work, model, systems, args.repeats, args.warmup, tuple(shlex.split(args.rlhf_flags)), **sizes)
+            runs = measure(work, model, systems, args.repeats, args.warmup, quiet, tuple(shlex.split(args.rlhf_flags)), **sizes)
             table(runs, args.prompts * args.samples, f"GRPO step, {args.prompts} prompts x {args.samples} samples, "
                   f"{args.new_tokens} new tokens ({args.repeats} repeats x {args.steps} steps, first {args.warmup + 1} "
                   "left out)")
@@ -186,7 +225,7 @@ def main() -> None:
         for prompts in map(int, args.grid_prompts.split(",")):
             for new_tokens in map(int, args.grid_tokens.split(",")):
                 sizes = {"prompts": prompts, "samples": args.samples, "new_tokens": new_tokens, "steps": 5}
-                runs = measure(work, model, systems, 1, 1, tuple(shlex.split(args.rlhf_flags)), **sizes)
+                runs = measure(work, model, systems, 1, 1, quiet, tuple(shlex.split(args.rlhf_flags)), **sizes)
                 table(runs, prompts * args.samples, f"grid: {prompts} prompts x {args.samples} samples, {new_tokens} new tokens")
 
 

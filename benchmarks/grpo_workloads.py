@@ -12,7 +12,8 @@ step time are measured the same way for every system, from outside.
   ``bench`` extra).
 - ``raw-hf`` / ``raw-vllm``: the floor. The same generation with no framework (HF
   ``generate`` / an in-process vLLM ``LLM``), and a plain-torch GRPO update
-  (forward, backward, AdamW step) of the same batch; a line carries both times.
+  (forward, backward, AdamW step) of the same batch, in the same micro-batches as rlhf's
+  (``spec["micro"]``); a line carries both times.
 """
 
 from __future__ import annotations
@@ -102,25 +103,31 @@ def _prompt_ids(spec: dict[str, Any], tokenizer: Any) -> list[list[int]]:
     return [tokenizer(row["input"])["input_ids"] for row in rows]
 
 
-def _grpo_update(model: Any, optimizer: Any, prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> None:
-    """One plain-torch GRPO update: token-mean clipped surrogate with random group-normalised advantages."""
+def _grpo_update(model: Any, optimizer: Any, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+                 micro: int) -> None:
+    """One plain-torch GRPO update: token-mean clipped surrogate with random group-normalised advantages, in
+    micro-batches of ``micro`` samples (rlhf's ``--train.micro_batch_size``), one optimizer step for the batch."""
     import torch
 
     seqs = [p + r for p, r in zip(prompts, responses)]
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id)
-    mask = torch.zeros((len(seqs), width))
-    for i, (p, s) in enumerate(zip(prompts, seqs)):
-        ids[i, : len(s)] = torch.tensor(s)
-        mask[i, len(p): len(s)] = 1.0
+    tokens = sum(len(r) for r in responses)  # the step's token mean divides by every response token of the batch
     advantages = torch.randn(len(seqs), 1)
-    logits = model(input_ids=ids, attention_mask=(mask > 0) | (ids != pad_id)).logits[:, :-1].float()
-    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    ratio = torch.exp(logp - logp.detach())
-    target = mask[:, 1:]
-    loss = -(torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages) * target).sum() / target.sum()
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    for start in range(0, len(seqs), micro):
+        rows = range(start, min(start + micro, len(seqs)))
+        width = max(len(seqs[i]) for i in rows)
+        ids = torch.full((len(rows), width), pad_id)
+        mask = torch.zeros((len(rows), width))
+        for j, i in enumerate(rows):
+            ids[j, : len(seqs[i])] = torch.tensor(seqs[i])
+            mask[j, len(prompts[i]): len(seqs[i])] = 1.0
+        logits = model(input_ids=ids, attention_mask=(mask > 0) | (ids != pad_id)).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        ratio = torch.exp(logp - logp.detach())
+        adv = advantages[start: start + len(rows)]
+        target = mask[:, 1:]
+        loss = -(torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv) * target).sum() / max(tokens, 1)
+        loss.backward()
     optimizer.step()
 
 
@@ -147,7 +154,7 @@ def run_raw(spec: dict[str, Any], engine: str) -> None:
         responses = generate(requests, spec["new_tokens"], step)
         generated = time.perf_counter()
         model.train()
-        _grpo_update(model, optimizer, requests, responses, tokenizer.pad_token_id)
+        _grpo_update(model, optimizer, requests, responses, tokenizer.pad_token_id, spec["micro"])
         record(spec, generation=generated - started, train=time.perf_counter() - generated,
                response_length=sum(map(len, responses)) / len(responses))
 

@@ -22,8 +22,10 @@ def test_grpo_step_benchmark_smoke(tmp_path: Path) -> None:
                            "--prompts", "8", "--samples", "4", "--work", str(tmp_path)],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    for system in systems.split(","):  # one table row each, with a step time in seconds
-        assert re.search(rf"│ {system}\s+│ \d+\.\d+", done.stdout), (system, done.stdout)
+    for system in systems.split(","):  # one row each: wall s/step, CPU-s/step of its process tree, peak MiB, load
+        row = re.search(rf"│ {system}\s+│ (\d+\.\d+)\s+│ (\d+\.\d+)\s+│ (\d+)\s+│ (\d+\.\d+)", done.stdout)
+        assert row, (system, done.stdout)
+        assert float(row[2]) > 0 and int(row[3]) > 100, row.group(0)  # some CPU, and at least a torch process's memory
     # the rlhf rows are set against the raw floor of the same engine (signed: "+12 %" or, faster, "-3 %")
     assert re.search(r"│ rlhf-hf .*[+-]\d+ %", done.stdout), done.stdout
 

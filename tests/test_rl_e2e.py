@@ -74,12 +74,13 @@ def test_ppo_with_critic_reward_model_and_kl(engine, ray_cluster, task_files, ti
 
 
 @pytest.mark.parametrize("engine,extra", [("hf", []), ("hf", ["--rollout.engine", "hf"]), ("vllm", []),
-                                          ("vllm", ["--ds.lora.rank", "8", "--actor.adam.lr", "1e-2"])],
-                         ids=["hf-inprocess", "hf", "vllm", "vllm-lora"])
+                                          ("vllm", ["--ds.lora.rank", "8", "--actor.adam.lr", "1e-2"]),
+                                          ("vllm", ["--rollout.engine", "vllm-inprocess", "--actor.num_gpus_per_node", "2"])],
+                         ids=["hf-inprocess", "hf", "vllm", "vllm-lora", "vllm-inprocess-2-ranks"])
 def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_cluster, task_files, tiny_causal_lm_path,
                                                              tmp_path) -> None:
-    """With LoRA the engines get the base weights with the adapters folded in; an in-process engine has the
-    trained weights themselves."""
+    """With LoRA the engines get the base weights with the adapters folded in; an engine in the actor's ranks has
+    the trained weights themselves (HF) or reloads its rank's (vLLM, one engine per rank)."""
     from transformers import AutoModelForCausalLM
 
     from rlhf.config.loading import ConfigParser

@@ -275,9 +275,11 @@ class RolloutEngine(Protocol):
       the actor its share of the CPU threads. It holds a copy of the policy, refreshed by the weight-sync
       transport after every training step.
     * True — one engine in each actor training rank (the trainer's own process), built once per run
-      after the rank's trained model, which it then gets through :meth:`attach`. It generates with the trained
-      weights themselves: no engine process, no copy, no weight sync (``load_weights`` is never called
-      by a run). Each rank gets an equal share of every generation batch. The core refuses it (one line,
+      after the rank's trained model, which it then gets through :meth:`attach`. No engine process and
+      no transport: each rank gets an equal share of every generation batch. With the trait
+      ``shares_trained_weights = True`` it generates with the trained tensors themselves and nothing is
+      reloaded; otherwise (vLLM's own layout) the core calls :meth:`load_weights` in every rank after
+      each training step with that rank's whole weights. The core refuses it (one line,
       before Ray starts) when the training backend's optional ``sharded_reason(config)`` says the
       parameters are split over the ranks (ZeRO-3, AutoTP, FSDP2), unless the engine sets the trait
       ``gathers_sharded_parameters = True`` (then it must gather them itself, every rank in step).

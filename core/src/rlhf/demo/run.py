@@ -38,10 +38,14 @@ REWARD_FLAGS = {
 }
 
 
+#: samples per micro-batch of the demo's GRPO run (benchmarks/grpo_step.py's raw floor trains in the same)
+RL_MICRO_BATCH = 256
+
+
 def rl_arguments(run_dir: Path, model_dir: Path, steps: int, seed: int, engine: str, rewards: str = "exact", *,
                  prompts_per_step: int = 32, samples: int = 8, new_tokens: int = 5, max_len: int = 64) -> list[str]:
     """The ``rlhf train ppo`` flags of the demo's GRPO run (benchmarks/grpo_step.py varies the sizes)."""
-    micro = min(256, prompts_per_step * samples)  # one optimizer step per rollout batch, in micro-batches of 256
+    micro = min(RL_MICRO_BATCH, prompts_per_step * samples)  # one optimizer step per rollout batch, in micro-batches
     return [
         "--actor.model_name_or_path", str(model_dir),
         "--data.prompt_dataset", str(run_dir / "prompts.jsonl"), "--data.label_key", "label",

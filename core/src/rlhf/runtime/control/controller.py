@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
 from rlhf.config.base import ConfigError
+from rlhf.config.rollout_engine import rollout_engine_class
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
 from rlhf.models.loading import check_model_source, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
@@ -30,7 +31,6 @@ from rlhf.runtime.control.kl_control import KLController, observed_kl
 from rlhf.runtime.control.rewarding import RewardStage
 from rlhf.runtime.control.steering import prompt_mix_metrics, steer
 from rlhf.runtime.rollout.agents import generate_samples
-from rlhf.config.rollout_engine import rollout_engine_class
 from rlhf.runtime.rollout.engines import InRankEngines, RolloutEngines
 from rlhf.runtime.sync.weights import WeightSync, backend_for
 from rlhf.runtime.workers.batch import Sample, worker_payload
@@ -151,7 +151,7 @@ class PPOController:
         trained_tp = cfg.ds.tensor_parallel_size  # AutoTP splits the trained models; evaluated ones stay whole
         self.actor = group(PolicyWorker, "actor", cfg.actor, trained_tp)
         if self.engine_in_rank:
-            self.engines = InRankEngines(cfg, self.actor)
+            self.engines = InRankEngines(cfg, self.actor, rollout_engine_class(cfg, self.plugins.registry))
         self.ref = group(ReferenceWorker, "ref", cfg.ref) if with_ref else None
         self.critic = group(CriticWorker, "critic", cfg.critic, trained_tp) if with_critic else None
         self.rewards.reward_models = [group(RewardModelWorker, "reward", cfg.reward) for _ in reward_paths]
@@ -198,15 +198,17 @@ class PPOController:
     # ------------------------------------------------------------------ steps
 
     def sync_weights(self) -> None:
-        """Actor rank 0's weights into every rollout engine, by --vllm.sync_backend (runtime/sync/weights.py)."""
+        """Actor rank 0's weights into every rollout engine, by --vllm.sync_backend (runtime/sync/weights.py); engines
+        in the actor's ranks read their own rank's weights instead."""
 
-        if self.engines.shares_weights:  # the engines generate with the trained weights themselves
-            self.policy_version += 1
-            return
-        if getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
+        in_rank = isinstance(self.engines, InRankEngines)
+        if not in_rank and getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
             self.weight_sync = WeightSync(self.config, self.actor, self.engines, self.plugins.registry)
         with self.engine_lock, self.engines.sleep.awake(tags=["weights"]):  # --vllm.enable_sleep: weights only
-            self.weight_sync.sync()
+            if in_rank:  # no transport: each rank's engine reads that rank's own weights (if it keeps a copy at all)
+                self.engines.refresh()
+            else:
+                self.weight_sync.sync()
             self.policy_version += 1
 
     def _generate(self, prompts: list[dict[str, Any]], n: int, temperature: float, seed_base: int) -> list[Sample]:

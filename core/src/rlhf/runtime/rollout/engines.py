@@ -120,18 +120,25 @@ class RolloutEngines:
 class InRankEngines:
     """The controller's handle on engines inside the actor's training ranks (``in_training_rank = True``).
 
-    Each rank built its engine on its own trained model (``PolicyWorker.setup``), so the engines generate
-    with the weights being trained: there is no engine process to place, put to sleep or sync.
+    Each rank built its engine on its own trained model (``PolicyWorker.setup``): there is no engine
+    process to place. An engine with ``shares_trained_weights = True`` generates with the weights being
+    trained, so a weight sync has nothing to do; any other reloads the rank's own weights after every
+    training step (:meth:`refresh`), with no transport. With ``--vllm.enable_sleep`` it sleeps outside
+    its phases, in the same order as engines in their own actors.
     """
 
-    #: True: the engines generate with the trained weights themselves; a weight sync has nothing to move
-    shares_weights = True
-
-    def __init__(self, config: PPOConfig, actor: Any) -> None:
+    def __init__(self, config: PPOConfig, actor: Any, engine_class: type) -> None:
         """``actor``: the actor's :class:`rlhf.runtime.workers.group.WorkerGroup`."""
         self.actor = actor
+        self.shares_weights = bool(getattr(engine_class, "shares_trained_weights", False))
         self.engines: list[Any] = []  # no engine actor of its own
-        self.sleep = SleepSchedule([], enabled=False)
+        calls = [_RankEngineCalls(w) for w in actor.workers]
+        self.sleep = SleepSchedule(calls, config.vllm.enable_sleep and not self.shares_weights)
+
+    def refresh(self) -> None:
+        """After a training step: every rank's engine holds that rank's current weights."""
+        if not self.shares_weights:
+            self.actor.call("reload_engine")
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         chunks = split_evenly(requests, len(self.actor.workers))
@@ -146,6 +153,23 @@ class InRankEngines:
     def sequence_logprobs(self, token_ids: list[int]) -> list[list[float]]:
         """Each rank's engine's log-probs of ``token_ids[1:]``; for checks and tests."""
         return self.actor.call("engine_call", "sequence_logprobs", token_ids)
+
+
+class _RankEngineCalls:
+    """An actor rank seen as an engine actor by :class:`SleepSchedule`: ``sleep.remote()``/``wake_up.remote(tags)``
+    reach the rank's engine."""
+
+    def __init__(self, worker: Any) -> None:
+        self.sleep = _RemoteEngineMethod(worker, "sleep")
+        self.wake_up = _RemoteEngineMethod(worker, "wake_up")
+
+
+class _RemoteEngineMethod:
+    def __init__(self, worker: Any, method: str) -> None:
+        self.worker, self.method = worker, method
+
+    def remote(self, *args: Any) -> Any:
+        return self.worker.engine_call.remote(self.method, *args)
 
 
 def _engine_gpus(config: PPOConfig) -> float:

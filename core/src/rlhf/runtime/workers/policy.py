@@ -238,7 +238,8 @@ class PolicyWorker(_CausalLMWorker):
         return self.engine.generate(requests, temperature, top_p)
 
     def engine_call(self, method: str, *args: Any) -> Any:
-        """The in-rank engine's ``method(*args)`` (``sequence_logprobs``, ``max_weight_difference``); for checks."""
+        """The in-rank engine's ``method(*args)``: ``sleep``/``wake_up`` around its phases (``--vllm.enable_sleep``),
+        ``sequence_logprobs`` and ``max_weight_difference`` for checks."""
         return getattr(self.engine, method)(*args)
 
     @while_awake
@@ -301,17 +302,26 @@ class PolicyWorker(_CausalLMWorker):
         """All ranks call this (ZeRO-3 gathers collectively); rank 0 returns the full CPU state dict
         under HF names (with LoRA: the base weights with the adapters folded in), the others None.
         Ray serialises it into the object store as the method returns, before any further step."""
+        state = self._synced_state()
+        return state if self.rank == 0 else None
 
+    def _synced_state(self) -> dict[str, Any] | None:
+        """What an engine is sent of this rank's model, as :meth:`full_state` describes it; None on a rank the
+        training backend gives no whole state dict (where it shards the weights, ranks other than 0)."""
         module = self.model.module
         if is_peft(module):
             with self.model.gathered():
-                state = merged_state_dict(module)
-        else:
-            state = self.model.state_dict(copy=False)
-            frozen = {name for name, p in module.named_parameters() if not p.requires_grad}
-            if frozen and state is not None:  # a frozen part (a VLM's vision tower) never changes: the engines keep theirs
-                state = {name: value for name, value in state.items() if name not in frozen}
-        return state if self.rank == 0 else None
+                return merged_state_dict(module)
+        state = self.model.state_dict(copy=False)
+        frozen = {name for name, p in module.named_parameters() if not p.requires_grad}
+        if frozen and state is not None:  # a frozen part (a VLM's vision tower) never changes: the engines keep theirs
+            state = {name: value for name, value in state.items() if name not in frozen}
+        return state
+
+    def reload_engine(self) -> None:
+        """After a training step: an in-rank engine that keeps weights of its own (not ``shares_trained_weights``)
+        loads this rank's, whole on every rank (the core refused a sharding backend for it)."""
+        self.engine.load_weights(self._synced_state())
 
     def weight_sync_call(self, transport: Any, method: str, *args: Any) -> Any:
         """The weight-sync transport's actor-side ``method(source, *args)``, in every rank (see

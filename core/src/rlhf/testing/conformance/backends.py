@@ -115,7 +115,7 @@ def check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, 
     first_failure(ENGINE, "seeded sampling", [("one request twice, seed 3", seeded)])
     first_failure(ENGINE, "sequence_logprobs", [(f"token ids {probe}", sequence_logprobs)])
     first_failure(ENGINE, "load_weights", [("every weight perturbed, with a sleep/wake around", weights)])
-    if trained is not None:
+    if trained is not None and getattr(engine_class, "shares_trained_weights", False):
 
         def shared() -> str | None:
             with torch.no_grad():  # a training step, as the trainer takes it: in place, no load_weights

