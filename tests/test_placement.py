@@ -30,7 +30,7 @@ def test_each_rank_gets_its_bundle_and_colocated_groups_share_them(flags, togeth
         + ["--reward.remote_url", str(task_files["reward"]), "--algo.kl.init_coef", "0.01", "--actor.num_gpus_per_node", "2",
            "--ref.num_gpus_per_node", "2", "--critic.num_gpus_per_node", "2", "--train.batch_size", "8",
            "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "2", "--rollout.n_samples_per_prompt", "2",
-           "--critic.model_name_or_path", str(tiny_causal_lm_path), *flags])
+           "--critic.model_name_or_path", str(tiny_causal_lm_path), "--rollout.engine", "hf", *flags])  # an engine actor
     config = PPOTrainer.prepare_config(config, host)
     config.plugin_set = host.resolved()
     controller = PPOController(config, host, tmp_path / "out")
@@ -63,11 +63,13 @@ def test_each_rank_gets_its_bundle_and_colocated_groups_share_them(flags, togeth
         controller.placement.remove()
 
 
-@pytest.mark.parametrize("flags", [[], ["--train.async_enable"]], ids=["sync", "async"])
-def test_engines_and_ranks_split_the_cores_when_async_overlaps_them(flags, ray_cluster, task_files, tiny_causal_lm_path,
-                                                                    tmp_path) -> None:
+@pytest.mark.parametrize("flags,engine", [([], "hf"), (["--train.async_enable"], "hf"), (["--train.async_enable"], "hf-inprocess")],
+                         ids=["sync", "async", "async-inprocess"])
+def test_engines_and_ranks_split_the_cores_when_async_overlaps_them(flags, engine, ray_cluster, task_files,
+                                                                    tiny_causal_lm_path, tmp_path) -> None:
     """Sync: the engine generates while the actor waits, so each takes every core; async: they compute at the same
-    time and split them (two 2-thread OpenMP pools on 2 cores made an async step 3-7x slower)."""
+    time and split them (two 2-thread OpenMP pools on 2 cores made an async step 3-7x slower). An engine inside
+    the actor's rank is no process of its own: the rank keeps every core."""
     import os
 
     import ray
@@ -83,7 +85,7 @@ def test_engines_and_ranks_split_the_cores_when_async_overlaps_them(flags, ray_c
         base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=1)
         + ["--reward.remote_url", str(task_files["reward"]), "--algo.kl.init_coef", "0", "--algo.advantage.estimator", "group_norm",
            "--rollout.micro_batch_size", "2", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
-           "--train.micro_batch_size", "4", *flags])
+           "--train.micro_batch_size", "4", "--rollout.engine", engine, *flags])
     config = PPOTrainer.prepare_config(config, host)
     config.plugin_set = host.resolved()
     controller = PPOController(config, host, tmp_path / "out")
@@ -95,9 +97,10 @@ def test_engines_and_ranks_split_the_cores_when_async_overlaps_them(flags, ray_c
 
     try:
         cores = len(os.sched_getaffinity(0))
-        sharers = 2 if flags else 1  # one engine, one actor rank (no reference, no critic)
+        in_rank = engine == "hf-inprocess"
+        sharers = 2 if flags and not in_rank else 1  # one engine, one actor rank (no reference, no critic)
         assert threads(controller.actor.workers[0]) == max(1, cores // sharers)
-        assert threads(controller.engines.engines[0]) == max(1, cores // sharers)
+        assert [threads(e) for e in controller.engines.engines] == ([] if in_rank else [max(1, cores // sharers)])
     finally:
         for worker in controller.actor.workers:
             ray.kill(worker)
