@@ -18,7 +18,8 @@ under ``--quiet_load`` (at most ``--quiet_wait`` seconds) and prints the load be
 with ``!`` where the machine never got quiet.
 
 - ``rlhf-hf`` is ``--vllm.num_engines 0``: HF generate inside the actor's rank (``hf-inprocess``);
-  ``--rlhf_flags='--rollout.engine hf'`` puts it in an engine process of its own.
+  ``rlhf-hf-actor`` puts it in an engine process of its own (``--rollout.engine hf``). ``rlhf-vllm``
+  is one vLLM engine in its own process, ``rlhf-vllm-inproc`` vLLM inside the actor's rank.
 - ``raw-hf``/``raw-vllm`` are the floor: the same generation with no framework, plus a
   plain-torch forward/backward/AdamW step of the batch in rlhf's micro-batches (their step =
   those two times).
@@ -44,7 +45,17 @@ from typing import Any
 from process_tree import TreeSampler, load_average, wait_for_quiet  # beside this script (on sys.path as it runs)
 
 HERE = Path(__file__).resolve().parent
-SYSTEMS = ("rlhf-vllm", "rlhf-hf", "trl", "raw-vllm", "raw-hf")
+#: system -> (workload of grpo_workloads.py, rollout engine family, extra `rlhf train ppo` flags)
+SYSTEMS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "rlhf-vllm": ("rlhf", "vllm", ()),  # --vllm.num_engines 1: a vLLM engine in its own process
+    "rlhf-vllm-inproc": ("rlhf", "vllm", ("--rollout.engine", "vllm-inprocess")),  # vLLM inside the actor's rank
+    "rlhf-hf": ("rlhf", "hf", ()),  # --vllm.num_engines 0: HF generate inside the actor's rank (hf-inprocess)
+    "rlhf-hf-actor": ("rlhf", "hf", ("--rollout.engine", "hf")),  # HF generate in an engine process of its own
+    "trl": ("trl", "hf", ()),
+    "raw-vllm": ("raw-vllm", "vllm", ()),
+    "raw-hf": ("raw-hf", "hf", ()),
+}
+DEFAULT_SYSTEMS = ("rlhf-vllm", "rlhf-vllm-inproc", "rlhf-hf", "trl", "raw-vllm", "raw-hf")
 
 
 @dataclass
@@ -90,12 +101,12 @@ def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: i
     times.unlink(missing_ok=True)
     spec = {"model": str(model), "prompt_file": str(run_dir / "prompts.jsonl"), "run_dir": str(run_dir),
             "times": str(times), "prompts": prompts, "samples": samples, "new_tokens": new_tokens, "steps": steps,
-            "max_len": min(256, new_tokens + 16), "engine": system.rsplit("-", 1)[-1],
+            "max_len": min(256, new_tokens + 16), "engine": SYSTEMS[system][1],
             "micro": min(RL_MICRO_BATCH, prompts * samples),
-            "rlhf_flags": list(rlhf_flags)}
+            "rlhf_flags": [*SYSTEMS[system][2], *rlhf_flags]}
     started, load_before = time.time(), load_average()
-    process = subprocess.Popen([sys.executable, str(HERE / "grpo_workloads.py"), system.split("-")[0] if system.startswith("rlhf")
-                                else system, json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, str(HERE / "grpo_workloads.py"), SYSTEMS[system][0], json.dumps(spec)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = TreeSampler(process.pid)
     _, stderr = process.communicate()
     samples = sampler.stop()
@@ -171,7 +182,7 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None
     for system, system_runs in runs.items():
         steps = [t for run in system_runs for t in run.steps]
         mid = statistics.median(steps)
-        engine = system.rsplit("-", 1)[-1]
+        engine = SYSTEMS[system][1]
         floor = floor_of(engine) if system.startswith("rlhf") else None
         raw_cpu = cpu_of(f"raw-{engine}") if system.startswith("rlhf") and f"raw-{engine}" in runs else None
         phases = " ".join(f"{k[:3]} {statistics.median(r.phases[k] for r in system_runs):.3f}" for k in system_runs[0].phases)
@@ -190,7 +201,7 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=14, help="steps per process")
     parser.add_argument("--warmup", type=int, default=3, help="steps left out of the steady state, after the first")
