@@ -38,3 +38,14 @@ def test_async_pipeline_benchmark_smoke(tmp_path: Path) -> None:
     for mode in ("off", "on"):  # a row each: steps, seconds per step, rewards, staleness
         assert re.search(rf"^{mode}\s+3\s+\d+\.\d+\s+\d\.\d+\s+\d\.\d+\s+\d\.\d+$", done.stdout, re.MULTILINE), done.stdout
     assert (tmp_path / "async_reward_curves.png").is_file()
+
+
+def test_the_gpu_check_script_parses_and_names_every_part() -> None:
+    """scripts/gpu_check.sh runs on a lent GPU machine only; here bash checks its syntax and the parts it promises."""
+    script = ROOT / "scripts" / "gpu_check.sh"
+    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = script.read_text()
+    for part in ("gpu tests", "vLLM rollout vs raw vLLM", "weight-sync transports", "ZeRO-3 step", "FSDP2 step", "Liger on",
+                 "flash-attn packing"):
+        assert f'part "{part}"' in text, part
