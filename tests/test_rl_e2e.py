@@ -115,6 +115,21 @@ def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_
         assert torch.allclose(torch.tensor(engine_logprobs), expected, atol=1e-4)
 
 
+def test_generating_in_the_actor_rank_trains_exactly_as_an_engine_process(ray_cluster, task_files, tiny_causal_lm_path,
+                                                                          tmp_path) -> None:
+    """hf-inprocess samples with the trained weights on a forked RNG, hf with synced copies in its own actor: on the same
+    seed both draw the same responses, so rewards, lengths and losses agree step by step."""
+    runs = {}
+    for engine in ("hf-inprocess", "hf"):
+        flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path / engine, "hf", steps=3)
+        assert main(["train", "ppo", *flags, *grpo_flags(task_files["reward"]), "--rollout.engine", engine]) == 0
+        runs[engine] = read_metrics(tmp_path / engine / "out")
+    assert [m["step"] for m in runs["hf"]] == [1, 2, 3]
+    for inprocess, process in zip(runs["hf-inprocess"], runs["hf"]):
+        for key in ("reward", "response_length", "policy_loss", "group_reward_std"):
+            assert inprocess[key] == pytest.approx(process[key], rel=1e-5, abs=1e-6), (process["step"], key)
+
+
 def test_resume_continues_exactly_where_it_stopped(ray_cluster, task_files, tiny_causal_lm_path, tmp_path, capsys) -> None:
     def flags(run: Path) -> list[str]:
         return [*base_flags(tiny_causal_lm_path, task_files["prompts"], run, "hf", steps=4),
