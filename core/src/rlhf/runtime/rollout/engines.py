@@ -71,9 +71,6 @@ class EngineActor:
 class RolloutEngines:
     """The controller's handle on engines in Ray actors of their own: spreads requests, syncs weights."""
 
-    #: False: each engine holds a copy of the policy, which a weight sync refreshes after every training step
-    shares_weights = False
-
     def __init__(self, config: PPOConfig, model_path: str, placement: Any = None, registry: Any = None) -> None:
         """``placement``: the run's :class:`rlhf.runtime.cluster.placement.Placement`; with ``--train.colocate_all``
         the engines take a share of the actor's bundles, otherwise they are placed by Ray. ``registry``:
@@ -132,8 +129,8 @@ class InRankEngines:
         self.actor = actor
         self.shares_weights = bool(getattr(engine_class, "shares_trained_weights", False))
         self.engines: list[Any] = []  # no engine actor of its own
-        calls = [_RankEngineCalls(w) for w in actor.workers]
-        self.sleep = SleepSchedule(calls, config.vllm.enable_sleep and not self.shares_weights)
+        calls = [_RankEngineCalls(w) for w in actor.workers]  # each rank's set-up puts its engine to sleep as it builds it
+        self.sleep = SleepSchedule(calls, config.vllm.enable_sleep and not self.shares_weights, asleep_from_the_start=True)
 
     def refresh(self) -> None:
         """After a training step: every rank's engine holds that rank's current weights."""

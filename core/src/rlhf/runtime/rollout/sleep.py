@@ -25,10 +25,12 @@ from rlhf.runtime.cluster.liveness import wait
 class SleepSchedule:
     """The controller's side: puts the engines to sleep at creation and wakes them around each phase."""
 
-    def __init__(self, engines: list[Any], enabled: bool) -> None:
+    def __init__(self, engines: list[Any], enabled: bool, asleep_from_the_start: bool = False) -> None:
+        """``asleep_from_the_start``: the engines put themselves to sleep as they are built (engines in the actor's
+        ranks, built by the ranks' set-up), so no first sleep is sent."""
         self.engines, self.enabled = engines, enabled
         # queued behind each engine's constructor (an actor runs one caller's calls in order); waited on first wake
-        self.pending = [e.sleep.remote() for e in engines] if enabled else []
+        self.pending = [e.sleep.remote() for e in engines] if enabled and not asleep_from_the_start else []
 
     @contextlib.contextmanager
     def awake(self, tags: list[str] | None = None) -> Iterator[None]:

@@ -232,6 +232,8 @@ class PolicyWorker(_CausalLMWorker):
             self.engine = engine_class(cfg.actor.model_name_or_path, cfg.ds.param_dtype, cfg.data.max_len,
                                        cfg.train.seed + self.rank, self._config_dict)
             self.engine.attach(self.model)
+            if cfg.vllm.enable_sleep and not getattr(engine_class, "shares_trained_weights", False):
+                self.engine.sleep()  # asleep until the controller wakes it for a phase (rlhf.runtime.rollout.sleep)
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         """This rank's share of a generation batch, by its in-rank engine (see :meth:`setup`)."""
