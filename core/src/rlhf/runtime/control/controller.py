@@ -88,7 +88,8 @@ class PPOController:
 
         cfg = self.config
         # an engine that is not installed fails before Ray starts, and so does a --vllm.sync_backend that cannot run here
-        self.engine_in_rank = rollout_engine_class(cfg, self.plugins.registry).in_training_rank
+        self.engine_class = rollout_engine_class(cfg, self.plugins.registry)
+        self.engine_in_rank = self.engine_class.in_training_rank
         transport = backend_for(cfg, registry=self.plugins.registry)
         if self.engine_in_rank and cfg.vllm.sync_backend != "auto":
             log.warning("--vllm.sync_backend %s is not used: the rollout engine generates inside the actor's ranks with "
@@ -151,7 +152,7 @@ class PPOController:
         trained_tp = cfg.ds.tensor_parallel_size  # AutoTP splits the trained models; evaluated ones stay whole
         self.actor = group(PolicyWorker, "actor", cfg.actor, trained_tp)
         if self.engine_in_rank:
-            self.engines = InRankEngines(cfg, self.actor, rollout_engine_class(cfg, self.plugins.registry))
+            self.engines = InRankEngines(cfg, self.actor, self.engine_class)
         self.ref = group(ReferenceWorker, "ref", cfg.ref) if with_ref else None
         self.critic = group(CriticWorker, "critic", cfg.critic, trained_tp) if with_critic else None
         self.rewards.reward_models = [group(RewardModelWorker, "reward", cfg.reward) for _ in reward_paths]
@@ -201,7 +202,7 @@ class PPOController:
         """Actor rank 0's weights into every rollout engine, by --vllm.sync_backend (runtime/sync/weights.py); engines
         in the actor's ranks read their own rank's weights instead."""
 
-        in_rank = isinstance(self.engines, InRankEngines)
+        in_rank = self.engine_in_rank
         if not in_rank and getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
             self.weight_sync = WeightSync(self.config, self.actor, self.engines, self.plugins.registry)
         with self.engine_lock, self.engines.sleep.awake(tags=["weights"]):  # --vllm.enable_sleep: weights only

@@ -97,17 +97,14 @@ class RolloutEngines:
         self.sleep = SleepSchedule(self.engines, config.vllm.enable_sleep)  # asleep until the first generation
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
-        chunks = split_evenly(requests, len(self.engines))
-        refs = [e.generate.remote(chunk, temperature, top_p) for e, chunk in zip(self.engines, chunks) if chunk]
-        return [r for part in wait(refs) for r in part]
+        return _spread(self.engines, requests, temperature, top_p)
 
     def load_weights(self, state_ref: Any) -> None:
         wait([e.load_weights.remote(state_ref) for e in self.engines])
 
     def max_weight_difference(self, state_ref: Any) -> tuple[float, int]:
         """Worst (difference, tensors compared) over the engines; for checks and tests."""
-        results = wait([e.max_weight_difference.remote(state_ref) for e in self.engines])
-        return max(r[0] for r in results), min(r[1] for r in results)
+        return _worst(wait([e.max_weight_difference.remote(state_ref) for e in self.engines]))
 
     def sequence_logprobs(self, token_ids: list[int]) -> list[list[float]]:
         """Each engine's log-probs of ``token_ids[1:]``; for checks and tests."""
@@ -138,18 +135,27 @@ class InRankEngines:
             self.actor.call("reload_engine")
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
-        chunks = split_evenly(requests, len(self.actor.workers))
-        refs = [w.generate.remote(chunk, temperature, top_p) for w, chunk in zip(self.actor.workers, chunks) if chunk]
-        return [r for part in wait(refs) for r in part]
+        return _spread(self.actor.workers, requests, temperature, top_p)
 
     def max_weight_difference(self, state_ref: Any) -> tuple[float, int]:
         """Worst (difference, tensors compared) over the ranks' engines; for checks and tests."""
-        results = self.actor.call("engine_call", "max_weight_difference", state_ref)
-        return max(r[0] for r in results), min(r[1] for r in results)
+        return _worst(self.actor.call("engine_call", "max_weight_difference", state_ref))
 
     def sequence_logprobs(self, token_ids: list[int]) -> list[list[float]]:
         """Each rank's engine's log-probs of ``token_ids[1:]``; for checks and tests."""
         return self.actor.call("engine_call", "sequence_logprobs", token_ids)
+
+
+def _spread(handles: list[Any], requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+    """``requests`` in equal contiguous shares over the Ray handles' ``generate``; the results in request order."""
+    chunks = split_evenly(requests, len(handles))
+    refs = [h.generate.remote(chunk, temperature, top_p) for h, chunk in zip(handles, chunks) if chunk]
+    return [r for part in wait(refs) for r in part]
+
+
+def _worst(results: list[tuple[float, int]]) -> tuple[float, int]:
+    """The largest difference and the fewest tensors compared over the engines' ``max_weight_difference``."""
+    return max(r[0] for r in results), min(r[1] for r in results)
 
 
 class _RankEngineCalls:
