@@ -39,7 +39,7 @@ def step_seconds(rows: list[dict]) -> list[float]:
 def prepare(work: Path, smoke: bool) -> Path:
     """The demo's tokenizer and Llama, supervised until 30 % held-out greedy accuracy (up to 5 minutes), so
     that GRPO has a reward to raise within a few dozen steps."""
-    from rlhf.demo import task
+    from rlhf_plugin_demo import task
 
     model_dir = work / "model"
     if (model_dir / "config.json").exists():
@@ -56,7 +56,8 @@ def prepare(work: Path, smoke: bool) -> Path:
 
 
 def run(mode: str, work: Path, model: Path, steps: int, engine: str, lr: float) -> list[dict]:
-    from rlhf.demo.run import rl_arguments
+    from rlhf_plugin_demo.run import rl_arguments
+
     from rlhf.records.metrics import read_metrics
 
     run_dir = work / mode
@@ -101,7 +102,7 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="rlhf-async-bench-"))
     work.mkdir(parents=True, exist_ok=True)
 
-    from rlhf.demo import task
+    from rlhf_plugin_demo import task
 
     model = prepare(work, args.smoke)
     train_pairs, _ = task.split_problems(0)

@@ -74,7 +74,7 @@ class Run:
 
 def prepare(work: Path, max_positions: int, warm_start: bool) -> Path:
     """The model every system starts from: the demo's tokenizer and Llama, supervised until 30 % greedy accuracy."""
-    from rlhf.demo import task
+    from rlhf_plugin_demo import task
 
     model_dir = work / f"model-{max_positions}"
     if (model_dir / "config.json").exists():
@@ -90,8 +90,8 @@ def prepare(work: Path, max_positions: int, warm_start: bool) -> Path:
 
 def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: int, new_tokens: int, steps: int,
                label: str, warmup: int, rlhf_flags: tuple[str, ...] = ()) -> Run:
-    from rlhf.demo import task
-    from rlhf.demo.run import RL_MICRO_BATCH
+    from rlhf_plugin_demo import task
+    from rlhf_plugin_demo.run import RL_MICRO_BATCH
 
     run_dir = work / "runs" / label
     run_dir.mkdir(parents=True, exist_ok=True)

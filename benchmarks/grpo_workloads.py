@@ -55,7 +55,7 @@ def record(spec: dict[str, Any], **figures: float) -> None:
 
 
 def run_rlhf(spec: dict[str, Any]) -> None:
-    from rlhf.demo.run import rl_arguments
+    from rlhf_plugin_demo.run import rl_arguments
 
     run_dir = Path(spec["run_dir"])  # holds prompts.jsonl and reward.py (the driver writes them)
     observer = run_dir / "bench_observer.py"

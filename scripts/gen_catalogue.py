@@ -22,7 +22,9 @@ OUTPUT = ROOT / "core" / "src" / "rlhf" / "host" / "first_party.json"
 
 
 def first_party_distributions() -> list[str]:
-    return sorted(tomllib.loads(p.read_text())["project"]["name"] for p in ROOT.glob("plugins/*/*/pyproject.toml"))
+    """The first-party plugins: a folder without entry points is a library that registers nothing (rlhf-supervised)."""
+    projects = (tomllib.loads(p.read_text())["project"] for p in ROOT.glob("plugins/*/*/pyproject.toml"))
+    return sorted(project["name"] for project in projects if "entry-points" in project)
 
 
 def render() -> str:

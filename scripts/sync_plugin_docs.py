@@ -23,7 +23,7 @@ BLOCK = re.compile(r"<!-- (generated|file): ([^>]+?) -->\n```(\w*)\n(.*?)```", r
 
 
 def sync(text: str, page: Path, problems: list[str]) -> str:
-    from rlhf.scaffold import render
+    from rlhf_plugin_scaffold.scaffold import render
 
     def replace(match: re.Match[str]) -> str:
         marker, args, lang, body = match.groups()

@@ -52,7 +52,7 @@ def test_guess_the_number_learns(engine, ray_cluster, guess_prompts, tiny_causal
 
 FLAKY_ENV = '''
 import asyncio
-from rlhf.agents import AgentInstanceBase
+from rlhf_agents import AgentInstanceBase
 
 
 class AgentInstance(AgentInstanceBase):

@@ -13,7 +13,7 @@ pytest.importorskip("rlhf_plugin_multi_turn")
 
 ENV = '''
 from PIL import Image
-from rlhf.agents import AgentInstanceBase
+from rlhf_agents import AgentInstanceBase
 
 
 class AgentInstance(AgentInstanceBase):
@@ -31,11 +31,11 @@ class AgentInstance(AgentInstanceBase):
 
 
 def test_an_image_in_the_feedback_is_appended_through_the_vlm_processor(tiny_vlm_path: Path, tmp_path: Path) -> None:
+    from rlhf_agents import load_agent_class
     from rlhf_plugin_hf_generate.engine import HFEngine
     from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
     from rlhf_plugin_vlm.processor import ImagePromptProcessor
 
-    from rlhf.agents import load_agent_class
     from rlhf.media import collate_media
 
     env = tmp_path / "picture_env.py"
@@ -74,10 +74,9 @@ def test_an_image_in_the_feedback_is_appended_through_the_vlm_processor(tiny_vlm
 
 
 def test_environment_images_without_a_vlm_processor_fail_the_episode(tiny_causal_lm_path: Path, tmp_path: Path) -> None:
+    from rlhf_agents import load_agent_class
     from rlhf_plugin_hf_generate.engine import HFEngine
     from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
-
-    from rlhf.agents import load_agent_class
 
     env = tmp_path / "picture_env.py"
     env.write_text(ENV)
@@ -93,7 +92,7 @@ def test_environment_images_without_a_vlm_processor_fail_the_episode(tiny_causal
 
 
 EXECUTOR_FILE = '''
-from rlhf.agents import AgentExecutorBase
+from rlhf_agents import AgentExecutorBase
 
 
 class AgentExecutor(AgentExecutorBase):
@@ -109,11 +108,11 @@ class AgentExecutor(AgentExecutorBase):
 
 
 def test_an_agent_executor_gets_the_prompts_images_and_its_calls_send_them(tiny_vlm_path: Path, tmp_path: Path) -> None:
+    from rlhf_agents import load_agent_class
     from rlhf_plugin_hf_generate.engine import HFEngine
     from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
     from rlhf_plugin_vlm.processor import ImagePromptProcessor
 
-    from rlhf.agents import load_agent_class
     from rlhf.media import collate_media
 
     Image.new("RGB", (56, 56), (200, 20, 20)).save(tmp_path / "red.png")
@@ -137,7 +136,7 @@ def test_an_agent_executor_gets_the_prompts_images_and_its_calls_send_them(tiny_
 
 PICTURE_ENV = '''
 from PIL import Image
-from rlhf.agents import AgentInstanceBase
+from rlhf_agents import AgentInstanceBase
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 220)}
 

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from rlhf_plugin_scaffold.scaffold import write_plugin
 from rlhf_test_support import base_flags
 
 from rlhf.records.metrics import read_metrics
-from rlhf.scaffold import write_plugin
 from rlhf.testing.cli import assert_ok, assert_user_error, run_rlhf
 
 

@@ -32,8 +32,12 @@ def parser_commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
 def every_command() -> list[tuple[str, ...]]:
     host = PluginHost.load(PluginSelection.from_cli(None, False))
     registered = [("train", reg.name) for reg in host.registry.registrations(ComponentKind.TRAINER)]
-    registered += [(reg.name,) for reg in host.registry.registrations(ComponentKind.COMMAND)]
-    return [*parser_commands(build_parser()), *registered]
+    for reg in host.registry.registrations(ComponentKind.COMMAND):  # a plugin command's parser, as the CLI builds it
+        parser = argparse.ArgumentParser(prog=f"rlhf {reg.name}")
+        host.registry.get(ComponentKind.COMMAND, reg.name).add_arguments(parser)
+        registered += parser_commands(parser, (reg.name,))
+    builtin = [words for words in parser_commands(build_parser()) if words[:1] not in {(name,) for name, *_ in registered}]
+    return [*builtin, *registered]
 
 
 def help_of(words: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> tuple[object, str, str]:
@@ -47,7 +51,7 @@ def help_of(words: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> tuple
 
 def test_the_walk_finds_the_nested_actions() -> None:
     commands = every_command()
-    for expected in [("config",), ("config", "convert"), ("lora", "merge"), ("plugin", "new"), ("serve", "reward"),
+    for expected in [("config",), ("lora", "merge"), ("plugin", "new"), ("serve", "reward"),
                      ("train", "ppo"), ("train", "sft")]:
         assert expected in commands
 
@@ -64,3 +68,5 @@ def test_every_command_and_action_answers_help(capsys: pytest.CaptureFixture[str
 def test_config_help_lists_its_actions(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = help_of(("config",), capsys)
     assert status == 0 and "usage: rlhf config" in out and "convert" in out
+    status, out, _ = help_of(("config", "convert"), capsys)
+    assert status == 0 and "usage: rlhf config convert" in out

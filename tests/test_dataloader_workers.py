@@ -53,9 +53,10 @@ def test_ppo_prompts_are_the_same_with_workers(tiny_tokenizer_path: Path, caplog
 
 @pytest.mark.slow
 def test_sft_trains_identically_with_worker_processes(tmp_path: Path, tiny_causal_lm_path: Path, monkeypatch) -> None:
+    from rlhf_supervised.trainer import SupervisedTrainer
+
     from rlhf.cli.main import main
     from rlhf.records.metrics import read_metrics
-    from rlhf.supervised.trainer import SupervisedTrainer
 
     data = tmp_path / "sft.jsonl"
     rng = random.Random(0)

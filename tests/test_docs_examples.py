@@ -28,7 +28,7 @@ def test_plugin_pages_show_the_generated_and_tested_code() -> None:
 
 
 def test_every_kind_has_a_page_showing_its_whole_worked_example() -> None:
-    from rlhf.scaffold import KINDS, render
+    from rlhf_plugin_scaffold.scaffold import KINDS, render
 
     for kind, spec in KINDS.items():
         page = (PLUGIN_PAGES / spec.doc).read_text()

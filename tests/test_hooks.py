@@ -303,3 +303,35 @@ def test_a_steering_request_out_of_range_is_refused(bad, message) -> None:
     handle = Steering("p", SteeringView(("a", "b"), (0.5, 0.5), {"kl": 0.0, "entropy": 0.0, "lr_scale": 1.0}))
     with pytest.raises(ValueError, match=re.escape(message)):
         bad(handle)
+
+
+def test_hook_rlhf_translate_argv(plugin_host, register_plugin) -> None:
+    """Each plugin rewrites the previous one's result (pluggy's order: the last registered first); None leaves
+    the command line; a ConfigError is the user's one line as raised; any other failure blames its plugin."""
+    from rlhf.errors import ConfigError, PluginError
+
+    seen = []
+
+    def shorthand(command, argv, known_flags, config_class):
+        seen.append(("shorthand", command, list(argv), config_class))
+        return ["--long" if token == "--short" else token for token in argv]
+
+    def audit(argv):
+        seen.append(("audit", list(argv)))
+        if "--gone" in argv:
+            raise ConfigError("--gone is no longer supported: use --long")
+
+    register_plugin(plugin_with("rlhf_translate_argv", audit), name="audit")
+    register_plugin(plugin_with("rlhf_translate_argv", shorthand), name="shorthand")
+    out = plugin_host.translate_argv("train ppo", ["--short", "3"], ["--long"], dict)
+    assert out == ["--long", "3"]
+    assert seen == [("shorthand", "train ppo", ["--short", "3"], dict), ("audit", ["--long", "3"])]
+    with pytest.raises(ConfigError, match=r"^--gone is no longer supported: use --long$"):
+        plugin_host.translate_argv("generate", ["--gone"], [], None)
+
+    def broken(argv):
+        return argv[99]
+
+    register_plugin(plugin_with("rlhf_translate_argv", broken), name="broken")
+    with pytest.raises(PluginError, match=r"plugin 'broken' failed in its rlhf_translate_argv hook: IndexError"):
+        plugin_host.translate_argv("train ppo", [], [], None)

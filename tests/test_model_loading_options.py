@@ -22,9 +22,10 @@ def tiny_moe_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("implementation", ["eager", "batched_mm"])
 def test_the_trained_and_frozen_models_use_the_chosen_experts_implementation(tiny_moe_path: Path, implementation: str) -> None:
-    from rlhf.config.supervised import SupervisedConfig
+    from rlhf_supervised.config import SupervisedConfig
+    from rlhf_supervised.models import load_trained
+
     from rlhf.models.loading import load_value_model
-    from rlhf.supervised.models import load_trained
 
     config = SupervisedConfig()
     config.model.model_name_or_path = str(tiny_moe_path)
@@ -42,8 +43,8 @@ def test_local_rank_sets_the_device_index_when_the_launcher_did_not() -> None:
     import subprocess
     import sys
 
-    program = ("import os; from rlhf.supervised.models import join_process_group; "
-               "from rlhf.config.supervised import SupervisedConfig; "
+    program = ("import os; from rlhf_supervised.models import join_process_group; "
+               "from rlhf_supervised.config import SupervisedConfig; "
                "from rlhf_plugin_deepspeed.backend import DeepSpeedBackend; "
                "print(join_process_group(DeepSpeedBackend(SupervisedConfig()), {}), os.environ['LOCAL_RANK'])")
     env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}}

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rlhf_plugin_openrlhf_compat.tables import Removed
+from rlhf_plugin_openrlhf_compat.translation import table_for
 
 from rlhf.cli.main import main
-from rlhf.config.legacy_translation import table_for_config
 from rlhf.config.loading import ConfigParser
-from rlhf.config.openrlhf_legacy import Removed
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.refused import refusals
 from rlhf.host.plugin_host import PluginHost
@@ -49,7 +49,7 @@ def config_class(trainer: str) -> type:
 def test_every_openrlhf_0_11_flag_of_the_supervised_cli_has_a_meaning(module: str, trainer: str) -> None:
     cls = config_class(trainer)
     parser = ConfigParser(cls, host(), prog=f"rlhf train {trainer}")
-    table = table_for_config(cls)
+    table = table_for("", cls)
     assert len(FLAGS[module]) >= 77
     missing = [flag for flag in FLAGS[module]
                if flag not in parser.flags and (flag not in table or isinstance(table[flag], Removed))]
@@ -67,9 +67,9 @@ def test_0_11_parser_spellings_give_the_config_of_rlhfs(trainer: str, capsys, ca
                 "--min_lr_ratio", "0.05", "--ckpt.save_hf", "--ckpt.disable_ds", "--train.full_determinism_enable"]
     ours = ["--train.gradient_checkpointing_enable", "--train.gradient_checkpointing_reentrant", "--train.optim", "muon",
             "--train.min_lr_ratio", "0.05", "--train.full_determinism_enable"]
-    with caplog.at_level(logging.WARNING, logger="rlhf.config"):
+    with caplog.at_level(logging.WARNING, logger="rlhf.openrlhf_compat"):
         translated = dumped(trainer, openrlhf, capsys)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "rlhf.config"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "rlhf.openrlhf_compat"]
     assert translated == dumped(trainer, ours, capsys)
     train = translated["train"]
     assert train["gradient_checkpointing_enable"] and train["gradient_checkpointing_reentrant"]

@@ -1,4 +1,8 @@
-"""Every first-party plugin is its own installable distribution with an entry point and a core range."""
+"""Every first-party plugin is its own installable distribution with an entry point and a core range.
+
+A folder of plugins/ whose pyproject.toml declares no entry point is a library (rlhf-supervised: the supervised
+trainer base that the sft/rm/dpo/kto/prm/kd plugins build on): code shared by plugins that moved out of the core,
+so it registers nothing itself. It still targets the core with a range, and a plugin must depend on it."""
 
 from __future__ import annotations
 
@@ -11,6 +15,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DIRS = sorted(p for p in (ROOT / "plugins").glob("*/*") if (p / "pyproject.toml").is_file())
+
+
+def _project(directory: Path) -> dict:
+    import tomllib
+
+    return tomllib.loads((directory / "pyproject.toml").read_text())["project"]
+
+
+LIBRARY_DIRS = [p for p in PLUGIN_DIRS if "entry-points" not in _project(p)]
 
 
 def test_there_are_first_party_plugins_of_several_kinds() -> None:
@@ -31,14 +44,28 @@ def plugin_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("plugin_dir", PLUGIN_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, plugin_wheels: Path) -> None:
-    (wheel,) = plugin_wheels.glob(f"rlhf_plugin_{plugin_dir.name.replace('-', '_')}-*.whl")
+    library = plugin_dir in LIBRARY_DIRS
+    distribution = _project(plugin_dir)["name"]
+    assert distribution == (f"rlhf-{plugin_dir.name}" if library else f"rlhf-plugin-{plugin_dir.name}")
+    (wheel,) = plugin_wheels.glob(f"{distribution.replace('-', '_')}-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        entry_points = next(n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt"))
+        entry_points = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
         requires = [line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
-        groups = archive.read(entry_points).decode()
+        groups = "".join(archive.read(n).decode() for n in entry_points)
     assert "Requires-Dist: rlhf-core<0.2,>=0.1" in requires  # every plugin targets the core with a range
-    assert f"[rlhf.{plugin_dir.parent.name}]\n{plugin_dir.name} = " in groups
+    if library:  # registers nothing: only plugins are discovered through entry points
+        assert "[rlhf." not in groups
+    else:
+        assert f"[rlhf.{plugin_dir.parent.name}]\n{plugin_dir.name} = " in groups
+
+
+@pytest.mark.parametrize("library_dir", LIBRARY_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_library_is_there_for_plugins_that_depend_on_it(library_dir: Path) -> None:
+    name = _project(library_dir)["name"]
+    users = [p.name for p in PLUGIN_DIRS
+             if any(_requirement_name(r) == name for r in _project(p).get("dependencies", []))]
+    assert users, f"no first-party plugin depends on the library {name}"
 
 
 def _requirement_name(requirement: str) -> str:

@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from rlhf_plugin_reward_server.server import build_app
 
 from rlhf.runtime.cluster.liveness import free_port
-from rlhf.serving.reward_server import build_app
 from rlhf.testing.cli import assert_user_error, run_rlhf
 
 # ----------------------------------------------------------------- the rlhf command

@@ -62,7 +62,7 @@ def test_first_party_plugins_and_templates_import_only_the_public_api() -> None:
     """What a third party copies (a first-party package's code, or a `rlhf plugin new` template) builds on
     public modules only; a plugin's own tests may use internals to build a run."""
     root = Path(__file__).resolve().parents[2]
-    sources = [*root.glob("plugins/*/*/src/**/*.py"), *(root / "core/src/rlhf/templates").rglob("*.py.tmpl")]
+    sources = [*root.glob("plugins/*/*/src/**/*.py"), *(root / "plugins/tools/scaffold/src/rlhf_plugin_scaffold/templates").rglob("*.py.tmpl")]
     assert len(sources) > 100
     offending = {f"{path.relative_to(root)}: {module}" for path in sources
                  for module in rlhf_modules_imported(path.read_text()) if module not in PUBLIC_MODULES}

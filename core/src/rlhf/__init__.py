@@ -26,7 +26,7 @@ PROJECT_NAME = "rlhf"
 #: The plugin API this core implements. A plugin module declares the version it
 #: targets as ``rlhf_plugin_api = <int>``; the host refuses any other value.
 #: Bumped only when a hook or component protocol changes incompatibly.
-PLUGIN_API_VERSION = 2
+PLUGIN_API_VERSION = 3
 
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)

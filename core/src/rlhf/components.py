@@ -194,7 +194,7 @@ class AgentExecutor(Protocol):
     (``rollout.batch_size × n`` requests, more with dynamic-filtering refills, and once per eval).
     ``requests`` are dicts with ``prompt_ids`` (list[int]), ``prompt`` (text), ``label``,
     ``max_tokens`` and ``seed``; ``engines`` is :class:`rlhf.runtime.rollout.engines.RolloutEngines`
-    (``generate(requests, temperature, top_p)``; :class:`rlhf.agents.executors.EngineClient`
+    (``generate(requests, temperature, top_p)``; :class:`rlhf_agents.executors.EngineClient`
     wraps it for ``await``-ing one turn at a time); ``sampling`` holds ``temperature`` and ``top_p``.
     Returns one dict per request with ``response_ids`` (list[int]), ``logprobs`` (list[float], one per
     response token) and ``finish_reason`` (``stop`` or ``length``), and optionally ``action_mask``

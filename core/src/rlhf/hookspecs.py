@@ -225,6 +225,23 @@ def rlhf_register_options(register: OptionsRegister) -> None:
     """
 
 
+@hookspec
+def rlhf_translate_argv(command: str, argv: list[str], known_flags: list[str], config_class: type | None) -> list[str] | None:
+    """Rewrite a command line before it is parsed: e.g. another framework's flag spellings into today's
+    (rlhf-plugin-openrlhf-compat translates OpenRLHF's), or a team's own shorthand flags.
+
+    ``command`` is what follows ``rlhf`` (``train ppo``, ``generate``); ``argv`` the command line after it;
+    ``known_flags`` every flag that command takes (a translation must land on them); ``config_class``
+    the trainer's config class (None for a plugin command). Return the new argv, or None to leave it.
+    Implementations run one after another, each on the previous one's result (in pluggy's call order).
+    Raise :class:`rlhf.errors.ConfigError` for a flag that cannot be translated: its message is the one
+    ``rlhf: error:`` line the user sees. Log, do not print, what was rewritten.
+    When: before a trainer's or plugin command's flags are parsed. Process: the CLI process (and
+    whichever process calls :func:`rlhf.launch.trainer_run`). How often: once per command line parsed.
+    Shapes: none.
+    """
+
+
 # ------------------------------------------------------------------- lifecycle
 
 

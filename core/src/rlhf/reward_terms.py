@@ -27,6 +27,9 @@ from rlhf.reward_output import RewardOutput, non_finite_samples, normalize_rewar
 
 log = logging.getLogger("rlhf.rewards")
 
+#: Public (docs/plugin-api.md): call any reward function shape as a run does; the rest is the runtime's.
+__all__ = ["call_reward"]
+
 POLICIES = ("raise", "zero", "skip-sample")
 
 

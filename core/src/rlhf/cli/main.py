@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 from rlhf import __version__
 from rlhf.console import configure_console
@@ -50,7 +51,8 @@ def split_plugin_args(argv: list[str]) -> tuple[PluginSelection, list[str]]:
         raise ConfigError(str(exc)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentParser:
+    """The parser of the built-in commands; ``commands`` (name, help) adds the plugins' to its listing."""
     parser = OneLineArgumentParser(
         prog="rlhf",
         description="rlhf: plugin-based reinforcement learning from human feedback.",
@@ -70,25 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--kind", help="only plugins of this kind (algorithms, rewards, agents, models, optimizers, …)")
     train = sub.add_parser("train", help="run a trainer: rlhf train NAME [flags] (rlhf train NAME --help)", add_help=False)
     train.add_argument("trainer", nargs="?", help="trainer name")
-    from rlhf.cli.demo_cmd import add_demo_parser
-
-    add_demo_parser(sub)
-    from rlhf.serving.reward_server import add_serve_parser
-
-    add_serve_parser(sub)
     from rlhf.cli.lora_cmd import add_lora_parser
 
     add_lora_parser(sub)
-    from rlhf.cli.plugin_cmd import add_plugin_parser
-
-    add_plugin_parser(sub)
-    from rlhf.cli.convert_cmd import add_config_parser
-
-    add_config_parser(sub)
+    for name, help_text in commands:  # listed in `rlhf --help`; run by run_plugin_command
+        sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
-BUILTIN_COMMANDS = ("plugins", "train", "demo", "serve", "lora", "plugin", "config")
+BUILTIN_COMMANDS = ("plugins", "train", "lora")
 
 
 def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -> int:
@@ -100,12 +92,8 @@ def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -
     parser = OneLineArgumentParser(prog=f"rlhf {name}", description=command.help, allow_abbrev=False,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     command.add_arguments(parser)
-    from rlhf.config.legacy_translation import translate
-    from rlhf.config.openrlhf_legacy import TABLES
-
-    translation = translate(argv, TABLES.get(name, {}), known=list(parser._option_string_actions), prog=parser.prog)
-    translation.warn(parser.prog)
-    return command().run(host, parser.parse_args(translation.argv))
+    argv = host.translate_argv(name, argv, list(parser._option_string_actions), None)
+    return command().run(host, parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,21 +117,16 @@ def _dispatch(argv: list[str]) -> int:
     first = next((i for i, arg in enumerate(rest) if not arg.startswith("-")), None)
     if first is not None and rest[first] not in BUILTIN_COMMANDS:
         return run_plugin_command(selection, rest[first], rest[:first] + rest[first + 1 :])
-    if first is not None and rest[first] == "config":  # its own parser: what follows `--` is an old command line
-        from rlhf.cli.convert_cmd import run_config_command
+    if first is None:  # `rlhf`, `rlhf --help`: the listing names the plugins' commands too
+        from rlhf.registry import ComponentKind
 
-        return run_config_command(PluginHost.load(selection), rest[first + 1 :])
-    parser = build_parser()
-    args, extra = parser.parse_known_args(rest)
-    if args.command is None:
+        registry = PluginHost.load(selection).registry
+        parser = build_parser([(reg.name, reg.description) for reg in registry.registrations(ComponentKind.COMMAND)])
+        parser.parse_args(rest)
         parser.print_help()
         return 0
-    if args.command == "plugin":  # writes files only: no plugin needs loading
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        from rlhf.cli.plugin_cmd import run_plugin_command as plugin_authoring
-
-        return plugin_authoring(args, parser)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(rest)
     host = PluginHost.load(selection)
     if args.command == "plugins":
         if extra:
@@ -151,24 +134,12 @@ def _dispatch(argv: list[str]) -> int:
         from rlhf.cli.plugins_cmd import show_plugins
 
         return show_plugins(host, as_json=args.json, kind=args.kind)
-    if args.command == "serve":
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        from rlhf.serving.reward_server import serve
-
-        return serve(host, args)
     if args.command == "lora":
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         from rlhf.cli.lora_cmd import run_lora_command
 
         return run_lora_command(args)
-    if args.command == "demo":
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        from rlhf.cli.demo_cmd import run_demo_command
-
-        return run_demo_command(host, args)
     from rlhf.cli.train_cmd import run_train
 
     return run_train(host, args.trainer, extra)

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from rlhf.config.base import ConfigError
 
+#: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
+__all__ = ["check_4bit", "check_global_batch", "check_optimizer", "require_positive"]
+
 if TYPE_CHECKING:
     from rlhf.config.base import Section
 

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ValidationError
 
 from rlhf.config.base import ConfigError, cli_extra, flagged_fields
 from rlhf.config.cli_bridge import add_model_flags, flatten, nest, reject_unknown
-from rlhf.config.legacy_translation import table_for_config, translate
 from rlhf.config.refused import refusals, refuse
 from rlhf.errors import OneLineArgumentParser
 from rlhf.host.plugin_host import PluginHost
@@ -32,6 +31,7 @@ class ConfigParser:
     def __init__(self, config_class: type[BaseModel], host: PluginHost, *, prog: str, description: str = "") -> None:
         self.config_class = config_class
         self.host = host
+        self.parsed_argv: list[str] = []  # the last command line parsed, as every plugin's rlhf_translate_argv left it
         self.parser = OneLineArgumentParser(
             prog=prog,
             usage=f"{prog} [--config YAML] [--<section>.<field> VALUE ...]",
@@ -55,17 +55,16 @@ class ConfigParser:
                 self.parser, options.model_class(), prefix=f"{namespace}.", dest_prefix=f"plugins.{namespace}.", group=group
             )
 
-    def translate(self, argv: list[str]) -> list[str]:
-        """OpenRLHF's older spellings (flat <= 0.9 flags, 0.11 README names) -> today's flags, with one warning."""
-        known = [*self.flags, *(s for action in self.parser._actions for s in action.option_strings)]
-        translation = translate(argv, table_for_config(self.config_class), known=known, prog=self.parser.prog)
-        translation.warn(self.parser.prog)
-        return translation.argv
+    def known_flags(self) -> list[str]:
+        """Every flag this parser takes: the config tree's, the plugins' options and the run options."""
+        return [*self.flags, *(s for action in self.parser._actions for s in action.option_strings)]
 
     def parse(self, argv: list[str], *, refusing: bool = True) -> tuple[BaseModel, argparse.Namespace]:
         """Parse ``argv`` into a validated config; raises :class:`ConfigError` with flag names.
         ``refusing``: a refused option set to a non-default value is an error (see :mod:`rlhf.config.refused`)."""
-        namespace, unknown = self.parser.parse_known_args(self.translate(argv))
+        command = self.parser.prog.removeprefix("rlhf ")
+        self.parsed_argv = self.host.translate_argv(command, argv, self.known_flags(), self.config_class)
+        namespace, unknown = self.parser.parse_known_args(self.parsed_argv)
         reject_unknown(unknown, self.flags, self.parser.prog)
         given = {k: v for k, v in vars(namespace).items() if k not in META_DESTS}
         file_tree: dict[str, Any] = {}

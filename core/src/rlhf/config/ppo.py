@@ -8,17 +8,13 @@ in the plugin registries, so an installed plugin adds choices without touching t
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from rlhf.config.base import Section, flag, plugin_flag, plugin_options_field, plugin_set_field
+from rlhf.config.sections import AdamSection, DeepSpeedSection, LoggerSection, MuonSection
 from rlhf.registry import ComponentKind as K
-
-
-def _default_run_name() -> str:
-    return "ppo_" + time.strftime("%m%dT%H:%M")
 
 
 class Placement(Section):
@@ -75,20 +71,6 @@ class TrainSection(Section):
                         "flags) or another installed one", component=K.TRAINING_BACKEND)
     model_loaders: list[str] = flag([], "Registered model loaders to apply to every model, in order (besides those whose "
                                     "flags are set)", nargs="+", component=K.MODEL_LOADER)
-
-
-class AdamSection(Section):
-    lr: float = flag(1e-6, "Adam learning rate")
-    betas: list[float] = flag([0.9, 0.95], "Adam betas", nargs=2)
-    eps: float = flag(1e-8, "Adam epsilon")
-    weight_decay: float = flag(0.0, "Adam weight decay")
-
-
-class MuonSection(Section):
-    lr: float = flag(0.02, "LR of the Muon 2-D weight group")
-    momentum: float = flag(0.95, "Muon momentum")
-    ns_steps: int = flag(5, "Newton-Schulz steps")
-    nesterov: bool = flag(True, "Nesterov momentum for Muon", switch=True, negate="no_nesterov")
 
 
 class TrainedModel(Placement):
@@ -188,51 +170,6 @@ class CkptSection(Section):
     output_dir: str = flag("./ckpt", "Output directory of the final model")
 
 
-class WandbSection(Section):
-    key: str | None = flag(None, "wandb API key")
-    org: str | None = flag(None, "wandb organisation")
-    group: str | None = flag(None, "wandb group")
-    project: str = flag("openrlhf_train_ppo", "wandb project")
-    run_name: str = flag(None, "wandb run name (default ppo_<MMDDTHH:MM>)", default_factory=_default_run_name)
-
-
-class LoggerSection(Section):
-    logging_steps: int = flag(1, "Log every N steps")
-    wandb: WandbSection = Field(default_factory=WandbSection)
-    tensorboard_dir: str | None = flag(None, "TensorBoard logging path")
-
-
-class LoraSection(Section):
-    rank: int = flag(0, "LoRA rank (0 disables LoRA)")
-    alpha: int = flag(16, "LoRA alpha")
-    target_modules: str | list[str] = flag("all-linear", "LoRA target modules", nargs="*")
-    dropout: float = flag(0.0, "LoRA dropout")
-
-
-class DeepSpeedSection(Section):
-    use_universal_ckpt: bool = flag(False, "Use DeepSpeed universal checkpoints", switch=True)
-    zero_stage: int = flag(2, "DeepSpeed ZeRO stage")
-    deepcompile: bool = flag(False, "DeepSpeed deepcompile", switch=True)
-    param_dtype: Literal["bf16", "fp16", "fp32"] = flag("bf16", "Model data type (fp32 allowed on CPU)")
-    zpg: int = flag(1, "ZeRO++ max partition size")
-    adam_offload: bool = flag(False, "Offload Adam optimizer states to CPU", switch=True)
-    attn_implementation: str = flag("flash_attention_2", "Attention implementation (eager, sdpa, flash_attention_2…)")
-    experts_implementation: Literal["eager", "batched_mm", "grouped_mm", "deepgemm"] | None = flag(
-        None, "MoE expert computation strategy"
-    )
-    use_liger_kernel: bool = plugin_flag("liger", False, "Enable Liger kernels (GPU only)", switch=True)
-    grad_accum_dtype: str | None = flag(None, "Adam grad accumulation data type")
-    overlap_comm: bool = flag(False, "Overlap communication", switch=True)
-    enable_sleep: bool = flag(False, "DeepSpeed sleep mode with --train.colocate_all", switch=True)
-    tensor_parallel_size: int = flag(1, "DeepSpeed tensor parallel size")
-    packing_samples: bool = flag(False, "Pack samples without padding", switch=True)
-    load_in_4bit: bool = flag(False, "Load the model in 4 bit", switch=True)
-    lora: LoraSection = Field(default_factory=LoraSection)
-    ring_attn_size: int = plugin_flag("ring-attn", 1, "Ring attention group size")
-    ring_attn_head_stride: int = plugin_flag("ring-attn", 1, "Heads per ring-attention step (a divisor of the head count)")
-    value_head_prefix: str = flag("score", "Name of the value head of reward/critic models")
-
-
 class DataSection(Section):
     disable_fast_tokenizer: bool = flag(False, "Use the slow tokenizer", switch=True)
     dataloader_num_workers: int = flag(0, "Worker processes that tokenize the prompts (0: in the controller)")
@@ -270,7 +207,7 @@ class RolloutSection(Section):
 class PPOConfig(Section):
     """The whole tree of ``rlhf train ppo``."""
 
-    trainer_family: ClassVar[str] = "ppo"  # which lines of rlhf.config.refused.REFUSED apply
+    trainer_family: ClassVar[str] = "ppo"  # which lines of rlhf.config.refused.REFUSED apply; the OpenRLHF-compat plugin's table
 
     ref: RefSection = Field(default_factory=RefSection)
     reward: RewardSection = Field(default_factory=RewardSection)

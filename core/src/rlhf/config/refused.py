@@ -23,7 +23,8 @@ _WEIGHT_SYNC = ("weight sync through Ray collectives cannot run here: Ray's gloo
                 "group needs cupy; --vllm.sync_backend gloo or nccl does the same broadcast over a group of its own")
 
 #: (trainer family, dotted option) -> why it is refused. The family is "ppo", "supervised" (a config
-#: class names its own in ``trainer_family``) or "*" for both. Delete a line when the option becomes real.
+#: class names its own in ``trainer_family``, which also picks rlhf-plugin-openrlhf-compat's table of
+#: old flag spellings) or "*" for both. Delete a line when the option becomes real.
 REFUSED: dict[tuple[str, str], str] = {
     ("ppo", "vllm.sync_with_ray"): _WEIGHT_SYNC,
     ("supervised", "ds.enable_sleep"): "sleep mode frees devices for colocated rollout engines; supervised training has none",

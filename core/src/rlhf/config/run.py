@@ -1,9 +1,12 @@
-"""The config a run hands to its components and hooks: `rlhf train ppo`'s or a supervised trainer's."""
+"""The config a run hands to its components and hooks: `rlhf train ppo`'s or another trainer's."""
 
 from __future__ import annotations
 
-from rlhf.config.ppo import PPOConfig
-from rlhf.config.supervised import SupervisedConfig
+from pydantic import BaseModel
 
-#: What ``from_config`` and the lifecycle hooks receive; a supervised trainer's config subclasses SupervisedConfig.
-RunConfig = PPOConfig | SupervisedConfig
+from rlhf.config.ppo import PPOConfig
+
+#: What ``from_config`` and the lifecycle hooks receive: ``PPOConfig`` under ``rlhf train ppo``, else the
+#: ``config_class`` of the trainer plugin that runs (a pydantic model); a supervised trainer's subclasses
+#: ``rlhf_supervised.config.SupervisedConfig`` (distribution rlhf-supervised).
+RunConfig = PPOConfig | BaseModel

@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING, Any
 from rlhf.components import build
 from rlhf.registry import ComponentKind
 
+#: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
+__all__ = ["check_backend_config", "training_backend"]
+
 if TYPE_CHECKING:
     from rlhf.config.run import RunConfig
 

@@ -14,6 +14,9 @@ from typing import Any
 
 from rlhf.errors import UserError
 
+#: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
+__all__ = ["computed_in_order"]
+
 
 class _Computed:
     """A map-style dataset whose item ``i`` is ``function(items[i])`` (a user error is returned, not raised)."""

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rlhf.plugins")
 
 #: Entry-point groups, one per plugin kind.
-PLUGIN_KINDS = ("algorithms", "rewards", "agents", "models", "optimizers", "backends")
+PLUGIN_KINDS = ("algorithms", "rewards", "agents", "models", "optimizers", "backends", "tools")
 ENTRY_POINT_GROUPS = tuple(f"rlhf.{kind}" for kind in PLUGIN_KINDS)
 
 #: Core modules registered as plugins before anything else; they cannot be blocked.
@@ -320,6 +320,21 @@ class PluginHost:
                 raise self._hook_error("rlhf_steer", [impl], exc) from exc
             handles.append(handle)
         return handles
+
+    def translate_argv(self, command: str, argv: list[str], known_flags: list[str], config_class: type | None) -> list[str]:
+        """``argv`` after each plugin's ``rlhf_translate_argv``, applied in turn; a :class:`UserError` a plugin
+        raises is the user's one error line as it is (it names the flag)."""
+        for impl in reversed(self._pm.hook.rlhf_translate_argv.get_hookimpls()):  # pluggy calls the last registered first
+            arguments = {"command": command, "argv": list(argv), "known_flags": known_flags, "config_class": config_class}
+            try:
+                result = impl.function(**{name: arguments[name] for name in impl.argnames})
+            except UserError:
+                raise
+            except Exception as exc:
+                raise self._hook_error("rlhf_translate_argv", [impl], exc) from exc
+            if result is not None:
+                argv = list(result)
+        return argv
 
     def _notify(self, hook_name: str, **kwargs: Any) -> None:
         """Call a lifecycle hook; an implementation that raises becomes a :class:`PluginError`

@@ -16,6 +16,9 @@ from rlhf.config.checks import check_4bit
 from rlhf.errors import ConfigError
 from rlhf.models.loading import torch_dtype
 
+#: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
+__all__ = ["apply_lora", "quantization_kwargs"]
+
 
 def lora_enabled(ds: Any) -> bool:
     return ds.lora.rank > 0

@@ -42,6 +42,9 @@ _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 log = logging.getLogger("rlhf.checkpoint")
 
+#: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
+__all__ = ["interrupted", "resume", "save"]
+
 
 def write_text_atomically(path: Path, text: str, what: str) -> None:
     """``path`` holds ``text`` whole or keeps what it had: written beside it, then renamed over it. A
@@ -117,14 +120,15 @@ def _removed_on_failure(path: Path) -> Iterator[None]:
 
 
 def save(root: Path, step: int, state: dict[str, Any], write: Callable[[Path], None], max_num: int, *,
-         max_gb: float = math.inf, rank: int = 0, barrier: Callable[[], None] = lambda: None) -> Path:
+         max_gb: float = math.inf, rank: int = 0, barrier: Callable[[], None] | None = None) -> Path:
     """``write(staging_dir)`` fills the checkpoint; it appears as ``global_step<step>`` only when complete.
     Then the oldest checkpoints go until at most ``max_num`` (``--ckpt.max_num``) are left and they take at
     most ``max_gb`` GiB (``--ckpt.max_mem``); the new one always stays.
 
     Under a launcher every rank calls this and writes its share; rank 0 stages and commits, and
-    ``barrier`` orders them. ``state`` is read after ``write``, which may still fill it in.
+    ``barrier`` orders them (none: one process). ``state`` is read after ``write``, which may still fill it in.
     """
+    sync = barrier if barrier is not None else (lambda: None)
     final = root / f"global_step{step}"
     staging = root / f".staging-global_step{step}"
     with _removed_on_failure(staging), _writing(final, "checkpoint"):
@@ -132,16 +136,16 @@ def save(root: Path, step: int, state: dict[str, Any], write: Callable[[Path], N
             root.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(staging, ignore_errors=True)  # the leftover of a crashed save
             staging.mkdir()
-        barrier()
+        sync()
         write(staging)
-        barrier()
+        sync()
         if rank == 0:
             (staging / "state.json").write_text(json.dumps(state, indent=1))
             if final.exists():
                 shutil.rmtree(final)
             staging.rename(final)
             _rotate(root, max_num, max_gb)
-        barrier()
+        sync()
     return final
 
 

@@ -23,6 +23,9 @@ SHOWN = ("reward", "kl", "response_length", "timing/step_total")
 
 log = logging.getLogger("rlhf.tracking")
 
+#: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
+__all__ = ["MetricsTracker"]
+
 
 class MetricsTracker:
     def __init__(self, config: RunConfig, run_dir: Path, total_steps: int, initial_step: int = 0, *, desc: str = "rl steps",

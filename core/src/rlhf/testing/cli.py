@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.cli.main import split_plugin_args
-from rlhf.cli.train_cmd import train_config
 from rlhf.errors import render_exit
 from rlhf.host.plugin_host import PluginHost
+from rlhf.launch import trainer_run
 
 #: Variables a launcher (torchrun, an outer test) may have set that would make a child join the wrong group.
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -68,7 +68,7 @@ def refused_in_process(capsys: Any, trainer: str, *argv: str,
     try:
         selection, rest = split_plugin_args(list(argv))
         host = PluginHost.load(selection)
-        _, config, _ = train_config(host, trainer, rest)
+        config = trainer_run(host, trainer, rest).config
         if then is not None:
             then(config, host)
     except Exception as exc:  # noqa: BLE001 - rendered as the CLI renders it

@@ -7,7 +7,7 @@ else gets feedback and the next turn, at most 4 turns.
 
 import re
 
-from rlhf.agents import AgentInstanceBase
+from rlhf_agents import AgentInstanceBase
 
 MAX_TURNS = 4
 

@@ -6,9 +6,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from rlhf_agents import load_agent_class
 from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
 
-from rlhf.agents import load_agent_class
 from rlhf.errors import ConfigError
 from rlhf.testing.conformance import AgentExecutorKit
 
@@ -124,7 +124,7 @@ FAILING_ENVS = {
 def test_a_failing_environment_fails_only_its_episodes(kind, engine, tiny_causal_lm_path, tmp_path) -> None:
     env = tmp_path / f"{kind}.py"
     env.write_text(
-        "import asyncio\nfrom rlhf.agents import AgentInstanceBase\n\n\nclass AgentInstance(AgentInstanceBase):\n"
+        "import asyncio\nfrom rlhf_agents import AgentInstanceBase\n\n\nclass AgentInstance(AgentInstanceBase):\n"
         "    async def reset(self, states):\n        self.label = int(states['label'])\n        return {'observation': states['observation']}\n\n"
         "    async def step(self, states):\n        if self.label % 2 == 0:\n"
         f"            {FAILING_ENVS[kind]}\n"
@@ -147,7 +147,7 @@ def test_an_agent_file_without_the_class_names_the_file(tmp_path) -> None:
         load_agent_class(str(env), ("AgentInstance", "AgentExecutor"))
     broken = tmp_path / "broken_env.py"
     broken.write_text("from openrlhf.utils.agent import AgentInstanceBase\n")
-    with pytest.raises(ConfigError, match="from rlhf.agents import"):
+    with pytest.raises(ConfigError, match="from rlhf_agents import"):
         load_agent_class(str(broken), ("AgentInstance",))
 
 
@@ -155,7 +155,7 @@ def test_an_agent_executor_class_drives_the_engine_itself(engine, tiny_causal_lm
     """OpenRLHF's AgentExecutor contract: the user's episode, its action ranges become the mask."""
     env = tmp_path / "executor_env.py"
     env.write_text(
-        "from rlhf.agents import AgentExecutorBase\n\n\nclass AgentExecutor(AgentExecutorBase):\n"
+        "from rlhf_agents import AgentExecutorBase\n\n\nclass AgentExecutor(AgentExecutorBase):\n"
         "    async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images=None):\n"
         "        tokens = hf_tokenizer(prompt)['input_ids']\n        ranges, logps = [], [0.0] * len(tokens)\n"
         "        for turn in range(2):\n"
@@ -179,7 +179,7 @@ def test_an_agent_executor_class_drives_the_engine_itself(engine, tiny_causal_lm
 
 def test_episodes_run_concurrently() -> None:
     """Environments that wait (an HTTP call, a sandbox) overlap: 20 episodes of 2 turns make 2 engine calls, not 40."""
-    from rlhf.agents.executors import EngineClient
+    from rlhf_agents.executors import EngineClient
 
     class InstantEngines:
         def generate(self, requests, temperature, top_p):
@@ -202,7 +202,7 @@ def test_episodes_run_concurrently() -> None:
 def _sampling_env(tmp_path, returned: str):
     env = tmp_path / "sampling_env.py"
     env.write_text(
-        "from rlhf.agents import AgentInstanceBase\n\n\nclass AgentInstance(AgentInstanceBase):\n"
+        "from rlhf_agents import AgentInstanceBase\n\n\nclass AgentInstance(AgentInstanceBase):\n"
         "    async def reset(self, states):\n        self.turn = 0\n        return {'observation': states['observation']}\n\n"
         "    async def step(self, states):\n        self.turn += 1\n"
         f"        return {{'rewards': 0.0, 'environment_feedback': ' again ', 'done': self.turn == 2, 'sampling_params': {returned}}}\n")
@@ -240,9 +240,8 @@ def test_an_unsupported_sampling_param_fails_the_episode_naming_it(engine, tiny_
 
 
 def test_sampling_params_objects_count_only_fields_changed_from_their_defaults() -> None:
+    from rlhf_agents.executors import UnsupportedSampling, turn_sampling
     from vllm import SamplingParams
-
-    from rlhf.agents.executors import UnsupportedSampling, turn_sampling
 
     assert turn_sampling(SamplingParams(max_tokens=3, temperature=0.5, seed=1), "x") == \
         {"max_tokens": 3, "temperature": 0.5, "top_p": 1.0}

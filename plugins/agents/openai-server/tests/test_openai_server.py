@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rlhf_agents import load_agent_class
 from rlhf_plugin_openai_server.executor import OpenAIServerExecutor, OpenAIServerOptions
-
-from rlhf.agents import load_agent_class
 
 AGENT = Path(__file__).parent / "guess_number_agent.py"
 SAMPLING = {"temperature": 1.0, "top_p": 1.0}

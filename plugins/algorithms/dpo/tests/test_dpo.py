@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 from rlhf_plugin_dpo.losses import dpo_loss, preference_margin
+from rlhf_supervised.batch import collate_pairs, per_sample_sum, token_logprobs
+from rlhf_supervised.config import PreferenceDataSection
+from rlhf_supervised.conversations import preference_pair
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlhf.config.supervised import PreferenceDataSection
-from rlhf.data.conversations import preference_pair
-from rlhf.supervised.batch import collate_pairs, per_sample_sum, token_logprobs
 from rlhf.testing.cli import assert_ok, run_rlhf
 
 

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 from rlhf_plugin_kd.losses import distill_terms, match_vocab, mix, token_losses
+from rlhf_supervised.batch import collate, per_sample_sum, token_logprobs
 
 from rlhf.config.base import ConfigError
-from rlhf.supervised.batch import collate, per_sample_sum, token_logprobs
 
 V = 11
 

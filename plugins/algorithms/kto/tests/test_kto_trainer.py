@@ -11,9 +11,9 @@ import pytest
 import torch
 from rlhf_plugin_kto.losses import kto_loss
 from rlhf_plugin_kto.trainer import KTOConfig, KTOTrainer
+from rlhf_supervised.batch import per_sample_sum, token_logprobs
 
 from rlhf.errors import UserError
-from rlhf.supervised.batch import per_sample_sum, token_logprobs
 from rlhf.testing.cli import run_rlhf
 
 WORDS = "the a an answer question what is plus minus times number think step result".split()

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 from rlhf_plugin_sft.trainer import nll_sum
+from rlhf_supervised.batch import collate, token_logprobs
+from rlhf_supervised.config import SupervisedDataSection
+from rlhf_supervised.conversations import pretrain_text, prompt_response
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlhf.config.supervised import SupervisedDataSection
-from rlhf.data.conversations import pretrain_text, prompt_response
-from rlhf.supervised.batch import collate, token_logprobs
 from rlhf.testing.cli import assert_ok, assert_user_error, refused_in_process, run_rlhf
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from rlhf_plugin_deepspeed.config import on_gpu, train_config
+from rlhf_supervised.config import SupervisedConfig
 
-from rlhf.config.supervised import SupervisedConfig
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, child_env, refused_in_process, run_rlhf
 

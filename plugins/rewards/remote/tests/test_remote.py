@@ -9,11 +9,11 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Response
 from rlhf_plugin_remote.client import RemoteOptions, RemoteReward
+from rlhf_plugin_reward_server.server import build_app
 
 from rlhf.errors import RewardSourceError, find_user_error
 from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
 from rlhf.runtime.cluster.liveness import free_port
-from rlhf.serving.reward_server import build_app
 from rlhf.testing.conformance import RewardFunctionKit
 
 

@@ -6,7 +6,7 @@ per response token: 0 for environment feedback), ``prompt_ids``/``prompt`` (when
 environment's reset changed the first observation) and ``agent`` (the environment's
 ``reward``, ``score``, ``extra_logs``, or an ``error`` in words) for executors that reward
 their own episodes, and ``media`` (the images of the whole trajectory when an environment added
-some, see :func:`rlhf.agents.executors.run_processor`).
+some, see :func:`rlhf.run_context.run_processor`).
 """
 
 from __future__ import annotations

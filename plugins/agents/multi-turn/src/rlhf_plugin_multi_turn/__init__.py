@@ -1,7 +1,7 @@
 """Multi-turn agent executor: OpenRLHF's agent-file contract over the rollout engines.
 
 ``--train.agent_func_path env.py`` (which selects ``--train.agent_executor multi_turn``) loads
-``env.py``'s ``AgentInstance(rlhf.agents.AgentInstanceBase)`` — or an ``AgentExecutor(AgentExecutorBase)``
+``env.py``'s ``AgentInstance(rlhf_agents.AgentInstanceBase)`` — or an ``AgentExecutor(AgentExecutorBase)``
 — and runs one episode per rollout sample, every episode of the batch concurrently on one event
 loop in the controller; the turns of all episodes are batched into engine calls.
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from rlhf_agents import AgentExecutorBase, AgentInstanceBase, load_agent_class
+from rlhf_agents.executors import AsyncAgentExecutor, UnsupportedSampling, turn_sampling
 
-from rlhf.agents import AgentExecutorBase, AgentInstanceBase, load_agent_class
-from rlhf.agents.executors import AsyncAgentExecutor, UnsupportedSampling, run_processor, turn_sampling
+from rlhf.run_context import run_processor
 
 
 class MultiTurnOptions(BaseModel):
@@ -63,7 +64,7 @@ class MultiTurnExecutor(AsyncAgentExecutor):
         agent_class = load_agent_class(path, ("AgentInstance", "AgentExecutor"))
         if not issubclass(agent_class, (AgentInstanceBase, AgentExecutorBase)):
             raise ConfigError(f"--train.agent_func_path {path}: {agent_class.__name__} must subclass "
-                              "rlhf.agents.AgentInstanceBase or AgentExecutorBase")
+                              "rlhf_agents.AgentInstanceBase or AgentExecutorBase")
         options = MultiTurnOptions.model_validate(config.plugins.get("multi_turn", {}))
         return cls(path, agent_class, config.actor.model_name_or_path, config.data.max_len, config.rollout.max_new_tokens,
                    options, lambda: run_processor(config))
@@ -82,7 +83,7 @@ class MultiTurnExecutor(AsyncAgentExecutor):
         return out["ids"], out["media"]
 
     async def run_async(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
-        from rlhf.agents.executors import EngineClient
+        from rlhf_agents.executors import EngineClient
 
         client = EngineClient(engines, sampling, self.max_len)
         episode = self._executor_episode if issubclass(self.agent_class, AgentExecutorBase) else self._instance_episode
@@ -172,7 +173,7 @@ class MultiTurnExecutor(AsyncAgentExecutor):
 
     async def _executor_episode(self, request: dict[str, Any], client: Any, sampling: dict[str, float]) -> dict[str, Any]:
         """A user-written episode; its ``observation_tokens`` and ``action_ranges`` become the sample."""
-        from rlhf.agents.executors import VLLMStyleEngine
+        from rlhf_agents.executors import VLLMStyleEngine
 
         engine = VLLMStyleEngine(client, request["max_tokens"], request["seed"])
         engine.media = request.get("media")

@@ -9,9 +9,9 @@ import uuid
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from rlhf_agents import load_agent_class
+from rlhf_agents.executors import AsyncAgentExecutor
 
-from rlhf.agents import load_agent_class
-from rlhf.agents.executors import AsyncAgentExecutor
 from rlhf_plugin_openai_server.sessions import Session, build_app
 
 
@@ -49,8 +49,7 @@ class OpenAIServerExecutor(AsyncAgentExecutor):
 
     async def run_async(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
         import uvicorn
-
-        from rlhf.agents.executors import EngineClient
+        from rlhf_agents.executors import EngineClient
 
         state = _ServerState(self.tokenizer, EngineClient(engines, sampling, self.max_len), self.options.model_name)
         state.max_tokens = max((r["max_tokens"] for r in requests), default=1)

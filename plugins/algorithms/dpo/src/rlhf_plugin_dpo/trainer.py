@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import Field
-
-from rlhf.config.base import flag
-from rlhf.config.supervised import (
+from rlhf_supervised.config import (
     FrozenModelSection,
     PreferenceDataSection,
     SupervisedConfig,
     SupervisedModelSection,
 )
-from rlhf.supervised.pairs import PairwiseTrainer
-from rlhf.supervised.trainer import LossParts
+from rlhf_supervised.pairs import PairwiseTrainer
+from rlhf_supervised.trainer import LossParts
+
+from rlhf.config.base import flag
 
 
 class DPOModelSection(SupervisedModelSection):

@@ -3,7 +3,7 @@
 
 Shapes: ``R`` rows of ``L`` positions (``R = N`` padded samples, or 1 packed row), ``V``
 vocabulary entries, ``T`` trained tokens (positions where the loss mask is set). As in
-:func:`rlhf.supervised.batch.token_logprobs`, the logits at position ``t − 1`` predict the
+:func:`rlhf_supervised.batch.token_logprobs`, the logits at position ``t − 1`` predict the
 token at position ``t``; per-token results are returned aligned with ``input_ids``
 (position ``t`` holds the loss of token ``t``; 0 at untrained positions and at position 0).
 

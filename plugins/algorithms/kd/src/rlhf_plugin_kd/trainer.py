@@ -2,7 +2,7 @@
 
 :meth:`KDTrainer.prepare_config` runs in the ``rlhf`` CLI process before anything is
 loaded; everything else runs in the trainer's process(es), one per device, inside the
-loop of :class:`rlhf.supervised.trainer.SupervisedTrainer`.
+loop of :class:`rlhf_supervised.trainer.SupervisedTrainer`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import Field
+from rlhf_supervised.config import FrozenModelSection, PromptResponseDataSection, SupervisedConfig, SupervisedModelSection
+from rlhf_supervised.trainer import LossParts, SupervisedTrainer
 
 from rlhf.config.base import ConfigError, flag
-from rlhf.config.supervised import FrozenModelSection, PromptResponseDataSection, SupervisedConfig, SupervisedModelSection
-from rlhf.supervised.trainer import LossParts, SupervisedTrainer
 
 
 class KDModelSection(SupervisedModelSection):
@@ -53,7 +53,7 @@ class KDTrainer(SupervisedTrainer):
 
     def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
         """Rows -> ``{ids, mask, length}``: prompt + response tokens, the mask over the response (and EOS)."""
-        from rlhf.data.conversations import row_prompt_response
+        from rlhf_supervised.conversations import row_prompt_response
 
         examples = []
         for index, row in enumerate(rows):

@@ -1,6 +1,6 @@
 """The KTO trainer: its config, how rows become examples and batches, and the loss of a batch.
 
-Runs in the trainer's process(es), one per device (see :mod:`rlhf.supervised.trainer`).
+Runs in the trainer's process(es), one per device (see :mod:`rlhf_supervised.trainer`).
 A micro-batch of N examples is one forward of 2N sequences through the policy and
 through the frozen reference: the N matched (prompt i, completion i) sequences, then N
 mismatched (prompt i, completion (i+1) mod N) sequences that estimate the KL reference
@@ -12,15 +12,15 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import Field
-
-from rlhf.config.base import ConfigError, flag
-from rlhf.config.supervised import (
+from rlhf_supervised.config import (
     FrozenModelSection,
     PromptResponseDataSection,
     SupervisedConfig,
     SupervisedModelSection,
 )
-from rlhf.supervised.trainer import LossParts, SupervisedTrainer
+from rlhf_supervised.trainer import LossParts, SupervisedTrainer
+
+from rlhf.config.base import ConfigError, flag
 
 
 class KTOModelSection(SupervisedModelSection):
@@ -60,7 +60,8 @@ class KTOTrainer(SupervisedTrainer):
     def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
         """Rows -> ``{prompt, response, desirable, length}``; prompt and response are token id lists
         (the response ends with EOS). Runs once per dataset, before training."""
-        from rlhf.data.conversations import row_prompt_response
+        from rlhf_supervised.conversations import row_prompt_response
+
         from rlhf.data.sources import row_value
 
         data = self.config.data
@@ -79,8 +80,7 @@ class KTOTrainer(SupervisedTrainer):
         is cut to ``--data.max_len``; with N = 1 it is the matched sequence itself.
         """
         import torch
-
-        from rlhf.supervised.batch import collate
+        from rlhf_supervised.batch import collate
 
         n, limit = len(examples), self.config.data.max_len
         pairs = [(e["prompt"], e["response"]) for e in examples]

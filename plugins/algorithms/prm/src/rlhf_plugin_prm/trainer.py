@@ -1,6 +1,6 @@
 """The PRM trainer: its config, how rows become examples and batches, and the loss of a batch.
 
-Runs in the trainer's process(es), one per device (see :mod:`rlhf.supervised.trainer`).
+Runs in the trainer's process(es), one per device (see :mod:`rlhf_supervised.trainer`).
 Text is tokenized as is (``--data.input_template`` defaults to none here; set it, or
 ``--data.apply_chat_template`` to render the text as one user message), so the placeholder
 tokens stay where the dataset put them. Each example carries two per-token lists aligned
@@ -15,10 +15,10 @@ import functools
 from typing import Any, ClassVar
 
 from pydantic import Field
+from rlhf_supervised.config import SupervisedConfig, SupervisedDataSection, SupervisedModelSection
+from rlhf_supervised.trainer import LossParts, SupervisedTrainer
 
 from rlhf.config.base import ConfigError, flag
-from rlhf.config.supervised import SupervisedConfig, SupervisedDataSection, SupervisedModelSection
-from rlhf.supervised.trainer import LossParts, SupervisedTrainer
 from rlhf_plugin_prm.losses import IGNORE, SOFT
 
 
@@ -131,8 +131,7 @@ class PRMTrainer(SupervisedTrainer):
         """Examples -> a batch whose ``extras`` hold ``label_ids`` (long) and ``probs`` (float),
         ``(R, L)`` tensors aligned with ``input_ids`` (IGNORE on padding), on CPU."""
         import torch
-
-        from rlhf.supervised.batch import collate
+        from rlhf_supervised.batch import collate
 
         packed = self.config.ds.packing_samples
 

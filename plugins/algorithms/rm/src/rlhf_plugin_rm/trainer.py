@@ -6,11 +6,11 @@ import math
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
+from rlhf_supervised.config import PreferenceDataSection, SupervisedConfig, SupervisedModelSection
+from rlhf_supervised.pairs import PairwiseTrainer
+from rlhf_supervised.trainer import LossParts
 
 from rlhf.config.base import flag
-from rlhf.config.supervised import PreferenceDataSection, SupervisedConfig, SupervisedModelSection
-from rlhf.supervised.pairs import PairwiseTrainer
-from rlhf.supervised.trainer import LossParts
 
 
 class RMModelSection(SupervisedModelSection):
@@ -42,8 +42,9 @@ class RewardModelTrainer(PairwiseTrainer):
 
     def rewards(self, batch: Any) -> Any:
         """``(2N,)`` rewards: the head's value at each sequence's last token."""
+        from rlhf_supervised.batch import at_last_token
+
         from rlhf.models.loading import token_values
-        from rlhf.supervised.batch import at_last_token
 
         values = token_values(self.model.module, head=self.value_head, **batch.model_inputs())
         return at_last_token(values, batch)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import Field
+from rlhf_supervised.config import PromptResponseDataSection, SupervisedConfig, SupervisedModelSection
+from rlhf_supervised.trainer import LossParts, SupervisedTrainer
 
 from rlhf.config.base import flag
-from rlhf.config.supervised import PromptResponseDataSection, SupervisedConfig, SupervisedModelSection
-from rlhf.supervised.trainer import LossParts, SupervisedTrainer
 
 
 class SFTModelSection(SupervisedModelSection):
@@ -37,7 +37,8 @@ class SFTTrainer(SupervisedTrainer):
     config_class: ClassVar[type[SFTConfig]] = SFTConfig
 
     def build_examples(self, rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
-        from rlhf.data.conversations import conversation, pretrain_text, row_prompt_response
+        from rlhf_supervised.conversations import conversation, pretrain_text, row_prompt_response
+
         from rlhf.data.sources import row_value
 
         data = self.config.data
@@ -55,7 +56,7 @@ class SFTTrainer(SupervisedTrainer):
         return examples
 
     def compute(self, batch: Any, training: bool) -> LossParts:
-        from rlhf.supervised.batch import token_logprobs
+        from rlhf_supervised.batch import token_logprobs
 
         out = self.forward(self.model, batch)
         return LossParts(nll_sum(token_logprobs(out.logits, batch), batch.loss_mask), {}, getattr(out, "aux_loss", None))

@@ -16,10 +16,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from rlhf_plugin_deepspeed.backend import DeepSpeedBackend, full_state_dict  # noqa: E402
 from rlhf_plugin_deepspeed.ema import ParameterEMA  # noqa: E402
+from rlhf_supervised.config import SupervisedConfig  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.integrations import HfDeepSpeedConfig  # noqa: E402
-
-from rlhf.config.supervised import SupervisedConfig  # noqa: E402
 
 DeepSpeedBackend(SupervisedConfig()).init_distributed()
 beta = float(sys.argv[2])

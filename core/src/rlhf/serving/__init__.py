@@ -1,1 +1,0 @@
-"""HTTP services: ``rlhf serve reward``."""

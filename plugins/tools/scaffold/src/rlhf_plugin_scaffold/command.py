@@ -1,0 +1,30 @@
+"""``rlhf plugin new KIND NAME``: the command's flags, and the package it writes (see :mod:`rlhf_plugin_scaffold.scaffold`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rlhf_plugin_scaffold.scaffold import KINDS, write_plugin
+
+
+class PluginCommand:
+    """Plugin authoring: ``rlhf plugin new KIND NAME`` writes a package that pip and pytest accept as it is."""
+
+    help: ClassVar[str] = "plugin authoring: rlhf plugin new KIND NAME"
+
+    @classmethod
+    def add_arguments(cls, parser: Any) -> None:
+        parser.add_argument("action", choices=["new"], help="new: write a plugin package that pip install -e and pytest "
+                                                            "accept as it is")
+        parser.add_argument("kind", metavar="KIND", help="the component kind: " + ", ".join(KINDS))
+        parser.add_argument("name", metavar="NAME", help="the component name (lower case, digits, underscores)")
+        parser.add_argument("--dir", default=".", help="where to create rlhf-plugin-NAME/")
+
+    def run(self, host: Any, args: Any) -> int:
+        directory = write_plugin(args.kind, args.name, Path(args.dir))
+        spec = KINDS[args.kind.replace("_", "-")]
+        print(f"wrote {directory} ({spec.name} {args.name!r})\n"
+              f"next: pip install -e {directory} && (cd {directory} && pytest)\n"
+              f"contract: docs/plugins/{spec.doc}")
+        return 0

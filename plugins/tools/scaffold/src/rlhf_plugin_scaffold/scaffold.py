@@ -1,0 +1,136 @@
+"""``rlhf plugin new KIND NAME``: a ready plugin package from the templates shipped with this plugin.
+
+The package it writes (``rlhf-plugin-<name>/``) holds a ``pyproject.toml`` with the entry point
+and the core's version range, the hook module, a component skeleton that passes its
+conformance kit, a test file using the kit, and a README. ``pip install -e`` and ``pytest``
+accept it as written. The templates live in ``rlhf_plugin_scaffold/templates/plugin`` (package data):
+``common/`` for every kind and one folder per kind, whose files override the common ones.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from rlhf import PLUGIN_API_VERSION, __version__
+from rlhf.errors import ConfigError
+from rlhf.registry import ComponentKind
+
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class TemplateKind:
+    """One ``KIND`` of ``rlhf plugin new``: what it registers, where it is discovered, which kit tests it."""
+
+    name: str
+    component: ComponentKind | None  # None: a lifecycle observer (hooks, no component)
+    group: str  # entry-point group suffix: rlhf.<group>
+    module: str  # the component module's file stem
+    kit: str  # the rlhf.testing.conformance class its test subclasses
+    suffix: str  # appended to the CamelCase name to name the component class
+    doc: str  # its page under docs/plugins/
+    select: str  # how a run uses it, with {name}; shown in the README
+
+
+KINDS: dict[str, TemplateKind] = {k.name: k for k in (
+    TemplateKind("advantage-estimator", ComponentKind.ADVANTAGE_ESTIMATOR, "algorithms", "estimator", "AdvantageEstimatorKit",
+                 "Estimator", "advantage-estimator.md", "rlhf train ppo --algo.advantage.estimator {name} --rollout.n_samples_per_prompt 4 …"),
+    TemplateKind("policy-loss", ComponentKind.POLICY_LOSS, "algorithms", "loss", "PolicyLossKit", "Loss", "policy-loss.md", "rlhf train ppo --actor.policy_loss_type {name} …"),
+    TemplateKind("kl-estimator", ComponentKind.KL_ESTIMATOR, "algorithms", "kl", "KLEstimatorKit", "KL", "kl-estimator.md", "rlhf train ppo --algo.kl.estimator {name} --algo.kl.init_coef 0.01 …"),
+    TemplateKind("reward-function", ComponentKind.REWARD_FUNCTION, "rewards", "reward", "RewardFunctionKit", "Reward",
+                 "reward-function.md", "rlhf train ppo --reward.functions {name} --data.label_key label …"),
+    TemplateKind("reward-shaper", ComponentKind.REWARD_SHAPER, "rewards", "shaper", "RewardShaperKit", "Shaper",
+                 "reward-shaper.md", "rlhf train ppo --{name}.per_token 0.01 …   (every installed shaper is built; it runs when its option is set)"),
+    TemplateKind("sample-filter", ComponentKind.SAMPLE_FILTER, "algorithms", "sample_filter", "SampleFilterKit", "Filter",
+                 "sample-filter.md", "registered; the PPO loop selects filters by their own flags (see docs/plugins/sample-filter.md)"),
+    TemplateKind("agent-executor", ComponentKind.AGENT_EXECUTOR, "agents", "executor", "AgentExecutorKit", "Executor",
+                 "agent-executor.md", "registered; see docs/plugins/agent-executor.md for how the PPO loop picks its executor"),
+    TemplateKind("trainer", ComponentKind.TRAINER, "algorithms", "trainer", "TrainerKit", "Trainer", "trainer.md", "rlhf train {name} --message hello"),
+    TemplateKind("command", ComponentKind.COMMAND, "tools", "command", "CommandKit", "Command", "command.md", "rlhf {name} --who you"),
+    TemplateKind("optimizer", ComponentKind.OPTIMIZER, "optimizers", "optimizer", "OptimizerKit", "Optimizer", "optimizer.md", "rlhf train ppo --actor.optim {name} --critic.optim {name} …"),
+    TemplateKind("scheduler", ComponentKind.SCHEDULER, "optimizers", "scheduler", "SchedulerKit", "Scheduler", "scheduler.md", "rlhf train ppo --actor.lr_scheduler {name} --critic.lr_scheduler {name} …"),
+    TemplateKind("model-loader", ComponentKind.MODEL_LOADER, "models", "loader", "ModelLoaderKit", "Loader", "model-loader.md", "registered; see docs/plugins/model-loader.md"),
+    TemplateKind("processor", ComponentKind.PROCESSOR, "models", "processor", "ProcessorKit", "Processor", "processor.md", "registered; see docs/plugins/processor.md"),
+    TemplateKind("rollout-engine", ComponentKind.ROLLOUT_ENGINE, "backends", "engine", "RolloutEngineKit", "Engine",
+                 "rollout-engine.md", "rlhf train ppo --rollout.engine {name} …"),
+    TemplateKind("weight-sync-transport", ComponentKind.WEIGHT_SYNC_TRANSPORT, "backends", "transport", "WeightSyncTransportKit",
+                 "Transport", "weight-sync-transport.md", "rlhf train ppo --vllm.sync_backend {name} …"),
+    TemplateKind("training-backend", ComponentKind.TRAINING_BACKEND, "backends", "backend", "TrainingBackendKit",
+                 "Backend", "training-backend.md", "rlhf train ppo --train.backend {name} …   (and rlhf train sft|rm|dpo …)"),
+    TemplateKind("observer", None, "algorithms", "observer", "LifecycleObserverKit", "Observer", "observer.md", "every run calls its hooks once it is installed (rlhf --plugins no:{name} … leaves it out)"),
+)}
+
+
+def template_kind(kind: str) -> TemplateKind:
+    key = kind.replace("_", "-")
+    if key not in KINDS:
+        raise ConfigError(f"rlhf plugin new: unknown kind {kind!r}; choose one of {', '.join(KINDS)}")
+    return KINDS[key]
+
+
+def check_name(name: str) -> str:
+    if not NAME_PATTERN.fullmatch(name):
+        raise ConfigError(f"rlhf plugin new: name {name!r} must be lower case letters, digits and underscores, "
+                          "starting with a letter (it names the component, the flag namespace and the package)")
+    return name
+
+
+def class_name(name: str, suffix: str) -> str:
+    """CamelCase of ``name`` ending in ``suffix`` once: my_loss -> MyLoss, my_grpo -> MyGrpoLoss."""
+    camel = "".join(part.capitalize() for part in name.split("_"))
+    return (camel[: -len(suffix)] if camel.lower().endswith(suffix.lower()) else camel) + suffix
+
+
+def core_range() -> str:
+    """The rlhf-core versions a new plugin accepts: this minor series (the plugin API is checked at load too)."""
+    major, minor = (int(part) for part in __version__.split(".")[:2])
+    return f">={major}.{minor},<{major}.{minor + 1}"
+
+
+def render(kind: str, name: str) -> dict[str, str]:
+    """The files of a new plugin package, by path relative to the package directory."""
+    spec, name = template_kind(kind), check_name(name)
+    package = f"rlhf_plugin_{name}"
+    values = {
+        "name": name, "package": package, "distribution": f"rlhf-plugin-{name.replace('_', '-')}",
+        "group": spec.group, "module": spec.module, "kit": spec.kit, "kind": spec.name,
+        "label": spec.component.label if spec.component else "lifecycle observer",
+        "hook": spec.component.hook_name if spec.component else "",
+        "Class": class_name(name, spec.suffix),
+        "core_range": core_range(), "api": str(PLUGIN_API_VERSION), "doc": spec.doc,
+        "select": spec.select.format(name=name),
+    }
+    root = resources.files("rlhf_plugin_scaffold") / "templates" / "plugin"
+    layout = {
+        "pyproject.toml": "pyproject.toml.tmpl",
+        "README.md": "README.md.tmpl",
+        f"src/{package}/__init__.py": "__init__.py.tmpl",
+        f"src/{package}/{spec.module}.py": "component.py.tmpl",
+        f"tests/test_{name}.py": "test.py.tmpl",
+    }
+    files = {}
+    for target, template in layout.items():
+        source = root / spec.name / template
+        if not source.is_file():
+            source = root / "common" / template
+        if not source.is_file():  # kinds without a separate component module (observers)
+            continue
+        files[target] = string.Template(source.read_text()).substitute(values)
+    return files
+
+
+def write_plugin(kind: str, name: str, parent: Path) -> Path:
+    """Write ``rlhf-plugin-<name>/`` under ``parent``; an existing directory is never overwritten."""
+    files = render(kind, name)
+    directory = Path(parent) / f"rlhf-plugin-{name.replace('_', '-')}"
+    if directory.exists():
+        raise ConfigError(f"rlhf plugin new: {directory} already exists; choose another name or remove it")
+    for relative, text in files.items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return directory
