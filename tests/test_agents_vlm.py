@@ -32,8 +32,8 @@ class AgentInstance(AgentInstanceBase):
 
 def test_an_image_in_the_feedback_is_appended_through_the_vlm_processor(tiny_vlm_path: Path, tmp_path: Path) -> None:
     from rlhf_agents import load_agent_class
+    from rlhf_agents.episodes import EnvironmentExecutor, EpisodeOptions
     from rlhf_plugin_hf_generate.engine import HFEngine
-    from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
     from rlhf_plugin_vlm.processor import ImagePromptProcessor
 
     from rlhf.media import collate_media
@@ -44,8 +44,8 @@ def test_an_image_in_the_feedback_is_appended_through_the_vlm_processor(tiny_vlm
     processor = ImagePromptProcessor(str(tiny_vlm_path), "input", "images", max_images=2)
     prompt = processor.process({"input": "colour?", "images": [str(tmp_path / "red.png")]})
     engine = HFEngine(str(tiny_vlm_path), "fp32", 256, 0, {"vllm": {}})
-    executor = MultiTurnExecutor(str(env), load_agent_class(str(env), ("AgentInstance",)), str(tiny_vlm_path), 256, 3,
-                                 MultiTurnOptions(), media_processor=lambda: processor)
+    executor = EnvironmentExecutor(load_agent_class(str(env), ("AgentInstance",)), str(tiny_vlm_path), 256, 3,
+                                 EpisodeOptions(), media_processor=lambda: processor)
     request = {"prompt_ids": prompt["prompt_ids"], "prompt": prompt["prompt"], "label": "red", "max_tokens": 3, "seed": 1,
                "group": 0, "media": prompt["media"]}
     [result] = executor.run([request], engine, {"temperature": 1.0, "top_p": 1.0})
@@ -75,14 +75,14 @@ def test_an_image_in_the_feedback_is_appended_through_the_vlm_processor(tiny_vlm
 
 def test_environment_images_without_a_vlm_processor_fail_the_episode(tiny_causal_lm_path: Path, tmp_path: Path) -> None:
     from rlhf_agents import load_agent_class
+    from rlhf_agents.episodes import EnvironmentExecutor, EpisodeOptions
     from rlhf_plugin_hf_generate.engine import HFEngine
-    from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
 
     env = tmp_path / "picture_env.py"
     env.write_text(ENV)
     engine = HFEngine(str(tiny_causal_lm_path), "fp32", 128, 0, {"vllm": {}})
-    executor = MultiTurnExecutor(str(env), load_agent_class(str(env), ("AgentInstance",)), str(tiny_causal_lm_path), 128, 3,
-                                 MultiTurnOptions(), media_processor=lambda: None)
+    executor = EnvironmentExecutor(load_agent_class(str(env), ("AgentInstance",)), str(tiny_causal_lm_path), 128, 3,
+                                 EpisodeOptions(), media_processor=lambda: None, source=f"--train.agent_func_path {env}")
     ids = executor.tokenizer("colour?")["input_ids"]
     [result] = executor.run([{"prompt_ids": ids, "prompt": "colour?", "label": "red", "max_tokens": 3, "seed": 1, "group": 0}],
                             engine, {"temperature": 1.0, "top_p": 1.0})
@@ -109,8 +109,8 @@ class AgentExecutor(AgentExecutorBase):
 
 def test_an_agent_executor_gets_the_prompts_images_and_its_calls_send_them(tiny_vlm_path: Path, tmp_path: Path) -> None:
     from rlhf_agents import load_agent_class
+    from rlhf_agents.episodes import EnvironmentExecutor, EpisodeOptions
     from rlhf_plugin_hf_generate.engine import HFEngine
-    from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
     from rlhf_plugin_vlm.processor import ImagePromptProcessor
 
     from rlhf.media import collate_media
@@ -121,8 +121,8 @@ def test_an_agent_executor_gets_the_prompts_images_and_its_calls_send_them(tiny_
     agent = tmp_path / "vlm_executor.py"
     agent.write_text(f"PROMPT_IDS = {prompt['prompt_ids']}\n" + EXECUTOR_FILE)
     engine = HFEngine(str(tiny_vlm_path), "fp32", 256, 0, {"vllm": {}})
-    executor = MultiTurnExecutor(str(agent), load_agent_class(str(agent), ("AgentExecutor",)), str(tiny_vlm_path), 256, 3,
-                                 MultiTurnOptions())
+    executor = EnvironmentExecutor(load_agent_class(str(agent), ("AgentExecutor",)), str(tiny_vlm_path), 256, 3,
+                                 EpisodeOptions())
     requests = [{"prompt_ids": prompt["prompt_ids"], "prompt": prompt["prompt"], "label": label, "max_tokens": 3,
                  "seed": 1, "group": 0, "media": prompt["media"]} for label in ("once", "twice")]
     once, twice = executor.run(requests, engine, {"temperature": 1.0, "top_p": 1.0})

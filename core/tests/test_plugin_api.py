@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import rlhf
-from rlhf.plugin_api import PUBLIC_MODULES, compare, snapshot_path, surface
+from rlhf.testing.api_surface import PUBLIC_MODULES, compare, snapshot_path, surface
 
-REGENERATE = "python -m rlhf.plugin_api --write"
+REGENERATE = "python -m rlhf.testing.api_surface --write"
 
 
 def test_public_signatures_match_the_snapshot_of_this_plugin_api_version() -> None:

@@ -202,9 +202,11 @@ class AgentExecutor(Protocol):
     ``prompt_ids``/``prompt`` (the first observation when the environment replaced the prompt) and
     ``agent`` (``{"reward", "score", "extra_logs"}``, or ``{"error": text}`` for a failed episode).
 
-    Optional trait (class attribute) the core reads: ``provides_rewards`` — the ``agent`` results
-    are the run's rewards (``--reward.on_error`` applies to failed episodes) instead of the reward
-    stage's terms.
+    Optional trait the core reads: ``provides_rewards`` — the ``agent`` results are the reward term
+    ``agent`` (``--reward.on_error`` applies to failed episodes), beside any other reward sources of
+    the run (``--reward.functions agent:0.8,format:0.2`` weighs it; its scores drive filtering unless
+    ``--reward.score_term`` names another term). A class attribute, or set on the instance (e.g. in
+    ``from_config``, when only some configurations reward their own episodes); read once per run.
     """
 
     def run(self, requests: list[GenerationRequest], engines: Any, sampling: dict[str, float]) -> list[GenerationResult]: ...

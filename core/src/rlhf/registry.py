@@ -52,6 +52,18 @@ class ComponentKind(str, Enum):
     def label(self) -> str:
         return self.value.replace("_", " ")
 
+    @property
+    def plugin_kind(self) -> str:
+        """The plugin kind (entry-point group ``rlhf.<kind>``) this component kind belongs to: what
+        ``rlhf plugins --kind`` matches a plugin by, whichever group the plugin's entry point is in."""
+        return _PLUGIN_KIND.get(self.value, "algorithms")
+
+
+_PLUGIN_KIND = {"reward_function": "rewards", "reward_shaper": "rewards", "agent_executor": "agents",
+                "model_loader": "models", "processor": "models", "optimizer": "optimizers", "scheduler": "optimizers",
+                "rollout_engine": "backends", "weight_sync_transport": "backends", "training_backend": "backends",
+                "command": "tools"}
+
 
 class ComponentError(ConfigError, LookupError):
     """A component name that is not registered, or a lazy target that does not import."""

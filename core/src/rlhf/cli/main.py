@@ -72,15 +72,12 @@ def build_parser(commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentP
     plugins.add_argument("--kind", help="only plugins of this kind (algorithms, rewards, agents, models, optimizers, …)")
     train = sub.add_parser("train", help="run a trainer: rlhf train NAME [flags] (rlhf train NAME --help)", add_help=False)
     train.add_argument("trainer", nargs="?", help="trainer name")
-    from rlhf.cli.lora_cmd import add_lora_parser
-
-    add_lora_parser(sub)
     for name, help_text in commands:  # listed in `rlhf --help`; run by run_plugin_command
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
-BUILTIN_COMMANDS = ("plugins", "train", "lora")
+BUILTIN_COMMANDS = ("plugins", "train")
 
 
 def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -> int:
@@ -134,12 +131,6 @@ def _dispatch(argv: list[str]) -> int:
         from rlhf.cli.plugins_cmd import show_plugins
 
         return show_plugins(host, as_json=args.json, kind=args.kind)
-    if args.command == "lora":
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        from rlhf.cli.lora_cmd import run_lora_command
-
-        return run_lora_command(args)
     from rlhf.cli.train_cmd import run_train
 
     return run_train(host, args.trainer, extra)

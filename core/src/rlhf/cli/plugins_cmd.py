@@ -6,10 +6,12 @@ import json
 import sys
 
 from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginRecord
+from rlhf.registry import ComponentKind
 
 
 def show_plugins(host: PluginHost, *, as_json: bool, kind: str | None) -> int:
-    records = [r for r in host.records if kind is None or r.kind == kind]
+    records = [r for r in host.records if kind is None or r.kind == kind or kind in _kinds_registered(r)]
     if as_json:
         json.dump([r.to_dict() for r in records], sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -33,3 +35,8 @@ def show_plugins(host: PluginHost, *, as_json: bool, kind: str | None) -> int:
         console = Console(width=200)
     console.print(table)
     return 0
+
+
+def _kinds_registered(record: PluginRecord) -> set[str]:
+    """The plugin kinds of what a plugin registers: a package with a reward and an estimator is both."""
+    return {ComponentKind(kind).plugin_kind for kind in record.components}

@@ -98,14 +98,13 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
 
     if cfg.ckpt.best_metric_key and not (cfg.eval.dataset and cfg.eval.steps > 0):
         raise ConfigError("--ckpt.best_metric_key ranks evaluations: set --eval.dataset and --eval.steps too")
-    remote_reward = bool(cfg.reward.remote_url or cfg.train.agent_func_path)
+    remote_reward = bool(cfg.reward.remote_url or cfg.reward.functions or _executor_rewards(cfg, host))
+    sources = "set --reward.functions, --reward.remote_url or --train.agent_func_path (or an agent executor whose environment rewards)"
     if cfg.eval.dataset and not remote_reward:
-        raise ConfigError("--eval.dataset needs a rule or remote reward: set --reward.remote_url or --train.agent_func_path")
+        raise ConfigError(f"--eval.dataset needs a rule or remote reward: {sources}")
     if cfg.algo.dynamic_filtering_enable:
         if not remote_reward:
-            raise ConfigError(
-                "--algo.dynamic_filtering_enable filters on rule/remote scores: set --reward.remote_url or --train.agent_func_path"
-            )
+            raise ConfigError(f"--algo.dynamic_filtering_enable filters on rule/remote scores: {sources}")
         if n < 2:
             raise ConfigError(f"--algo.dynamic_filtering_enable needs --rollout.n_samples_per_prompt >= 2 (got {n})")
 
@@ -155,3 +154,12 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         if kl.use_loss and kl.estimator == "k1":
             log.warning("KL as a loss works best with --algo.kl.estimator k2 or k3 (got k1)")
     return cfg
+
+
+def _executor_rewards(cfg: PPOConfig, host: PluginHost) -> bool:
+    """Whether the run's agent executor rewards its own episodes (``provides_rewards``); an unknown name is the
+    controller's error to report, with the installed executors."""
+    name = cfg.train.agent_executor
+    if name not in host.registry.names(ComponentKind.AGENT_EXECUTOR):
+        return False
+    return bool(getattr(host.registry.get(ComponentKind.AGENT_EXECUTOR, name), "provides_rewards", False))

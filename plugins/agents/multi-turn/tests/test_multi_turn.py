@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from rlhf_agents import load_agent_class
-from rlhf_plugin_multi_turn.executor import MultiTurnExecutor, MultiTurnOptions
+from rlhf_agents.episodes import EpisodeOptions
+from rlhf_plugin_multi_turn.executor import MultiTurnExecutor
 
 from rlhf.errors import ConfigError
 from rlhf.testing.conformance import AgentExecutorKit
@@ -36,8 +37,9 @@ class CountingEngines:
 
 
 def executor_for(path: Path, model: Path, *, max_len: int = 128, max_new_tokens: int = 4, timeout: float = 60.0):
-    return MultiTurnExecutor(str(path), load_agent_class(str(path), ("AgentInstance", "AgentExecutor")), str(model),
-                             max_len, max_new_tokens, MultiTurnOptions(step_timeout_s=timeout))
+    return MultiTurnExecutor(load_agent_class(str(path), ("AgentInstance", "AgentExecutor")), str(model), max_len,
+                             max_new_tokens, EpisodeOptions(step_timeout_s=timeout), source=f"--train.agent_func_path {path}",
+                             options_flag="--multi_turn.step_timeout_s")
 
 
 def requests_for(tokenizer, count: int, max_tokens: int = 4):

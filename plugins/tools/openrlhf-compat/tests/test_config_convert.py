@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 from pathlib import Path
 
@@ -107,22 +108,27 @@ def test_bare_flags_with_trainer_and_the_inference_commands(capsys) -> None:
     merge = ["--model_path", "base", "--lora_path", "adapter", "--output_path", "merged", "--is_rm", "--bf16"]
     assert main(["config", "convert", "--", "python", "-m", "openrlhf.cli.lora_combiner", *merge]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("rlhf lora merge"))
-    from rlhf.cli.main import build_parser
-
-    parsed = build_parser().parse_args(line.split()[1:])  # rlhf lora merge takes lora_combiner's flags as they are
+    parsed = lora_parser().parse_args(line.split()[2:])  # rlhf lora merge takes lora_combiner's flags as they are
     assert (parsed.model_path, parsed.lora_path, parsed.output_path, parsed.is_rm, parsed.param_dtype) == (
         "base", "adapter", "merged", True, "bf16")
 
 
 def test_lora_combiner_ds_param_dtype_converts_to_a_merge_that_parses(capsys) -> None:
     """OpenRLHF 0.11's lora_combiner (and its README) spell the dtype --ds.param_dtype."""
-    from rlhf.cli.main import build_parser
-
     merge = ["--model_path", "base", "--lora_path", "adapter", "--output_path", "merged", "--ds.param_dtype", "fp16"]
     assert main(["config", "convert", "--", "python", "-m", "openrlhf.cli.lora_combiner", *merge]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("rlhf lora merge"))
-    assert build_parser().parse_args(line.split()[1:]).param_dtype == "fp16"
-    assert build_parser().parse_args(["lora", "merge", *merge[:-1], "bf16"]).param_dtype == "bf16"
+    assert lora_parser().parse_args(line.split()[2:]).param_dtype == "fp16"
+    assert lora_parser().parse_args(["merge", *merge[:-1], "bf16"]).param_dtype == "bf16"
+
+
+def lora_parser() -> argparse.ArgumentParser:
+    """`rlhf lora`'s parser, as the CLI builds it from rlhf-plugin-lora-merge's command."""
+    from rlhf_plugin_lora_merge.command import LoraCommand
+
+    parser = argparse.ArgumentParser(prog="rlhf lora")
+    LoraCommand.add_arguments(parser)
+    return parser
 
 
 def test_convert_errors_are_one_line(tmp_path: Path) -> None:

@@ -362,11 +362,14 @@ README_FLAT_FLAGS = """--pretrain --reward_pretrain --critic_pretrain --save_pat
 
 
 def test_every_flat_flag_of_the_readmes_has_a_meaning() -> None:
+    import argparse
+
+    from rlhf_plugin_lora_merge.command import LoraCommand
     from rlhf_plugin_openrlhf_compat.tables import TABLES
 
-    from rlhf.cli.main import build_parser
-
-    lora_merge = build_parser()._subparsers._group_actions[0].choices["lora"]._subparsers._group_actions[0].choices["merge"]
+    lora = argparse.ArgumentParser(prog="rlhf lora")
+    LoraCommand.add_arguments(lora)
+    lora_merge = lora._subparsers._group_actions[0].choices["merge"]
     native = set(lora_merge._option_string_actions)  # lora_combiner's flags are rlhf lora merge's
     missing = [flag for flag in README_FLAT_FLAGS if flag not in native and not any(flag in t for t in TABLES.values())]
     assert not missing

@@ -106,3 +106,44 @@ def test_one_tiny_ppo_run_selects_every_generated_rl_component(new_plugins: dict
     assert [m["actor_lr"] for m in metrics] == pytest.approx([2.5e-4, 2.5e-4])
     logged = [json.loads(line) for line in (out / "demo_observer.jsonl").read_text().splitlines()]
     assert [entry["step"] for entry in logged] == [1, 2]
+
+
+def test_into_adds_components_of_other_kinds_to_one_package(tmp_path: Path) -> None:
+    """One package, three kinds: each component gets its module, its kit test and its registration; the kits
+    pass, `rlhf plugins` lists all of them, and `--kind` finds the package under every kind it registers."""
+    assert main(["plugin", "new", "reward-function", "pack_reward", "--dir", str(tmp_path / "src")]) == 0
+    package = tmp_path / "src" / "rlhf-plugin-pack-reward"
+    for kind, name in (("advantage-estimator", "pack_estimator"), ("reward-function", "pack_bonus")):
+        assert main(["plugin", "new", kind, name, "--into", str(package)]) == 0
+    assert_user_error(run_rlhf("plugin", "new", "observer", "pack_observer", "--into", str(package)), "--into", "observer")
+    assert_user_error(run_rlhf("plugin", "new", "reward-function", "pack_bonus", "--into", str(package)), "already exists")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--target", str(tmp_path / "site"), str(package)], check=True, timeout=600,
+                   env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    env = with_site(tmp_path / "site")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(package / "tests")],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path, env=child_env(**env))
+    assert result.returncode == 0 and " passed" in result.stdout and "failed" not in result.stdout, result.stdout[-4000:]
+    records = {r["name"]: r for r in json.loads(assert_ok(run_rlhf("plugins", "--json", env=env)).stdout)}
+    assert records["pack_reward"]["components"] == {"advantage_estimator": ["pack_estimator"],
+                                                   "reward_function": ["pack_bonus", "pack_reward"]}
+    for kind in ("rewards", "algorithms"):
+        listed = json.loads(assert_ok(run_rlhf("plugins", "--json", "--kind", kind, env=env)).stdout)
+        assert "pack_reward" in {r["name"] for r in listed}
+
+
+@pytest.mark.slow
+def test_a_generated_multi_turn_environment_trains_two_steps_beside_a_reward_function(new_plugins: dict[str, Path], task_files,
+                                                                                    tiny_causal_lm_path, tmp_path: Path) -> None:
+    """`rlhf plugin new agent-environment` (public API only: test_plugin_api checks the templates) selects by name, runs
+    its episodes over the engine, and its reward is the term `agent` beside a reward function's, weighted."""
+    flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=2),
+             "--vllm.num_engines", "0", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
+             "--algo.advantage.estimator", "group_norm", "--train.agent_executor", "demo_agent_environment",
+             "--reward.functions", "agent:0.5,demo_reward_function:1.0"]
+    assert_ok(run_rlhf("train", "ppo", *flags, env=with_site(new_plugins["site"]), timeout=600))
+    metrics = read_metrics(tmp_path / "out")
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m in metrics:
+        assert 1 <= m["reward/agent/turns"] <= 3  # the environment's own log: episodes of one to three turns
+        assert m["reward"] == pytest.approx(0.5 * m["reward/agent"] + m["reward/demo_reward_function"], abs=1e-5)

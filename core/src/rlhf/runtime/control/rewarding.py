@@ -21,27 +21,42 @@ from rlhf.runtime.workers.batch import Sample
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
 
+#: The reward term of an agent executor's environments (``--reward.functions agent:W`` weighs it).
+AGENT_TERM = "agent"
+
 
 class RewardStage:
     """``agent_rewards``: the agent executor's environments reward the episodes (OpenRLHF's
-    ``--train.agent_func_path``); their results form the single term ``agent``, under ``--reward.on_error``."""
+    ``--train.agent_func_path``); their results form the term ``agent``, under ``--reward.on_error``. Other reward
+    sources of the run (``--reward.functions``, ``--reward.remote_url``, a reward model) are terms beside it; its
+    weight is 1 unless ``--reward.functions`` names it (``agent:0.8,format:0.2``), and its scores drive filtering
+    and eval unless ``--reward.score_term`` names another term."""
 
     def __init__(self, config: PPOConfig, registry: Any, agent_rewards: bool = False) -> None:
         self.reward_models: list[Any] = []  # WorkerGroups, one per path in reward_model_paths
         self.agent_rewards = agent_rewards
-        self.composite = self._agent_term(config) if agent_rewards else self._terms(config, registry)
+        source = (f"--train.agent_func_path {config.train.agent_func_path}" if config.train.agent_func_path
+                  else f"--train.agent_executor {config.train.agent_executor}")
+        agent = functools.partial(call_reward, agent_reward, source=source) if agent_rewards else None
+        self.composite = self._terms(config, registry, agent)
         shapers = [build(reg.load(), config) for reg in registry.registrations(K.REWARD_SHAPER)]
         self.shapers = sorted((s for s in shapers if s.active), key=lambda s: s.order)
 
-    def _terms(self, config: PPOConfig, registry: Any) -> Any:
-        """The composite reward: ``--reward.functions`` terms, the ``--reward.remote_url`` file, the reward model."""
+    def _terms(self, config: PPOConfig, registry: Any, agent: Any = None) -> Any:
+        """The composite reward: the environments' term ``agent`` (when ``agent`` is given), ``--reward.functions``
+        terms, the ``--reward.remote_url`` file, the reward model."""
 
         try:
             specs = parse_terms(config.reward.functions, config.reward.on_error)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         terms: list[tuple[TermSpec, Any]] = []
+        if agent is not None and AGENT_TERM not in [spec.name for spec in specs]:
+            terms.append((TermSpec(AGENT_TERM, 1.0, config.reward.on_error), agent))
         for spec in specs:
+            if spec.name == AGENT_TERM and agent is not None:
+                terms.append((spec, agent))
+                continue
             function = build(registry.get(K.REWARD_FUNCTION, spec.name, flag="--reward.functions"), config)
             _check_labels(function, f"reward function {spec.name!r} (--reward.functions)", config)
             terms.append((spec, functools.partial(call_reward, function, source=f"reward function {spec.name!r}")))
@@ -66,21 +81,11 @@ class RewardStage:
         if not terms:
             raise ConfigError("no reward source: set --reward.functions, --reward.remote_url (a reward_func .py file) "
                               "or --reward.model_name_or_path")
+        score_term = config.reward.score_term or (AGENT_TERM if agent is not None else None)
         try:
-            return CompositeReward(terms, config.reward.score_term)
+            return CompositeReward(terms, score_term)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-
-    def _agent_term(self, config: PPOConfig) -> Any:
-        self.reward_model_paths = []
-        others = [flag for flag, value in (("--reward.functions", config.reward.functions),
-                                           ("--reward.remote_url", config.reward.remote_url),
-                                           ("--reward.model_name_or_path", config.reward.model_name_or_path)) if value]
-        if others:
-            raise ConfigError(f"--train.agent_executor {config.train.agent_executor}: the agent's environment gives the "
-                              f"rewards, so {', '.join(others)} would be ignored; drop it or reward inside the agent")
-        term = functools.partial(call_reward, agent_reward, source=f"--train.agent_func_path {config.train.agent_func_path}")
-        return CompositeReward([(TermSpec("agent", 1.0, config.reward.on_error), term)], score_term="agent")
 
     def _reward_model_term(self, index: int, queries: list[str], prompts: list[str], labels: list[Any], **columns: Any) -> Any:
         rewards = self.reward_models[index].call_split(

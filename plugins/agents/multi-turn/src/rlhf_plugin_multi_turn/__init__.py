@@ -1,4 +1,5 @@
-"""Multi-turn agent executor: OpenRLHF's agent-file contract over the rollout engines.
+"""Multi-turn agent executor: OpenRLHF's agent-file contract over the rollout engines
+(the episodes are run by :class:`rlhf_agents.episodes.EnvironmentExecutor`).
 
 ``--train.agent_func_path env.py`` (which selects ``--train.agent_executor multi_turn``) loads
 ``env.py``'s ``AgentInstance(rlhf_agents.AgentInstanceBase)`` — or an ``AgentExecutor(AgentExecutorBase)``
@@ -30,4 +31,4 @@ def rlhf_register_agent_executors(register):
 
 @rlhf.hookimpl
 def rlhf_register_options(register):
-    register("rlhf_plugin_multi_turn.executor:MultiTurnOptions", namespace="multi_turn")
+    register("rlhf_agents.episodes:EpisodeOptions", namespace="multi_turn")

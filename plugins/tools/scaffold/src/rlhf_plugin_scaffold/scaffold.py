@@ -34,6 +34,7 @@ class TemplateKind:
     suffix: str  # appended to the CamelCase name to name the component class
     doc: str  # its page under docs/plugins/
     select: str  # how a run uses it, with {name}; shown in the README
+    libraries: tuple[str, ...] = ()  # rlhf libraries its code builds on, added to the package's dependencies
 
 
 KINDS: dict[str, TemplateKind] = {k.name: k for k in (
@@ -49,6 +50,9 @@ KINDS: dict[str, TemplateKind] = {k.name: k for k in (
                  "sample-filter.md", "registered; the PPO loop selects filters by their own flags (see docs/plugins/sample-filter.md)"),
     TemplateKind("agent-executor", ComponentKind.AGENT_EXECUTOR, "agents", "executor", "AgentExecutorKit", "Executor",
                  "agent-executor.md", "registered; see docs/plugins/agent-executor.md for how the PPO loop picks its executor"),
+    TemplateKind("agent-environment", ComponentKind.AGENT_EXECUTOR, "agents", "environment", "AgentExecutorKit", "Executor",
+                 "agent-environment.md", "rlhf train ppo --train.agent_executor {name} --data.label_key label …",
+                 ("rlhf-agents",)),
     TemplateKind("trainer", ComponentKind.TRAINER, "algorithms", "trainer", "TrainerKit", "Trainer", "trainer.md", "rlhf train {name} --message hello"),
     TemplateKind("command", ComponentKind.COMMAND, "tools", "command", "CommandKit", "Command", "command.md", "rlhf {name} --who you"),
     TemplateKind("optimizer", ComponentKind.OPTIMIZER, "optimizers", "optimizer", "OptimizerKit", "Optimizer", "optimizer.md", "rlhf train ppo --actor.optim {name} --critic.optim {name} …"),
@@ -91,17 +95,19 @@ def core_range() -> str:
     return f">={major}.{minor},<{major}.{minor + 1}"
 
 
-def render(kind: str, name: str) -> dict[str, str]:
-    """The files of a new plugin package, by path relative to the package directory."""
+def render(kind: str, name: str, *, package: str | None = None, module: str | None = None) -> dict[str, str]:
+    """The files of a new plugin package, by path relative to the package directory; ``package`` and ``module``
+    name an existing import package and a new module in it (see :func:`add_component`)."""
     spec, name = template_kind(kind), check_name(name)
-    package = f"rlhf_plugin_{name}"
+    package = package or f"rlhf_plugin_{name}"
+    module = module or spec.module
     values = {
         "name": name, "package": package, "distribution": f"rlhf-plugin-{name.replace('_', '-')}",
-        "group": spec.group, "module": spec.module, "kit": spec.kit, "kind": spec.name,
+        "group": spec.group, "module": module, "kit": spec.kit, "kind": spec.name,
         "label": spec.component.label if spec.component else "lifecycle observer",
         "hook": spec.component.hook_name if spec.component else "",
-        "Class": class_name(name, spec.suffix),
-        "core_range": core_range(), "api": str(PLUGIN_API_VERSION), "doc": spec.doc,
+        "Class": class_name(name, spec.suffix), "Camel": "".join(part.capitalize() for part in name.split("_")),
+        "core_range": core_range(), "libraries": "".join(f', "{lib}{core_range()}"' for lib in spec.libraries), "api": str(PLUGIN_API_VERSION), "doc": spec.doc,
         "select": spec.select.format(name=name),
     }
     root = resources.files("rlhf_plugin_scaffold") / "templates" / "plugin"
@@ -109,7 +115,7 @@ def render(kind: str, name: str) -> dict[str, str]:
         "pyproject.toml": "pyproject.toml.tmpl",
         "README.md": "README.md.tmpl",
         f"src/{package}/__init__.py": "__init__.py.tmpl",
-        f"src/{package}/{spec.module}.py": "component.py.tmpl",
+        f"src/{package}/{module}.py": "component.py.tmpl",
         f"tests/test_{name}.py": "test.py.tmpl",
     }
     files = {}
@@ -134,3 +140,36 @@ def write_plugin(kind: str, name: str, parent: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return directory
+
+
+def add_component(kind: str, name: str, directory: Path) -> list[Path]:
+    """Add a ``kind`` component ``name`` to the existing plugin package in ``directory`` (one with a ``src/<package>/``
+    and a ``tests/`` folder, as ``rlhf plugin new`` writes): its module ``src/<package>/<name>.py``, its kit test
+    ``tests/test_<name>.py``, and its registration (and options, under the namespace ``name``) appended to the
+    package's ``__init__.py``. The added hook functions are named after the component and bound to their hooks
+    with ``specname``, so several components of one kind register side by side. Returns the files written."""
+    spec = template_kind(kind)
+    if spec.component is None:
+        raise ConfigError(f"rlhf plugin new {spec.name} --into: an observer's hooks share the module's state; "
+                          "write it as a package of its own (without --into)")
+    inits = sorted(Path(directory).glob("src/*/__init__.py"))
+    if len(inits) != 1 or not (Path(directory) / "tests").is_dir():
+        raise ConfigError(f"rlhf plugin new --into {directory}: not a plugin package with one src/<package>/__init__.py "
+                          "and a tests/ folder (as rlhf plugin new writes)")
+    init = inits[0]
+    package = init.parent.name
+    files = render(kind, name, package=package, module=name)
+    targets = {init.parent / f"{name}.py": files[f"src/{package}/{name}.py"],
+               Path(directory) / "tests" / f"test_{name}.py": files[f"tests/test_{name}.py"]}
+    for path in targets:
+        if path.exists():
+            raise ConfigError(f"rlhf plugin new --into: {path} already exists; choose another name")
+    hooks = files[f"src/{package}/__init__.py"].split("\n\n\n@rlhf.hookimpl", 1)[1]
+    # def rlhf_register_x(register): -> @rlhf.hookimpl(specname="rlhf_register_x") def <name>_register_x(register):
+    hooks = re.sub(r"\ndef (rlhf_(\w+))\(", lambda m: f'(specname="{m.group(1)}")\ndef {name}_{m.group(2)}(',
+                   "@rlhf.hookimpl" + hooks)
+    hooks = hooks.replace("\n\n\n@rlhf.hookimpl\n", "\n\n\n@rlhf.hookimpl")
+    for path, text in targets.items():
+        path.write_text(text)
+    init.write_text(init.read_text().rstrip("\n") + "\n\n\n" + hooks)
+    return [init, *targets]

@@ -6,7 +6,7 @@ declared attributes and bases, an enum's members. docs/plugin-api.md says what i
 what a change bumps; ``core/tests/test_plugin_api.py`` compares ``surface()`` with the snapshot
 of the current :data:`rlhf.PLUGIN_API_VERSION`.
 
-``python -m rlhf.plugin_api --write`` rewrites that snapshot (after an additive change, or
+``python -m rlhf.testing.api_surface --write`` rewrites that snapshot (after an additive change, or
 with a version bump).
 """
 
@@ -59,7 +59,7 @@ PUBLIC_MODULES = (
     "rlhf.testing.conformance",
 )
 
-SNAPSHOT_DIR = Path(__file__).resolve().parents[2] / "tests" / "data"
+SNAPSHOT_DIR = Path(__file__).resolve().parents[3] / "tests" / "data"
 
 
 def snapshot_path(version: int) -> Path:
@@ -128,7 +128,7 @@ def compare(snapshot: dict[str, str], current: dict[str, str]) -> tuple[list[str
 
 def main(argv: list[str]) -> int:
     if argv != ["--write"]:
-        print("usage: python -m rlhf.plugin_api --write", file=sys.stderr)
+        print("usage: python -m rlhf.testing.api_surface --write", file=sys.stderr)
         return 2
     path = snapshot_path(PLUGIN_API_VERSION)
     path.write_text(json.dumps({"plugin_api_version": PLUGIN_API_VERSION, "surface": surface()}, indent=1, sort_keys=True) + "\n")
