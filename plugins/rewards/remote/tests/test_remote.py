@@ -139,3 +139,16 @@ class TestRemoteRewardContract(RewardFunctionKit):
 
     def make_component(self) -> RemoteReward:
         return RemoteReward([self.server.url], FAST)
+
+
+def test_the_client_sends_the_api_key_of_its_environment(monkeypatch) -> None:
+    """A key-protected `rlhf serve reward`: the run's key (RLHF_REWARD_API_KEY, never stored in the run's config)
+    opens it; without it the 401 is a RewardSourceError that says which variable to set, after one try."""
+    app = build_app(lambda queries, prompts, labels, **_: [float(len(q)) for q in queries], "length", api_key="k3y")
+    with LoopbackServer(app) as server:
+        monkeypatch.delenv("RLHF_REWARD_API_KEY", raising=False)
+        hits = RemoteReward([server.url], RemoteOptions(retries=3, backoff_s=0))
+        with pytest.raises(RewardSourceError, match=r"failed after 1 try: answered HTTP 401.*RLHF_REWARD_API_KEY"):
+            hits(["abc"], [""], [""])
+        monkeypatch.setenv("RLHF_REWARD_API_KEY", "k3y")
+        assert RemoteReward([server.url])(["abc", "a"], ["", ""], ["", ""])["rewards"] == [3.0, 1.0]

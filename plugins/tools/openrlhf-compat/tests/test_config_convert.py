@@ -141,3 +141,28 @@ def test_convert_errors_are_one_line(tmp_path: Path) -> None:
     assert_user_error(run_rlhf("config", "convert", "--trainer", "ppo", "--", "--train_batch_size", "abc"),
                       "--train.batch_size")
     assert_ok(run_rlhf("config", "convert", "--help"))
+
+
+def test_serve_rm_converts_to_rlhf_serve_reward_and_runs_as_it_is(capsys) -> None:
+    """OpenRLHF 0.11's serve_rm flags (and 0.9's flat ones) -> `rlhf serve reward`, whose parser takes the result."""
+    import argparse
+
+    from rlhf_plugin_reward_server.command import ServeCommand
+
+    old = ["python", "-m", "openrlhf.cli.serve_rm", "--reward.model_name_or_path", "rm", "--reward.normalize_enable",
+           "--ds.value_head_prefix", "score", "--data.max_len", "512", "--ds.param_dtype", "bf16", "--port", "6000",
+           "--api-key", "k", "--ds.attn_implementation", "flash_attention_2", "--batch_size", "4"]
+    assert main(["config", "convert", "--", *old]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("rlhf serve reward"))
+    assert line == ("rlhf serve reward --model rm --normalize --max_len 512 --dtype bf16 --port 6000 --api_key k "
+                    "--batch_size 4")
+    parser = argparse.ArgumentParser()
+    ServeCommand.add_arguments(parser)
+    args = parser.parse_args(line.split()[2:])
+    assert (args.model, args.normalize, args.max_len, args.dtype, args.port, args.batch_size) == ("rm", True, 512, "bf16", 6000, 4)
+    assert main(["config", "convert", "--", "python", "-m", "openrlhf.cli.serve_rm", "--reward_pretrain", "rm",
+                 "--normalize_reward", "--bf16"]) == 0
+    assert "rlhf serve reward --model rm --normalize --dtype bf16" in capsys.readouterr().out
+    assert_user_error(run_rlhf("serve", "reward", "--reward.model_name_or_path", "rm", "--ds.value_head_prefix",
+                               "value_head"), "--ds.value_head_prefix", "score")
+    assert_user_error(run_rlhf("serve", "reward", "--reward_pretrain", "rm", "--use_ms"), "--use_ms", "ModelScope")

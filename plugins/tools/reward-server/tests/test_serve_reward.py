@@ -59,3 +59,49 @@ def test_binds_loopback_by_default() -> None:
     ServeCommand.add_arguments(parser)
     args = parser.parse_args(["reward", "--function", "x"])
     assert args.host == "127.0.0.1" and args.port == 5000
+
+
+def test_a_server_with_an_api_key_answers_only_requests_that_carry_it(served, monkeypatch) -> None:
+    monkeypatch.setenv("RLHF_REWARD_API_KEY", "s3cret")  # the server's process inherits it: no key on its command line
+    base = served("--function", "math_answer")
+    body = {"query": ["Q: 1+1=2"], "prompts": ["Q:"], "labels": ["2"]}
+    refused = httpx.post(f"{base}/get_reward", json=body)
+    assert refused.status_code == 401 and "API key" in refused.json()["error"]
+    assert httpx.post(f"{base}/get_reward", json=body, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    for header in ({"Authorization": "Bearer s3cret"}, {"X-Api-Key": "s3cret"}):
+        assert httpx.post(f"{base}/get_reward", json=body, headers=header).json()["rewards"] == [1.0]
+    assert httpx.get(f"{base}/health").status_code == 200  # health checks need no key
+
+
+def test_a_reward_model_scores_in_batches_cut_to_max_len_and_normalised(tiny_reward_model_path, tmp_path) -> None:
+    import random
+
+    import torch
+    from rlhf_plugin_reward_server.server import model_reward
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from rlhf.errors import ConfigError
+
+    rng = random.Random(0)
+    queries = [" ".join(rng.choice(["one", "two", "plus", "equals", "what"]) for _ in range(rng.randint(2, 12)))
+               for _ in range(5)]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_reward_model_path)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_reward_model_path, num_labels=1).eval()
+
+    def direct(texts, max_len=None):
+        with torch.no_grad():
+            return [model(**tokenizer([t], truncation=max_len is not None, max_length=max_len,
+                                      return_tensors="pt")).logits[0, 0].item() for t in texts]
+
+    whole = model_reward(str(tiny_reward_model_path))(queries, [""] * 5, [""] * 5)
+    assert whole == pytest.approx(direct(queries), abs=1e-4)
+    assert model_reward(str(tiny_reward_model_path), batch_size=2)(queries, [""] * 5, [""] * 5) == pytest.approx(whole, abs=1e-4)
+    cut = model_reward(str(tiny_reward_model_path), max_len=3)(queries, [""] * 5, [""] * 5)
+    assert cut == pytest.approx(direct(queries, max_len=3), abs=1e-4)
+    with pytest.raises(ConfigError, match="--normalize needs the reward statistics"):
+        model_reward(str(tiny_reward_model_path), normalize=True)
+    model.config.mean, model.config.std = 0.25, 2.0
+    model.save_pretrained(tmp_path / "rm")
+    tokenizer.save_pretrained(tmp_path / "rm")
+    normalized = model_reward(str(tmp_path / "rm"), normalize=True)(queries, [""] * 5, [""] * 5)
+    assert normalized == pytest.approx([(v - 0.25) / 2.0 for v in whole], abs=1e-4)

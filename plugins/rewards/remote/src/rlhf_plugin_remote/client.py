@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,6 +15,9 @@ from rlhf.errors import ConfigError, RewardSourceDown, RewardSourceError
 from rlhf_plugin_remote.answer import FailedTry, read_answer
 
 log = logging.getLogger("rlhf.rewards.remote")
+
+#: The shared secret of a key-protected reward server (``rlhf serve reward --api_key``), sent as a Bearer token.
+API_KEY_ENV = "RLHF_REWARD_API_KEY"
 
 
 class RemoteOptions(BaseModel):
@@ -59,7 +63,9 @@ class RemoteReward:
         count, servers = len(queries), len(self.urls)
         chunks = [range(i * count // servers, (i + 1) * count // servers) for i in range(servers)]  # contiguous, even
         merged: dict[str, Any] = {"rewards": [], "scores": [], "extra_logs": {}}
-        with httpx.Client(timeout=self.options.timeout_s) as client:
+        key = os.environ.get(API_KEY_ENV)  # a secret: read from the environment, never stored in the run's config
+        headers = {"Authorization": f"Bearer {key}"} if key else None
+        with httpx.Client(timeout=self.options.timeout_s, headers=headers) as client:
             for offset, rows in enumerate(chunks):
                 if not rows:
                     continue

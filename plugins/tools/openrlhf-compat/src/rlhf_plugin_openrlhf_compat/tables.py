@@ -328,13 +328,38 @@ CHAT: dict[str, Entry] = {
     "--disable_fast_tokenizer": Ignored("the fast tokenizer is always used"),
 }
 
+#: OpenRLHF's ``serve_rm`` (flat <= 0.9 flags and 0.11's dotted ones) for ``rlhf serve reward --model``.
+_SERVER_LOADS = "rlhf serve reward loads the model with transformers' defaults"
+SERVE: dict[str, Entry] = {
+    "--reward_pretrain": Rename("--model"),
+    "--reward.model_name_or_path": Rename("--model"),
+    "--normalize_reward": Rename("--normalize"),
+    "--reward.normalize_enable": Rename("--normalize"),
+    "--value_head_prefix": Choice({"score": ()}),  # transformers' sequence-classification head, which rlhf's RMs use
+    "--ds.value_head_prefix": Choice({"score": ()}),
+    "--data.max_len": Rename("--max_len"),
+    "--bf16": Switch(("--dtype", "bf16")),
+    "--ds.param_dtype": Rename("--dtype"),
+    "--api-key": Rename("--api_key"),
+    "--flash_attn": Ignored(_SERVER_LOADS),
+    "--ds.attn_implementation": Ignored(_SERVER_LOADS),
+    "--ds.experts_implementation": Ignored(_SERVER_LOADS),
+    "--ds.packing_samples": Ignored("the server scores padded batches"),
+    "--load_in_4bit": Ignored("4-bit loading (QLoRA) is a training option; the server loads the model whole"),
+    "--ds.load_in_4bit": Ignored("4-bit loading (QLoRA) is a training option; the server loads the model whole"),
+    "--disable_fast_tokenizer": Ignored("the fast tokenizer is always used"),
+    "--data.disable_fast_tokenizer": Ignored("the fast tokenizer is always used"),
+    "--use_ms": Removed("ModelScope downloads are not supported; download the model and pass its directory to --model"),
+}
+
 #: Table of each command family; trainers pick theirs by config class (see legacy_translation.table_for).
-TABLES: dict[str, dict[str, Entry]] = {"ppo": PPO, "supervised": SUPERVISED, "generate": GENERATE, "chat": CHAT}
+TABLES: dict[str, dict[str, Entry]] = {"ppo": PPO, "supervised": SUPERVISED, "generate": GENERATE, "chat": CHAT,
+                                       "serve": SERVE}
 
 #: OpenRLHF modules (``python -m openrlhf.cli.X``) and the rlhf command line that replaces each.
 OPENRLHF_MODULES: dict[str, tuple[str, ...]] = {
     "train_ppo_ray": ("train", "ppo"), "train_ppo": ("train", "ppo"), "train_sft": ("train", "sft"),
     "train_rm": ("train", "rm"), "train_dpo": ("train", "dpo"), "train_kto": ("train", "kto"),
     "train_prm": ("train", "prm"), "train_kd": ("train", "kd"), "batch_inference": ("generate",),
-    "interactive_chat": ("chat",), "lora_combiner": ("lora", "merge"),  # lora merge takes lora_combiner's flags
+    "interactive_chat": ("chat",), "lora_combiner": ("lora", "merge"), "serve_rm": ("serve", "reward"),  # lora merge takes lora_combiner's flags
 }

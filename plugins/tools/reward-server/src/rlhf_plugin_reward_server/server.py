@@ -14,6 +14,7 @@ fit the protocol, 500 when the reward raises or returns NaN/infinity (JSON canno
 
 from __future__ import annotations
 
+import hmac
 import logging
 import math
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rlhf.errors import ConfigError
-from rlhf.models.loading import check_model_source
+from rlhf.models.loading import check_model_source, torch_dtype
 from rlhf.reward_output import non_finite_samples
 from rlhf.reward_terms import call_reward
 
@@ -32,22 +33,36 @@ DISCARD_MAX_BYTES = 1024**3  # past this much of a refused body, the connection 
 PROTOCOL = '{"query": [str], "prompts": [str] (optional), "labels": [...] (optional)}'
 
 
-def model_reward(path: str) -> Any:
-    """A batched reward function backed by a reward model: the head's value at the last token."""
+def model_reward(path: str, *, dtype: str = "fp32", max_len: int | None = None, batch_size: int | None = None,
+                 normalize: bool = False) -> Any:
+    """A batched reward function backed by a reward model: the head's value at the last token, in batches of
+    ``batch_size`` queries (None: the whole request) cut to ``max_len`` tokens (None: whole). ``normalize``:
+    ``(value - mean) / std`` with the statistics ``rlhf train rm`` records in the model's ``config.json``."""
     check_model_source(path, "--model")
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1).eval()
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch_dtype(dtype)).eval()
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--model {path}: cannot load a reward model from it ({type(exc).__name__}: {exc})") from exc
+    mean, std = getattr(model.config, "mean", None), getattr(model.config, "std", None)
+    if normalize and (mean is None or not std):
+        raise ConfigError(f"--model {path}: --normalize needs the reward statistics (mean, std) that rlhf train rm "
+                          "records in config.json, and this model has none; serve it without --normalize")
+    shift, scale = (float(mean), float(std)) if normalize else (0.0, 1.0)
 
     def reward(queries: list[str], prompts: list[str], labels: list[Any], **kwargs: Any) -> list[float]:
-        encoded = tokenizer(queries, padding=True, return_tensors="pt")
-        with torch.no_grad():
-            return model(**encoded).logits[:, 0].float().tolist()
+        step = batch_size or max(1, len(queries))
+        out: list[float] = []
+        for start in range(0, len(queries), step):
+            encoded = tokenizer(queries[start:start + step], padding=True, truncation=max_len is not None,
+                                max_length=max_len, return_tensors="pt")
+            with torch.no_grad():
+                values = model(**encoded).logits[:, 0].float()
+            out += ((values - shift) / scale).tolist()
+        return out
 
     return reward
 
@@ -147,8 +162,18 @@ def _non_finite(out: Any) -> str | None:
     return next((f"{value} in extra_logs {key!r}" for key, value in out.extra_logs.items() if not math.isfinite(value)), None)
 
 
+def authorized(headers: Any, api_key: str | None) -> bool:
+    """Whether a request carries ``api_key`` (``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``); any request
+    passes when the server has no key."""
+    if not api_key:
+        return True
+    bearer = headers.get("authorization", "")
+    offered = [bearer[7:].strip() if bearer.lower().startswith("bearer ") else "", headers.get("x-api-key", "")]
+    return any(key and hmac.compare_digest(key.encode(), api_key.encode()) for key in offered)
+
+
 def build_app(reward: Any, name: str, source: str | None = None,
-              max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Any:
+              max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, api_key: str | None = None) -> Any:
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
     from starlette.concurrency import run_in_threadpool
@@ -161,6 +186,9 @@ def build_app(reward: Any, name: str, source: str | None = None,
         return {"status": "ok", "reward": name}
 
     async def get_reward(request: Any) -> JSONResponse:
+        if not authorized(request.headers, api_key):
+            return JSONResponse({"error": "this server needs its API key: send Authorization: Bearer KEY or X-Api-Key: KEY "
+                                          "(an rlhf run sends the key in its environment variable RLHF_REWARD_API_KEY)"}, status_code=401)
         try:
             parsed = parse_request(await read_body(request, max_request_bytes))
         except RequestRefused as refused:
