@@ -28,7 +28,6 @@ class TemplateKind:
 
     name: str
     component: ComponentKind | None  # None: a lifecycle observer (hooks, no component)
-    group: str  # entry-point group suffix: rlhf.<group>
     module: str  # the component module's file stem
     kit: str  # the rlhf.testing.conformance class its test subclasses
     suffix: str  # appended to the CamelCase name to name the component class
@@ -36,36 +35,41 @@ class TemplateKind:
     select: str  # how a run uses it, with {name}; shown in the README
     libraries: tuple[str, ...] = ()  # rlhf libraries its code builds on, added to the package's dependencies
 
+    @property
+    def group(self) -> str:
+        """The entry-point group suffix (``rlhf.<group>``): the plugin kind of what it registers."""
+        return self.component.plugin_kind if self.component is not None else "algorithms"
+
 
 KINDS: dict[str, TemplateKind] = {k.name: k for k in (
-    TemplateKind("advantage-estimator", ComponentKind.ADVANTAGE_ESTIMATOR, "algorithms", "estimator", "AdvantageEstimatorKit",
+    TemplateKind("advantage-estimator", ComponentKind.ADVANTAGE_ESTIMATOR, "estimator", "AdvantageEstimatorKit",
                  "Estimator", "advantage-estimator.md", "rlhf train ppo --algo.advantage.estimator {name} --rollout.n_samples_per_prompt 4 …"),
-    TemplateKind("policy-loss", ComponentKind.POLICY_LOSS, "algorithms", "loss", "PolicyLossKit", "Loss", "policy-loss.md", "rlhf train ppo --actor.policy_loss_type {name} …"),
-    TemplateKind("kl-estimator", ComponentKind.KL_ESTIMATOR, "algorithms", "kl", "KLEstimatorKit", "KL", "kl-estimator.md", "rlhf train ppo --algo.kl.estimator {name} --algo.kl.init_coef 0.01 …"),
-    TemplateKind("reward-function", ComponentKind.REWARD_FUNCTION, "rewards", "reward", "RewardFunctionKit", "Reward",
+    TemplateKind("policy-loss", ComponentKind.POLICY_LOSS, "loss", "PolicyLossKit", "Loss", "policy-loss.md", "rlhf train ppo --actor.policy_loss_type {name} …"),
+    TemplateKind("kl-estimator", ComponentKind.KL_ESTIMATOR, "kl", "KLEstimatorKit", "KL", "kl-estimator.md", "rlhf train ppo --algo.kl.estimator {name} --algo.kl.init_coef 0.01 …"),
+    TemplateKind("reward-function", ComponentKind.REWARD_FUNCTION, "reward", "RewardFunctionKit", "Reward",
                  "reward-function.md", "rlhf train ppo --reward.functions {name} --data.label_key label …"),
-    TemplateKind("reward-shaper", ComponentKind.REWARD_SHAPER, "rewards", "shaper", "RewardShaperKit", "Shaper",
+    TemplateKind("reward-shaper", ComponentKind.REWARD_SHAPER, "shaper", "RewardShaperKit", "Shaper",
                  "reward-shaper.md", "rlhf train ppo --{name}.per_token 0.01 …   (every installed shaper is built; it runs when its option is set)"),
-    TemplateKind("sample-filter", ComponentKind.SAMPLE_FILTER, "algorithms", "sample_filter", "SampleFilterKit", "Filter",
+    TemplateKind("sample-filter", ComponentKind.SAMPLE_FILTER, "sample_filter", "SampleFilterKit", "Filter",
                  "sample-filter.md", "registered; the PPO loop selects filters by their own flags (see docs/plugins/sample-filter.md)"),
-    TemplateKind("agent-executor", ComponentKind.AGENT_EXECUTOR, "agents", "executor", "AgentExecutorKit", "Executor",
+    TemplateKind("agent-executor", ComponentKind.AGENT_EXECUTOR, "executor", "AgentExecutorKit", "Executor",
                  "agent-executor.md", "registered; see docs/plugins/agent-executor.md for how the PPO loop picks its executor"),
-    TemplateKind("agent-environment", ComponentKind.AGENT_EXECUTOR, "agents", "environment", "AgentExecutorKit", "Executor",
+    TemplateKind("agent-environment", ComponentKind.AGENT_EXECUTOR, "environment", "AgentExecutorKit", "Executor",
                  "agent-environment.md", "rlhf train ppo --train.agent_executor {name} --data.label_key label …",
                  ("rlhf-agents",)),
-    TemplateKind("trainer", ComponentKind.TRAINER, "algorithms", "trainer", "TrainerKit", "Trainer", "trainer.md", "rlhf train {name} --message hello"),
-    TemplateKind("command", ComponentKind.COMMAND, "tools", "command", "CommandKit", "Command", "command.md", "rlhf {name} --who you"),
-    TemplateKind("optimizer", ComponentKind.OPTIMIZER, "optimizers", "optimizer", "OptimizerKit", "Optimizer", "optimizer.md", "rlhf train ppo --actor.optim {name} --critic.optim {name} …"),
-    TemplateKind("scheduler", ComponentKind.SCHEDULER, "optimizers", "scheduler", "SchedulerKit", "Scheduler", "scheduler.md", "rlhf train ppo --actor.lr_scheduler {name} --critic.lr_scheduler {name} …"),
-    TemplateKind("model-loader", ComponentKind.MODEL_LOADER, "models", "loader", "ModelLoaderKit", "Loader", "model-loader.md", "registered; see docs/plugins/model-loader.md"),
-    TemplateKind("processor", ComponentKind.PROCESSOR, "models", "processor", "ProcessorKit", "Processor", "processor.md", "registered; see docs/plugins/processor.md"),
-    TemplateKind("rollout-engine", ComponentKind.ROLLOUT_ENGINE, "backends", "engine", "RolloutEngineKit", "Engine",
+    TemplateKind("trainer", ComponentKind.TRAINER, "trainer", "TrainerKit", "Trainer", "trainer.md", "rlhf train {name} --message hello"),
+    TemplateKind("command", ComponentKind.COMMAND, "command", "CommandKit", "Command", "command.md", "rlhf {name} --who you"),
+    TemplateKind("optimizer", ComponentKind.OPTIMIZER, "optimizer", "OptimizerKit", "Optimizer", "optimizer.md", "rlhf train ppo --actor.optim {name} --critic.optim {name} …"),
+    TemplateKind("scheduler", ComponentKind.SCHEDULER, "scheduler", "SchedulerKit", "Scheduler", "scheduler.md", "rlhf train ppo --actor.lr_scheduler {name} --critic.lr_scheduler {name} …"),
+    TemplateKind("model-loader", ComponentKind.MODEL_LOADER, "loader", "ModelLoaderKit", "Loader", "model-loader.md", "registered; see docs/plugins/model-loader.md"),
+    TemplateKind("processor", ComponentKind.PROCESSOR, "processor", "ProcessorKit", "Processor", "processor.md", "registered; see docs/plugins/processor.md"),
+    TemplateKind("rollout-engine", ComponentKind.ROLLOUT_ENGINE, "engine", "RolloutEngineKit", "Engine",
                  "rollout-engine.md", "rlhf train ppo --rollout.engine {name} …"),
-    TemplateKind("weight-sync-transport", ComponentKind.WEIGHT_SYNC_TRANSPORT, "backends", "transport", "WeightSyncTransportKit",
+    TemplateKind("weight-sync-transport", ComponentKind.WEIGHT_SYNC_TRANSPORT, "transport", "WeightSyncTransportKit",
                  "Transport", "weight-sync-transport.md", "rlhf train ppo --vllm.sync_backend {name} …"),
-    TemplateKind("training-backend", ComponentKind.TRAINING_BACKEND, "backends", "backend", "TrainingBackendKit",
+    TemplateKind("training-backend", ComponentKind.TRAINING_BACKEND, "backend", "TrainingBackendKit",
                  "Backend", "training-backend.md", "rlhf train ppo --train.backend {name} …   (and rlhf train sft|rm|dpo …)"),
-    TemplateKind("observer", None, "algorithms", "observer", "LifecycleObserverKit", "Observer", "observer.md", "every run calls its hooks once it is installed (rlhf --plugins no:{name} … leaves it out)"),
+    TemplateKind("observer", None, "observer", "LifecycleObserverKit", "Observer", "observer.md", "every run calls its hooks once it is installed (rlhf --plugins no:{name} … leaves it out)"),
 )}
 
 
