@@ -76,6 +76,10 @@ def test_hook_rlhf_register_training_backends(plugin_host, register_plugin) -> N
     check_registration(ComponentKind.TRAINING_BACKEND, plugin_host, register_plugin)
 
 
+def test_hook_rlhf_register_rollout_schedulers(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.ROLLOUT_SCHEDULER, plugin_host, register_plugin)
+
+
 def test_hook_rlhf_register_reward_functions(plugin_host, register_plugin) -> None:
     check_registration(ComponentKind.REWARD_FUNCTION, plugin_host, register_plugin)
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         RewardFunction,
         RewardShaper,
         RolloutEngine,
+        RolloutScheduler,
         SampleFilter,
         SchedulerFactory,
         Trainer,
@@ -187,6 +188,15 @@ def rlhf_register_training_backends(register: Register[type[TrainingBackend]]) -
 
     When: at plugin load. Process: every process that loads plugins. How often: once per process.
     Shapes: none here; see :class:`rlhf.components.TrainingBackend` and :class:`rlhf.components.TrainedModel`.
+    """
+
+
+@hookspec
+def rlhf_register_rollout_schedulers(register: Register[type[RolloutScheduler]]) -> None:
+    """Register rollout schedulers (in turn, ahead of training…), selected by ``--train.rollout_scheduler NAME``.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; see :class:`rlhf.components.RolloutScheduler`.
     """
 
 

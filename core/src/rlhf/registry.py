@@ -41,6 +41,7 @@ class ComponentKind(str, Enum):
     ROLLOUT_ENGINE = "rollout_engine"
     WEIGHT_SYNC_TRANSPORT = "weight_sync_transport"
     TRAINING_BACKEND = "training_backend"
+    ROLLOUT_SCHEDULER = "rollout_scheduler"
 
     @property
     def hook_name(self) -> str:
@@ -62,7 +63,7 @@ class ComponentKind(str, Enum):
 _PLUGIN_KIND = {"reward_function": "rewards", "reward_shaper": "rewards", "agent_executor": "agents",
                 "model_loader": "models", "processor": "models", "optimizer": "optimizers", "scheduler": "optimizers",
                 "rollout_engine": "backends", "weight_sync_transport": "backends", "training_backend": "backends",
-                "command": "tools"}
+                "rollout_scheduler": "backends", "command": "tools"}
 
 
 class ComponentError(ConfigError, LookupError):

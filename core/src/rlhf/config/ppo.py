@@ -52,6 +52,8 @@ class TrainSection(Section):
         "PACK", "Ray placement-group strategy of every model group's bundles: PACK fills a node first (OpenRLHF's), "
         "SPREAD puts the ranks on different nodes where it can")
     async_enable: bool = flag(False, "Enable async training", switch=True)
+    rollout_scheduler: str = flag("auto", "Rollout scheduler by name (rlhf plugins lists them): sync generates each "
+                                  "step's batch in turn, async ahead of training; auto: async with --train.async_enable")
     async_queue_size: int = flag(1, "Queue size between async sampler and trainer")
     partial_rollout_enable: bool = flag(False, "Partial rollout in async mode (pause/resume for weight sync)", switch=True)
     enable_ema: bool = flag(False, "Enable EMA checkpoint for the model", switch=True)

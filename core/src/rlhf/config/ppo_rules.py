@@ -84,10 +84,9 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         log.warning("--ds.ring_attn_size > 1 splits packed rows across ranks: enabling --ds.packing_samples")
         cfg.ds.packing_samples = True
 
+    _resolve_scheduler(cfg, host)
     if cfg.vllm.enable_sleep and not cfg.train.colocate_all:
         raise ConfigError("--vllm.enable_sleep only makes sense with --train.colocate_all (engines share devices with training)")
-    if cfg.vllm.enable_sleep and cfg.train.async_enable:
-        raise ConfigError("--vllm.enable_sleep cannot be combined with --train.async_enable (engines never idle)")
     if cfg.ds.enable_sleep and cfg.ds.zero_stage == 0:
         raise ConfigError("--ds.enable_sleep offloads ZeRO optimizer states, which --ds.zero_stage 0 has none of: "
                           "use --ds.zero_stage 1, 2 or 3")
@@ -154,6 +153,22 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         if kl.use_loss and kl.estimator == "k1":
             log.warning("KL as a loss works best with --algo.kl.estimator k2 or k3 (got k1)")
     return cfg
+
+
+def _resolve_scheduler(cfg: PPOConfig, host: PluginHost) -> None:
+    """``--train.rollout_scheduler``: ``auto`` keeps OpenRLHF's ``--train.async_enable``; a named scheduler that
+    generates ahead sets it, as the CPU placement reads it."""
+    train = cfg.train
+    if train.rollout_scheduler == "auto":
+        train.rollout_scheduler = "async" if train.async_enable else "sync"
+    scheduler = host.registry.get(ComponentKind.ROLLOUT_SCHEDULER, train.rollout_scheduler, flag="--train.rollout_scheduler")
+    ahead = bool(getattr(scheduler, "generates_ahead", False))
+    if train.async_enable and not ahead:
+        raise ConfigError(f"--train.async_enable: the rollout scheduler {train.rollout_scheduler!r} generates each batch "
+                          "in turn; leave --train.rollout_scheduler at auto or name one that generates ahead")
+    train.async_enable = ahead
+    if (check := getattr(scheduler, "check_config", None)) is not None:
+        check(cfg)
 
 
 def _executor_rewards(cfg: PPOConfig, host: PluginHost) -> bool:

@@ -25,7 +25,6 @@ from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.liveness import wait, write_whereabouts
 from rlhf.runtime.cluster.placement import Placement
 from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
-from rlhf.runtime.control.async_pipeline import rollout_batches
 from rlhf.runtime.control.experience import compute_advantages
 from rlhf.runtime.control.kl_control import KLController, observed_kl
 from rlhf.runtime.control.rewarding import RewardStage
@@ -71,7 +70,10 @@ class PPOController:
         self.step = 0
         self.steered: dict[str, float] = {}  # coefficients a steering plugin set, but β: entropy, lr_scale
         self.best = BestCheckpoint.from_config(config)
-        # async mode (runtime/control/async_pipeline.py): weight syncs so far, the engines' lock, the trained batch's data position
+        self.scheduler = build(registry.get(K.ROLLOUT_SCHEDULER, config.train.rollout_scheduler,
+                                            flag="--train.rollout_scheduler"), config)
+        # what a rollout scheduler reads and sets (rlhf.components.RolloutLoop): weight syncs so far, the engines'
+        # lock, the data position of the batch being trained when it was drawn before batches generated ahead
         self.policy_version, self.engine_lock, self.trained_data = 0, contextlib.nullcontext(), None
 
     # ----------------------------------------------------------------- set-up
@@ -217,7 +219,7 @@ class PPOController:
             return generate_samples(self.config, self.executor, self.engines, self.tokenizer, prompts, n, temperature,
                                     seed_base)
 
-    def _rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float],
+    def rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float],
                  step: int | None = None) -> tuple[list[Sample], dict[str, float]]:
         """Generate and reward for ``step`` (default: the current one); with a sample filter, rejected
         groups are replaced one prompt each. Accepted groups are never dropped, even when the prompt
@@ -259,7 +261,7 @@ class PPOController:
         n = cfg.rollout.n_samples_per_prompt
         metrics: dict[str, float] = prompt_mix_metrics(prompts, len(self.prompt_sources))
         start = time.perf_counter()
-        samples, extra = self._rollout(prompts, metrics) if rolled is None else (rolled.samples, rolled.extra)
+        samples, extra = self.rollout(prompts, metrics) if rolled is None else (rolled.samples, rolled.extra)
         metrics.update(rolled.metrics if rolled is not None else {})
         if not samples:
             log.warning("step %d: every group was filtered out and no prompt is left to refill; nothing to train", self.step)
@@ -371,7 +373,7 @@ class PPOController:
             self._resume()
             tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
             self.plugins.train_start(cfg, self.run_dir)
-            for prompts, rolled in rollout_batches(self):
+            for prompts, rolled in self.scheduler.batches(self):
                 self.step += 1
                 metrics = self.train_step(prompts, rolled)
                 evaluating = self.eval_prompts and cfg.eval.steps > 0 and self.step % cfg.eval.steps == 0

@@ -1,6 +1,6 @@
 """The async producer's oversampling buffer (--rollout.vllm_generate_batch_size > --rollout.batch_size).
 
-The real :class:`Producer` thread and :class:`PromptSchedule` run against a controller whose rollout
+The real producer thread and :class:`PromptSchedule` run against a controller whose rollout
 turns each prompt into ``n`` samples without engines, so every buffered group can be traced to its prompt.
 """
 
@@ -10,9 +10,9 @@ import contextlib
 from types import SimpleNamespace
 
 import pytest
+from rlhf_plugin_async_rollout.producer import AheadOfTraining
 
 from rlhf.data.prompts import PromptSchedule
-from rlhf.runtime.control.async_pipeline import rollout_batches
 from rlhf.runtime.workers.batch import Sample
 
 N = 2
@@ -32,7 +32,7 @@ class Controller:
         self.rounds: list[int] = []
         self.rejected = rejected
 
-    def _rollout(self, prompts, metrics, step=None):
+    def rollout(self, prompts, metrics, step=None):
         self.rounds.append(len(prompts))
         samples = [Sample(prompt_ids=p["prompt_ids"], response_ids=[7], rollout_logprobs=[-1.0], prompt=p["prompt"],
                           group=g, data_state=p["data_state"])
@@ -43,7 +43,7 @@ class Controller:
 def train(controller: Controller, stop_after: int | None = None) -> list[tuple[list[str], dict]]:
     """Run the training side: each step takes a batch and syncs weights; ``(prompts, metrics)`` per step."""
     steps = []
-    batches = rollout_batches(controller)
+    batches = AheadOfTraining().batches(controller)
     for _, rollout in batches:
         controller.step += 1
         groups = [rollout.samples[i:i + N] for i in range(0, len(rollout.samples), N)]

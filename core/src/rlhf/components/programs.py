@@ -1,0 +1,44 @@
+"""Whole programs: a trainer (``rlhf train NAME``) and a command (``rlhf NAME``).
+
+Shapes and the build rules: :mod:`rlhf.components`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from rlhf.config.run import RunConfig
+    from rlhf.host.plugin_host import PluginHost
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """A top-level training program run by ``rlhf train NAME``.
+
+    ``config_class`` is the pydantic model of its whole configuration tree (its fields
+    become the dotted flags). ``run`` executes in the CLI process (the controller), once.
+    """
+
+    config_class: ClassVar[type[BaseModel]]
+
+    def __init__(self, config: RunConfig, plugins: PluginHost, run_dir: Path) -> None: ...
+
+    def run(self) -> None: ...
+
+
+class Command(Protocol):
+    """A top-level ``rlhf NAME`` subcommand from a plugin (e.g. ``rlhf generate``).
+
+    ``add_arguments`` fills the subcommand's argparse parser; ``run`` executes in the CLI
+    process, once, and returns the exit status.
+    """
+
+    help: ClassVar[str]
+
+    @classmethod
+    def add_arguments(cls, parser: Any) -> None: ...
+
+    def run(self, host: PluginHost, args: Any) -> int: ...
