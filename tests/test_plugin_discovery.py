@@ -158,7 +158,7 @@ def test_kind_filter(rlhf_cli: RlhfCli) -> None:
 def test_a_flag_of_a_blocked_model_plugin_says_what_to_install(rlhf_cli: RlhfCli, flag: list[str], plugin: str) -> None:
     result = rlhf_cli("train", "ppo", "--plugins", f"no:{plugin}", "--actor.model_name_or_path", "m", *flag, check=False)
     assert result.returncode == 2
-    assert f"is implemented by the {plugin!r} model plugin, which is not loaded: pip install rlhf-plugin-{plugin}" in result.stderr
+    assert f"is implemented by the {plugin!r} plugin, which is not loaded: pip install rlhf-plugin-{plugin}" in result.stderr
 
 
 def test_resolved_set_reloads_exactly_and_detects_a_changed_file(third_party_site: Path, tmp_path: Path,

@@ -62,8 +62,8 @@ def flag(
 
 
 def plugin_flag(plugin: str, default: Any = None, help: str = "", **shape: Any) -> Any:
-    """A :func:`flag` the core keeps (OpenRLHF's name) but the model plugin registered as ``plugin``
-    implements (:mod:`rlhf.models.extensions`); setting it without that plugin loaded is an
+    """A :func:`flag` the core keeps (OpenRLHF's name) but the plugin named ``plugin`` implements (a model
+    plugin, :mod:`rlhf.models.extensions`, or an observer); setting it without that plugin loaded is an
     error that says what to install. ``shape``: :func:`flag`'s keyword arguments."""
     field = flag(default, help, **shape)
     field.json_schema_extra["plugin"] = plugin

@@ -180,12 +180,13 @@ def check_components(config: BaseModel, host: PluginHost, prefix: str = "") -> N
 
 
 def check_plugin_flags(config: BaseModel, host: PluginHost, cli_keys: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-    """A flag a model plugin implements (``flag(plugin=...)``), set on the command line or away from its
-    default, needs that plugin loaded: else a :class:`ConfigError` saying what to install."""
+    """A flag a plugin implements (:func:`rlhf.config.base.plugin_flag`), set on the command line or away from
+    its default, needs that plugin loaded: else a :class:`ConfigError` saying what to install."""
 
+    loaded = {record.name for record in host.loaded()}
     for dotted, plugin, changed in flagged_fields(config):
-        if (changed or dotted in cli_keys) and plugin not in host.registry.names(ComponentKind.MODEL_LOADER):
-            raise ConfigError(f"--{dotted} is implemented by the {plugin!r} model plugin, which is not loaded: "
+        if (changed or dotted in cli_keys) and plugin not in loaded:
+            raise ConfigError(f"--{dotted} is implemented by the {plugin!r} plugin, which is not loaded: "
                               f"pip install rlhf-plugin-{plugin} (and do not block it with --plugins no:{plugin})")
 
 

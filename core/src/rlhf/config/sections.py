@@ -36,7 +36,7 @@ class MuonSection(Section):
 
 
 class WandbSection(Section):
-    key: str | None = flag(None, "wandb API key")
+    key: str | None = plugin_flag("trackers", None, "wandb API key")
     org: str | None = flag(None, "wandb organisation")
     group: str | None = flag(None, "wandb group")
     project: str = flag("openrlhf_train_ppo", "wandb project")
@@ -46,7 +46,7 @@ class WandbSection(Section):
 class LoggerSection(Section):
     logging_steps: int = flag(1, "Log every N steps")
     wandb: WandbSection = Field(default_factory=WandbSection)
-    tensorboard_dir: str | None = flag(None, "TensorBoard logging path")
+    tensorboard_dir: str | None = plugin_flag("trackers", None, "TensorBoard logging path")
 
 
 class LoraSection(Section):

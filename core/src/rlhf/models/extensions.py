@@ -34,8 +34,9 @@ def active(config: RunConfig, registry: Any) -> list[Any]:
     """The model-plugin components this run switched on, built once each, in flag order."""
 
     flags: dict[str, str] = {}  # plugin -> the first of its flags that is set
+    loaders = registry.names(ComponentKind.MODEL_LOADER)
     for dotted, plugin, changed in flagged_fields(config):
-        if changed:
+        if changed and plugin in loaders:
             flags.setdefault(plugin, f"--{dotted}")
     for name in getattr(getattr(config, "train", None), "model_loaders", None) or []:
         flags.setdefault(name, "--train.model_loaders")

@@ -1,7 +1,7 @@
-"""Where metrics go: a progress bar, ``metrics.jsonl`` in the run dir, TensorBoard and wandb.
+"""Where metrics go: a progress bar and ``metrics.jsonl`` in the run dir (rlhf-plugin-trackers adds TensorBoard and wandb).
 
 A run that starts at step S (S > 0 after ``--ckpt.load_enable``) owns every record after S:
-``metrics.jsonl`` keeps only the records up to S and TensorBoard purges its later events,
+``metrics.jsonl`` keeps only the records up to S,
 so a crash and a resume never leave a step twice.
 """
 
@@ -36,25 +36,6 @@ class MetricsTracker:
         self.path = run_dir / "metrics.jsonl"
         _keep_records_up_to(self.path, initial_step)
         self.bar = progress_bar(total_steps, initial_step, desc)
-        self.tensorboard = None
-        if config.logger.tensorboard_dir:
-            from torch.utils.tensorboard import SummaryWriter
-
-            # events of steps after the start (a crashed run's) are dropped when TensorBoard reads the dir
-            self.tensorboard = SummaryWriter(config.logger.tensorboard_dir, purge_step=initial_step + 1)
-        self.wandb = None
-        wandb_cfg = config.logger.wandb
-        if wandb_cfg.key or os.environ.get("WANDB_MODE"):
-            try:
-                import wandb
-            except ImportError as exc:
-                raise RuntimeError("--logger.wandb.* is set but wandb is not installed: pip install wandb") from exc
-            if wandb_cfg.key:
-                os.environ.setdefault("WANDB_API_KEY", wandb_cfg.key)
-            mode = os.environ.get("WANDB_MODE") or ("online" if _reachable("api.wandb.ai") else "offline")
-            self.wandb = wandb.init(project=wandb_cfg.project, entity=wandb_cfg.org, group=wandb_cfg.group,
-                                    name=wandb_cfg.run_name, dir=str(run_dir), config=config.model_dump(mode="json"),
-                                    mode=mode, reinit=True)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         # drawn by update(), at most once per refresh interval
@@ -70,11 +51,6 @@ class MetricsTracker:
             if self.path.exists():
                 os.truncate(self.path, complete)  # no torn record: the file ends with the last whole one
             raise storage_error(self.path, exc, "metrics") from exc
-        if self.tensorboard is not None:
-            for key, value in metrics.items():
-                self.tensorboard.add_scalar(key, value, step)
-        if self.wandb is not None:
-            self.wandb.log(metrics, step=step)
 
     def note(self, message: str) -> None:
         """One console line above the progress bar (e.g. a steering plugin's effect)."""
@@ -82,10 +58,6 @@ class MetricsTracker:
 
     def close(self) -> None:
         self.bar.close()
-        if self.tensorboard is not None:
-            self.tensorboard.close()
-        if self.wandb is not None:
-            self.wandb.finish()
 
 
 def progress_bar(total: int, initial: int, desc: str) -> Any:
@@ -115,17 +87,6 @@ def progress_bar(total: int, initial: int, desc: str) -> Any:
     interval = float(os.environ.get("RLHF_PROGRESS_INTERVAL_S", "30"))
     return PlainLines(total=total, initial=initial, desc=desc, mininterval=interval, disable=disable,
                       bar_format="{desc}: {n_fmt}/{total_fmt} ({percentage:.0f} %) [{elapsed}<{remaining}, {rate_fmt}{postfix}]")
-
-
-def _reachable(host: str) -> bool:
-    """Whether wandb's server answers; without network the run logs offline (``wandb sync`` later)."""
-    import socket
-
-    try:
-        socket.create_connection((host, 443), timeout=3).close()
-        return True
-    except OSError:
-        return False
 
 
 def _keep_records_up_to(path: Path, step: int) -> None:
