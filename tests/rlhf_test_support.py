@@ -14,7 +14,7 @@ from rlhf.testing.cli import child_env
 FIXTURES = Path(__file__).parent / "fixture_plugins"
 PRIVATE = FIXTURES / "private"
 PACKAGES = ("rlhf-plugin-echo", "rlhf-plugin-echo-shadow", "rlhf-plugin-broken", "rlhf-plugin-badsig",
-            "rlhf-plugin-typo", "rlhf-plugin-future")
+            "rlhf-plugin-typo", "rlhf-plugin-future", "rlhf-plugin-legacy")
 
 
 def pip_install_target(target: Path, *packages: str) -> None:

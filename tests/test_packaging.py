@@ -1,4 +1,8 @@
-"""Every first-party plugin is its own installable distribution with an entry point and a core range.
+"""Every first-party plugin is its own installable distribution with an entry point, a core range and the
+metadata an index page shows (a README as its description, a licence, project URLs, classifiers).
+
+The core's minor version is the plugin API version (rlhf-core 0.3.x serves plugin API 3), so a plugin built for
+API N depends on ``rlhf-core>=0.N,<0.N+1``; ``rlhf plugins`` marks one outside that range as incompatible.
 
 A folder of plugins/ whose pyproject.toml declares no entry point is a library (rlhf-supervised: the supervised
 trainer base that the sft/rm/dpo/kto/prm/kd plugins build on): code shared by plugins that moved out of the core,
@@ -13,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
+import rlhf
+
 ROOT = Path(__file__).resolve().parent.parent
+API = rlhf.PLUGIN_API_VERSION
+CORE_RANGE = f"Requires-Dist: rlhf-core<0.{API + 1},>=0.{API}"
 PLUGIN_DIRS = sorted(p for p in (ROOT / "plugins").glob("*/*") if (p / "pyproject.toml").is_file())
 
 
@@ -53,7 +61,7 @@ def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, plugin_whe
         entry_points = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
         requires = [line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
         groups = "".join(archive.read(n).decode() for n in entry_points)
-    assert "Requires-Dist: rlhf-core<0.2,>=0.1" in requires  # every plugin targets the core with a range
+    assert CORE_RANGE in requires  # every plugin targets the core with a range: the plugin API it is built for
     if library:  # registers nothing: only plugins are discovered through entry points
         assert "[rlhf." not in groups
     else:
@@ -72,6 +80,57 @@ def _requirement_name(requirement: str) -> str:
     from packaging.requirements import Requirement
 
     return Requirement(requirement).name
+
+
+DISTRIBUTION_DIRS = [ROOT / "core", *PLUGIN_DIRS, ROOT]
+
+
+@pytest.fixture(scope="module")
+def all_wheels(plugin_wheels: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-w", str(plugin_wheels), str(ROOT / "core"), str(ROOT)], check=True, timeout=600)
+    return plugin_wheels
+
+
+def test_the_core_minor_version_is_the_plugin_api_version() -> None:
+    assert rlhf.__version__.split(".")[:2] == ["0", str(API)]
+    assert _project(ROOT / "core")["version"] == rlhf.__version__
+
+
+@pytest.mark.parametrize("directory", DISTRIBUTION_DIRS, ids=lambda p: str(p.relative_to(ROOT)) or "rlhf")
+def test_every_wheel_carries_what_an_index_page_shows(directory: Path, all_wheels: Path) -> None:
+    """A README as the long description (naming the distribution), a licence, project URLs and classifiers."""
+    import email
+
+    name = _project(directory)["name"]
+    (wheel,) = all_wheels.glob(f"{name.replace('-', '_')}-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = email.message_from_string(archive.read(next(n for n in archive.namelist()
+                                                               if n.endswith(".dist-info/METADATA"))).decode())
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert {url.split(",")[0] for url in metadata.get_all("Project-URL")} >= {"Homepage", "Documentation", "Source"}
+    assert len(metadata.get_all("Classifier")) >= 5
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    assert f"# {name}" in metadata.get_payload()
+    if directory != ROOT / "core":
+        assert any(r.startswith("rlhf-core") and f">=0.{API}" in r for r in metadata.get_all("Requires-Dist")), name
+
+
+def test_every_distribution_builds_an_sdist_with_its_readme(tmp_path: Path) -> None:
+    """One process builds them all (setuptools' PEP 517 hook), as `python -m build --sdist` would."""
+    script = ("import os, sys\nfrom setuptools import build_meta\nout, dirs = sys.argv[1], sys.argv[2:]\n"
+              "for d in dirs:  # setuptools rewrites sys.argv while it builds\n    os.chdir(d)\n    build_meta.build_sdist(out)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path), *map(str, DISTRIBUTION_DIRS)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import tarfile
+
+    for directory in DISTRIBUTION_DIRS:
+        name = _project(directory)["name"].replace("-", "_")
+        (sdist,) = tmp_path.glob(f"{name}-*.tar.gz")
+        with tarfile.open(sdist) as archive:
+            names = archive.getnames()
+        assert any(n.endswith("/README.md") for n in names) and any(n.endswith("/pyproject.toml") for n in names), sdist
 
 
 def test_the_meta_distribution_depends_on_the_core_and_every_first_party_plugin() -> None:

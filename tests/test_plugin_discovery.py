@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import PRIVATE, RlhfCli, pip_install_target
 
+import rlhf
 from rlhf.host.plugin_host import PluginHost, PluginLoadError
 from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind
+from rlhf.testing.cli import assert_user_error
 
 
 def test_first_party_plugins_are_listed_with_kind_version_and_components(rlhf_cli: RlhfCli) -> None:
@@ -49,15 +51,30 @@ def test_broken_plugins_are_listed_as_failed_with_reasons(rlhf_cli: RlhfCli) -> 
     assert "unknown hook(s): rlhf_register_advantage_estimator (did you mean rlhf_register_advantage_estimators?)" in (
         records["typo"]["reason"]
     )
-    assert "targets plugin API 99" in records["future"]["reason"] and "upgrade rlhf-core" in records["future"]["reason"]
+    future = records["future"]
+    assert future["status"] == "incompatible"
+    assert "targets plugin API 99" in future["reason"] and "pip install 'rlhf-core>=0.99,<0.100'" in future["reason"]
+    legacy = records["legacy"]  # its rlhf-core range excludes this core: refused before its module is imported
+    assert legacy["status"] == "incompatible" and legacy["version"] == "0.9.0"
+    assert "is built for rlhf-core<0.2,>=0.1" in legacy["reason"]
+    api = rlhf.PLUGIN_API_VERSION
+    assert f"a release of rlhf-plugin-legacy built for plugin API {api} (it depends on rlhf-core>=0.{api},<0.{api + 1})" \
+        in legacy["reason"]
     shadow = records["echo_shadow"]
     assert shadow["status"] == "failed"
     assert "registered by both plugin 'echo' and plugin 'echo_shadow'" in shadow["reason"]
     assert shadow["components"] == {}  # rolled back entirely
     assert records["echo"]["status"] == "ok"
     # one warning per failed plugin, each naming it
-    warnings = [line for line in result.stderr.splitlines() if "failed to load" in line]
-    assert sorted(w.split("'")[1] for w in warnings) == ["badsig", "broken", "echo_shadow", "future", "typo"]
+    warnings = [line for line in result.stderr.splitlines() if "failed to load" in line or "is incompatible" in line]
+    assert sorted(w.split("'")[1] for w in warnings) == ["badsig", "broken", "echo_shadow", "future", "legacy", "typo"]
+
+
+def test_a_run_selecting_an_incompatible_plugin_fails_with_one_line(rlhf_cli: RlhfCli) -> None:
+    result = rlhf_cli("train", "ppo", "--plugins", "ppo,legacy", "--actor.model_name_or_path", "m", check=False)
+    assert_user_error(result, "plugin 'legacy'", "is incompatible", "rlhf-core<0.2,>=0.1")
+    shown = rlhf_cli("plugins").stdout
+    assert "incompatible" in shown and "legacy" in shown
 
 
 def test_every_command_still_works_next_to_a_broken_plugin(rlhf_cli: RlhfCli) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pluggy
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 #: pluggy project name; hook implementations are marked with :data:`hookimpl`.
 PROJECT_NAME = "rlhf"

@@ -149,6 +149,8 @@ class ComponentRegistry:
         kinds = {kind.value: kind for kind in ComponentKind}
         self.known_providers: dict[tuple[ComponentKind, str], str] = {
             (kinds[kind], name): distribution for (kind, name), distribution in first_party_providers().items() if kind in kinds}
+        #: distribution -> why it is installed but did not load (``incompatible: …`` or ``failed: …``), set by the host
+        self.unavailable: dict[str, str] = {}
 
     def add(self, registration: Registration) -> None:
         table = self._by_kind[registration.kind]
@@ -195,6 +197,8 @@ class ComponentRegistry:
             msg += f" Did you mean {close[0]!r}?"
         msg += f" Installed: {', '.join(installed) if installed else '(none)'}."
         provider = self.known_providers.get((kind, name))
-        if provider:
+        if provider in self.unavailable:
+            msg += f" It is provided by {provider}, which is installed but {self.unavailable[provider]}"
+        elif provider:
             msg += f" It is provided by {provider}: pip install {provider} (or check `rlhf plugins` if it is installed but blocked or failed)."
         return msg

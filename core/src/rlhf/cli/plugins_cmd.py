@@ -26,7 +26,7 @@ def show_plugins(host: PluginHost, *, as_json: bool, kind: str | None) -> int:
         registers = "; ".join(f"{k}: {', '.join(v)}" for k, v in r.components.items())
         if r.options:
             registers += ("; " if registers else "") + f"options: {', '.join('--' + o + '.*' for o in r.options)}"
-        status = {"ok": "[green]ok[/]", "blocked": "[yellow]blocked[/]"}.get(r.status, "[red]failed[/]")
+        status = {"ok": "[green]ok[/]", "blocked": "[yellow]blocked[/]"}.get(r.status, f"[red]{r.status}[/]")
         if r.reason:
             status += f": {r.reason}"
         table.add_row(r.name, r.kind, r.distribution or "-", r.version or "-", status, registers or "-", ", ".join(r.hooks) or "-")

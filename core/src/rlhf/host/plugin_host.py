@@ -29,7 +29,7 @@ import pluggy
 from rlhf import PLUGIN_API_VERSION, PROJECT_NAME, __version__, hookspecs
 from rlhf.errors import PluginError, UserError
 from rlhf.host.options import OptionsRegister, PluginOptions
-from rlhf.host.selection import BLOCKED, FAILED, OK, PluginRecord, PluginSelection, canonical, file_plugin_name
+from rlhf.host.selection import BLOCKED, FAILED, INCOMPATIBLE, OK, PluginRecord, PluginSelection, canonical, file_plugin_name
 from rlhf.registry import ComponentKind, ComponentRegistry, Register
 from rlhf.steering import Steering, SteeringView
 
@@ -51,7 +51,11 @@ class PluginLoadError(PluginError):
 
 
 class _PluginFailure(Exception):
-    """Internal: one plugin's precise failure reason."""
+    """Internal: one plugin's precise failure reason; ``status`` FAILED or INCOMPATIBLE."""
+
+    def __init__(self, reason: str, status: str = FAILED) -> None:
+        super().__init__(reason)
+        self.status = status
 
 
 class PluginHost:
@@ -170,9 +174,10 @@ class PluginHost:
             other = next(r for r in self.records[:-1] if r.status == OK and r.name == record.name)
             return self._fail(record, f"plugin name {record.name!r} is already used by {other.source} {other.target!r}", explicit)
         try:
+            _check_core_range(record)
             plugin = importer()
         except _PluginFailure as exc:
-            return self._fail(record, str(exc), explicit)
+            return self._fail(record, str(exc), explicit, status=exc.status)
         except BaseException as exc:  # noqa: BLE001 - a plugin's import may raise anything, even SystemExit
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -181,7 +186,7 @@ class PluginHost:
             self._check_api_version(plugin, record)
             self._register(plugin, record)
         except _PluginFailure as exc:
-            return self._fail(record, str(exc), explicit)
+            return self._fail(record, str(exc), explicit, status=exc.status)
         return record
 
     def _check_api_version(self, plugin: Any, record: PluginRecord) -> None:
@@ -192,11 +197,9 @@ class PluginHost:
             )
         record.api_version = declared
         if declared != PLUGIN_API_VERSION:
-            upgrade = "rlhf-core (pip install -U rlhf-core)" if declared > PLUGIN_API_VERSION else f"the plugin {record.distribution or record.name}"
-            raise _PluginFailure(
-                f"targets plugin API {declared}, but rlhf-core {__version__} implements plugin API "
-                f"{PLUGIN_API_VERSION}: upgrade {upgrade}"
-            )
+            raise _PluginFailure(f"targets plugin API {declared}, but rlhf-core {__version__} implements plugin API "
+                                 f"{PLUGIN_API_VERSION}: {_what_to_install(record, f'rlhf-core>=0.{declared},<0.{declared + 1}')}",
+                                 status=INCOMPATIBLE)
 
     def _register(self, plugin: Any, record: PluginRecord) -> None:
         try:
@@ -246,9 +249,12 @@ class PluginHost:
         except Exception as exc:  # noqa: BLE001 - the plugin's own error, reported with its hook
             raise _PluginFailure(f"{impl.function.__name__} raised {type(exc).__name__}: {exc}") from None
 
-    def _fail(self, record: PluginRecord, reason: str, explicit: bool) -> PluginRecord:
-        record.status, record.reason = FAILED, reason
-        message = f"plugin {record.name!r} ({record.source} {record.target}) failed to load: {reason}"
+    def _fail(self, record: PluginRecord, reason: str, explicit: bool, status: str = FAILED) -> PluginRecord:
+        record.status, record.reason = status, reason
+        if record.distribution:  # a run naming one of its components is told why it is missing
+            self.registry.unavailable[record.distribution] = f"{status}: {reason}"
+        verb = "is incompatible" if status == INCOMPATIBLE else "failed to load"
+        message = f"plugin {record.name!r} ({record.source} {record.target}) {verb}: {reason}"
         if explicit or self.selection.strict:
             raise PluginLoadError(message)
         log.warning("%s; skipped (use --strict-plugins to make this an error)", message)
@@ -356,6 +362,31 @@ class PluginHost:
                      else f"leave it out with --plugins no:{plugin}")
         return PluginError(f"plugin {plugin!r} failed in its {hook_name} hook: {type(exc).__name__}: {exc}; "
                            f"fix the plugin or {leave_out}")
+
+
+def _check_core_range(record: PluginRecord) -> None:
+    """A distribution's ``rlhf-core`` requirement must admit this core: its minor version is the plugin API."""
+    if not record.distribution:
+        return
+    from packaging.requirements import Requirement
+
+    try:
+        requirements = [Requirement(line) for line in metadata.requires(record.distribution) or []]
+    except (metadata.PackageNotFoundError, ValueError):
+        return
+    for requirement in requirements:
+        if requirement.name == "rlhf-core" and not requirement.specifier.contains(__version__, prereleases=True):
+            raise _PluginFailure(f"is built for rlhf-core{requirement.specifier}, but this is rlhf-core {__version__} "
+                                 f"(plugin API {PLUGIN_API_VERSION}): {_what_to_install(record, f'rlhf-core{requirement.specifier}')}",
+                                 status=INCOMPATIBLE)
+
+
+def _what_to_install(record: PluginRecord, built_for: str) -> str:
+    """The fix for a plugin built for another plugin API (``built_for``: the rlhf-core range it needs): the core it
+    was built for, or a release of the plugin built for this core."""
+    plugin = record.distribution or record.name
+    this = f"rlhf-core>=0.{PLUGIN_API_VERSION},<0.{PLUGIN_API_VERSION + 1}"
+    return f"pip install '{built_for}', or a release of {plugin} built for plugin API {PLUGIN_API_VERSION} (it depends on {this})"
 
 
 def _raising_plugin(impls: list[pluggy.HookImpl], exc: BaseException) -> str | None:

@@ -32,7 +32,8 @@ ENV_PLUGINS = "RLHF_PLUGINS"
 ENV_STRICT = "RLHF_STRICT_PLUGINS"
 
 #: Record statuses shown by ``rlhf plugins``.
-OK, BLOCKED, FAILED = "ok", "blocked", "failed"
+#: A plugins status; INCOMPATIBLE: built for another plugin API (its declared version or its rlhf-core range)
+OK, BLOCKED, FAILED, INCOMPATIBLE = "ok", "blocked", "failed", "incompatible"
 
 
 def canonical(name: str) -> str:
