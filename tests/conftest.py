@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import DIGIT_REWARD_FILE, PACKAGES, RlhfCli, pip_install_target
+from rlhf_test_support import DIGIT_REWARD_FILE, PACKAGES, RlhfCli, build_wheels, pip_install_target
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +16,28 @@ def third_party_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("third-party-site")
     pip_install_target(target, *PACKAGES)
     return target
+
+
+@pytest.fixture(scope="session")
+def source_tree_lock(tmp_path_factory: pytest.TempPathFactory, worker_id: str):
+    """Held while something builds from the source trees: pip and setuptools write build/ and *.egg-info there,
+    so two xdist workers building at once would race."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    return FileLock(str((root.parent if worker_id != "master" else root) / "source-trees.lock"))
+
+
+@pytest.fixture(scope="session")
+def first_party_wheels(source_tree_lock, tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """Every first-party wheel, built once per test session; the xdist workers share the folder."""
+    root = tmp_path_factory.getbasetemp()
+    shared = (root.parent if worker_id != "master" else root) / "first-party-wheels"
+    with source_tree_lock:
+        if not (shared / "complete").exists():
+            build_wheels(shared)
+            (shared / "complete").touch()
+    return shared
 
 
 @pytest.fixture(scope="session")

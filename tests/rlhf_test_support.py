@@ -11,6 +11,9 @@ from pathlib import Path
 
 from rlhf.testing.cli import child_env
 
+ROOT = Path(__file__).resolve().parent.parent
+FIRST_PARTY_DIRS = [ROOT / "core", *sorted(p for p in (ROOT / "plugins").glob("*/*") if (p / "pyproject.toml").is_file()),
+                    ROOT]
 FIXTURES = Path(__file__).parent / "fixture_plugins"
 PRIVATE = FIXTURES / "private"
 PACKAGES = ("rlhf-plugin-echo", "rlhf-plugin-echo-shadow", "rlhf-plugin-broken", "rlhf-plugin-badsig",
@@ -28,6 +31,16 @@ def pip_install_target(target: Path, *packages: str) -> None:
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
          "--target", str(target), *(str(sources / p) for p in packages)],
         check=True, timeout=300, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
+
+
+def build_wheels(directory: Path, sources: list[Path] = FIRST_PARTY_DIRS) -> None:
+    """Wheels of ``sources`` (default: every first-party distribution and the meta-distribution) into ``directory``,
+    by one pip call (pip's own start-up is most of a single build). pip builds in the source tree: one build at a time."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "-w", str(directory), *map(str, sources)],
+        check=True, timeout=900, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
     )
 
 

@@ -38,24 +38,12 @@ def test_there_are_first_party_plugins_of_several_kinds() -> None:
     assert {p.parent.name for p in PLUGIN_DIRS} >= {"algorithms", "optimizers"}
 
 
-@pytest.fixture(scope="module")
-def plugin_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every first-party plugin's wheel, built by one pip call (pip's own start-up is most of a single build)."""
-    wheels = tmp_path_factory.mktemp("wheels")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "-w", str(wheels), *map(str, PLUGIN_DIRS)],
-        check=True, timeout=600,
-    )
-    return wheels
-
-
 @pytest.mark.parametrize("plugin_dir", PLUGIN_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, plugin_wheels: Path) -> None:
+def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, first_party_wheels: Path) -> None:
     library = plugin_dir in LIBRARY_DIRS
     distribution = _project(plugin_dir)["name"]
     assert distribution == (f"rlhf-{plugin_dir.name}" if library else f"rlhf-plugin-{plugin_dir.name}")
-    (wheel,) = plugin_wheels.glob(f"{distribution.replace('-', '_')}-*.whl")
+    (wheel,) = first_party_wheels.glob(f"{distribution.replace('-', '_')}-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         entry_points = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
@@ -85,25 +73,18 @@ def _requirement_name(requirement: str) -> str:
 DISTRIBUTION_DIRS = [ROOT / "core", *PLUGIN_DIRS, ROOT]
 
 
-@pytest.fixture(scope="module")
-def all_wheels(plugin_wheels: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-w", str(plugin_wheels), str(ROOT / "core"), str(ROOT)], check=True, timeout=600)
-    return plugin_wheels
-
-
 def test_the_core_minor_version_is_the_plugin_api_version() -> None:
     assert rlhf.__version__.split(".")[:2] == ["0", str(API)]
     assert _project(ROOT / "core")["version"] == rlhf.__version__
 
 
 @pytest.mark.parametrize("directory", DISTRIBUTION_DIRS, ids=lambda p: str(p.relative_to(ROOT)) or "rlhf")
-def test_every_wheel_carries_what_an_index_page_shows(directory: Path, all_wheels: Path) -> None:
+def test_every_wheel_carries_what_an_index_page_shows(directory: Path, first_party_wheels: Path) -> None:
     """A README as the long description (naming the distribution), a licence, project URLs and classifiers."""
     import email
 
     name = _project(directory)["name"]
-    (wheel,) = all_wheels.glob(f"{name.replace('-', '_')}-*.whl")
+    (wheel,) = first_party_wheels.glob(f"{name.replace('-', '_')}-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         metadata = email.message_from_string(archive.read(next(n for n in archive.namelist()
                                                                if n.endswith(".dist-info/METADATA"))).decode())
@@ -116,12 +97,13 @@ def test_every_wheel_carries_what_an_index_page_shows(directory: Path, all_wheel
         assert any(r.startswith("rlhf-core") and f">=0.{API}" in r for r in metadata.get_all("Requires-Dist")), name
 
 
-def test_every_distribution_builds_an_sdist_with_its_readme(tmp_path: Path) -> None:
+def test_every_distribution_builds_an_sdist_with_its_readme(tmp_path: Path, source_tree_lock) -> None:
     """One process builds them all (setuptools' PEP 517 hook), as `python -m build --sdist` would."""
     script = ("import os, sys\nfrom setuptools import build_meta\nout, dirs = sys.argv[1], sys.argv[2:]\n"
               "for d in dirs:  # setuptools rewrites sys.argv while it builds\n    os.chdir(d)\n    build_meta.build_sdist(out)\n")
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path), *map(str, DISTRIBUTION_DIRS)],
-                          capture_output=True, text=True, timeout=600)
+    with source_tree_lock:
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path), *map(str, DISTRIBUTION_DIRS)],
+                              capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     import tarfile
 

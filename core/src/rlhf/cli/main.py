@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from rlhf import __version__
 from rlhf.console import configure_console
-from rlhf.errors import ConfigError, OneLineArgumentParser, debug_requested, render_exit
+from rlhf.environment import torchvision_clash
+from rlhf.errors import ConfigError, OneLineArgumentParser, debug_requested, exception_chain, find_user_error, render_exit
 from rlhf.host.plugin_host import PluginHost
 from rlhf.host.selection import ENV_PLUGINS, ENV_STRICT, PluginSelection
 
@@ -106,7 +107,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, status 130 or 143
         return report_interrupt(exc)
     except BaseException as exc:  # noqa: BLE001 - every error leaves through one renderer
-        return render_exit(exc, debug_requested(argv))
+        return render_exit(_environment_cause(exc), debug_requested(argv))
+
+
+def _environment_cause(exc: BaseException) -> BaseException:
+    """An import failure deep inside a library (e.g. transformers' ``Could not import module 'LlamaConfig'``) is
+    often a broken environment: a known breakage is then the user error to report, with its fix."""
+    chain = list(exception_chain(exc))
+    if find_user_error(exc) is not None or not any(isinstance(e, ImportError) or "torchvision" in str(e) for e in chain):
+        return exc
+    if (clash := torchvision_clash()) is None:
+        return exc
+    cause = ConfigError(clash)
+    cause.__cause__ = exc
+    return cause
 
 
 def _dispatch(argv: list[str]) -> int:

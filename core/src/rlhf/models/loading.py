@@ -6,6 +6,7 @@ import importlib.util
 import logging
 from typing import TYPE_CHECKING, Any
 
+from rlhf.environment import torchvision_clash
 from rlhf.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ def check_model_source(path: str, flag: str) -> Any:
     try:
         return AutoConfig.from_pretrained(path)
     except Exception as exc:  # noqa: BLE001 - offline hub, unknown name, broken config.json: one message
+        _raise_environment_cause(exc)
         raise ConfigError(f"{flag} {path}: cannot load the model config ({type(exc).__name__}: "
                           f"{' '.join(str(exc).split())[:200]})") from exc
 
@@ -104,13 +106,20 @@ def check_model_source(path: str, flag: str) -> Any:
 def load_tokenizer(path: str, flag: str, **kwargs: Any) -> Any:
     """The tokenizer of a model checked by :func:`check_model_source`; a model without one names ``flag``.
     ``kwargs``: more ``from_pretrained`` arguments (``use_fast``)."""
-    from transformers import AutoTokenizer
-
     try:
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(path, **kwargs)
     except Exception as exc:  # noqa: BLE001 - missing/broken tokenizer files surface as many exception types
+        _raise_environment_cause(exc)
         raise ConfigError(f"{flag} {path}: cannot load its tokenizer ({type(exc).__name__}: "
                           f"{' '.join(str(exc).split())[:200]})") from exc
+
+
+def _raise_environment_cause(exc: Exception) -> None:
+    """A broken environment makes transformers fail with messages about the model; name the real cause instead."""
+    if (clash := torchvision_clash()) is not None:
+        raise ConfigError(clash) from exc
 
 
 def _experts(experts: str | None) -> dict[str, Any]:

@@ -32,6 +32,7 @@ PUBLIC_MODULES = (
     "rlhf.ops",
     "rlhf.estimators",
     "rlhf.run_context",
+    "rlhf.environment",
     "rlhf.errors",
     "rlhf.reward_output",
     "rlhf.reward_terms",

