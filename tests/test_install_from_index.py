@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags
+from rlhf_test_support import FIXTURES, base_flags
 
 from rlhf.testing.cli import assert_user_error
 
@@ -120,3 +121,16 @@ def test_a_plugin_installs_from_an_index_trains_and_uninstalls(user_venv: Path, 
     assert "grpo" not in listed(user_venv)
     refused = in_venv(user_venv, "rlhf", "train", "ppo", *flags)
     assert_user_error(refused, "--algo.advantage.estimator", "'group_norm'", "pip install rlhf-plugin-grpo")
+
+
+def test_an_editable_plugin_built_for_another_core_is_shown_incompatible(user_venv: Path, index_url: str,
+                                                                         tmp_path: Path) -> None:
+    """The rlhf-core range is read from the installed metadata, which an editable install has too."""
+    pip_install(user_venv, index_url, "rlhf-core")
+    source = tmp_path / "rlhf-plugin-legacy"
+    shutil.copytree(FIXTURES / "rlhf-plugin-legacy", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    done = in_venv(user_venv, "python", "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                   "--editable", str(source))
+    assert done.returncode == 0, done.stderr[-3000:]
+    legacy = listed(user_venv)["legacy"]
+    assert legacy["status"] == "incompatible" and "is built for rlhf-core<0.2,>=0.1" in legacy["reason"]
