@@ -40,7 +40,7 @@ plugin's hook returned:
 | `steering.set_coefficient("lr_scale", v)` | multiplies the actor's scheduled learning rate from the next step on | `steering` of `state.json` |
 | `steering.set_prompt_weights([w0, w1, …])` | prompt batches drawn from then on pick each `--data.prompt_dataset` source by these weights (normalised) | `data.weights` of `state.json` |
 | `steering.evaluate(reason)` | evaluates this step on `--eval.dataset` (skipped, with a note, without one) | — |
-| `steering.save_checkpoint(reason)` | writes a checkpoint of this step | — |
+| `steering.save_checkpoint(reason, under=None, keep=None)` | writes a checkpoint of this step; with `under`, into that folder of `--ckpt.path`, apart from the rotation and from resume, keeping the newest `keep` there (rlhf-plugin-best-checkpoint's `best/`) | — |
 | `steering.stop(reason)` | the run ends after this step, saves its model as a finished run does, and ends with status `stopped` | — |
 
 Read-only: `steering.prompt_datasets`, `steering.current_prompt_weights` (the flags' until a plugin

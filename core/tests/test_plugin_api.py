@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 import rlhf
 from rlhf.testing.api_surface import PUBLIC_MODULES, compare, snapshot_path, surface
 
@@ -73,3 +75,20 @@ def test_the_import_scan_sees_every_form_of_import() -> None:
     source = ("import rlhf.runtime.control.controller\nfrom rlhf import ops, hookimpl\n"
               "def f():\n    from rlhf.config.ppo import (\n        PPOConfig,\n    )\n")
     assert rlhf_modules_imported(source) == {"rlhf.runtime.control.controller", "rlhf", "rlhf.ops", "rlhf.config.ppo"}
+
+
+@pytest.mark.parametrize(("old", "new", "compatible"), [
+    ("(self, reason: 'str' = '') -> 'None'", "(self, reason: 'str' = '', *, under: 'str | None' = None) -> 'None'", True),
+    ("(a, b=1)", "(a, b=1, c=2)", True),
+    ("(a, b=1)", "(a, b=1, c)", False),  # not even valid: a required parameter after a default
+    ("(a, b=1)", "(a, c=2, b=1)", False),  # b moved: a positional call would bind c
+    ("(a, b=1)", "(a, b=2)", False),  # a changed default
+    ("(a, *, k=1)", "(a, *, k=1, j)", False),  # a required keyword
+    ("(a) -> int", "(a, b=1) -> str", False),  # another return type
+    ("classmethod(cls, x)", "classmethod(cls, x, y=None)", True),
+    ("(self, coefficients: 'dict' = <factory>)", "(self, coefficients: 'dict' = <factory>, keep: 'int' = 1)", True),
+])
+def test_only_added_optional_parameters_extend_a_signature(old: str, new: str, compatible: bool) -> None:
+    from rlhf.testing.api_surface import compare
+
+    assert compare({"f": old}, {"f": new})[1] == ([] if compatible else ["f"])

@@ -56,6 +56,9 @@ class Steering:
     evaluate_reason: str | None = None
     prompt_weights: tuple[float, ...] | None = None
     coefficients: dict[str, float] = field(default_factory=dict)
+    #: where :meth:`save_checkpoint` asked to write (a folder under ``--ckpt.path``; None: the rotation) and how many to keep
+    checkpoint_under: str | None = None
+    checkpoint_keep: int | None = None
 
     @property
     def prompt_datasets(self) -> tuple[str, ...]:
@@ -73,9 +76,16 @@ class Steering:
         """End the run after this step (it is saved and reported as ``stopped``, with ``reason``)."""
         self.stop_reason = _reason(reason)
 
-    def save_checkpoint(self, reason: str = "") -> None:
-        """Write a checkpoint of this step, besides the ``--ckpt.save_steps`` ones."""
+    def save_checkpoint(self, reason: str = "", *, under: str | None = None, keep: int | None = None) -> None:
+        """Write a checkpoint of this step, besides the ``--ckpt.save_steps`` ones. ``under``: a folder name under
+        ``--ckpt.path`` that keeps it apart from the rotation and from resume (e.g. ``best``), where the newest
+        ``keep`` are kept (default ``--ckpt.max_num``)."""
+        if under is not None and (not under or "/" in under or under.startswith((".", "global_step"))):
+            raise ValueError(f"save_checkpoint(under={under!r}): give one folder name, not a path or a global_step dir")
+        if keep is not None and keep < 1:
+            raise ValueError(f"save_checkpoint(keep={keep}): keep at least 1")
         self.checkpoint_reason = _reason(reason or "requested")
+        self.checkpoint_under, self.checkpoint_keep = under, keep
 
     def evaluate(self, reason: str = "") -> None:
         """Evaluate this step on ``--eval.dataset``, besides the ``--eval.steps`` ones."""

@@ -168,7 +168,7 @@ class CkptSection(Section):
     max_num: int = flag(3, "Checkpoints to keep")
     max_mem: float = flag(math.inf, "Maximum checkpoint disk use (GB)")
     load_enable: bool = flag(False, "Resume from the latest checkpoint", switch=True)
-    best_metric_key: str = flag("", "Eval metric key for best-checkpoint saving ('' = first pass@ metric)")
+    best_metric_key: str = plugin_flag("best-checkpoint", "", "Eval metric key for best-checkpoint saving ('' = first pass@ metric)")
     output_dir: str = flag("./ckpt", "Output directory of the final model")
 
 

@@ -1,1 +1,1 @@
-"""What a run records on disk: atomic checkpoint files and the run directory, the best-checkpoint record, metrics and status."""
+"""What a run records on disk: atomic checkpoint files and the run directory, metrics and status."""

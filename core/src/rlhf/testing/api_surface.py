@@ -123,8 +123,43 @@ def compare(snapshot: dict[str, str], current: dict[str, str]) -> tuple[list[str
     """(removed, changed, added) names between a snapshot and the current surface."""
     removed = sorted(set(snapshot) - set(current))
     added = sorted(set(current) - set(snapshot))
-    changed = sorted(name for name in set(snapshot) & set(current) if snapshot[name] != current[name])
+    changed = sorted(name for name in set(snapshot) & set(current)
+                     if snapshot[name] != current[name] and not _extends(snapshot[name], current[name]))
     return removed, changed, added
+
+
+def _extends(old: str, new: str) -> bool:
+    """Whether signature ``new`` only adds optional parameters to ``old`` (after its positional ones, or as
+    keywords), so that every call written against ``old`` still works: no bump (docs/plugin-api.md)."""
+    import ast
+
+    def parsed(signature: str) -> ast.FunctionDef | None:
+        prefix = next((p for p in ("classmethod", "staticmethod") if signature.startswith(p + "(")), "")
+        try:
+            node = ast.parse(f"def f{signature[len(prefix):].replace('<factory>', '...')}: pass").body[0]
+        except SyntaxError:
+            return None
+        return node if isinstance(node, ast.FunctionDef) and prefix == signature[:len(prefix)] else None
+
+    a, b = parsed(old), parsed(new)
+    if a is None or b is None or ast.dump(a.returns or ast.Constant(None)) != ast.dump(b.returns or ast.Constant(None)):
+        return False
+    old_args, new_args = a.args, b.args
+
+    def params(args: list[ast.arg], defaults: list[Any]) -> list[tuple[str, str, str | None]]:
+        padded = [None] * (len(args) - len(defaults)) + list(defaults)
+        return [(arg.arg, ast.dump(arg.annotation) if arg.annotation else "", ast.dump(d) if d else None)
+                for arg, d in zip(args, padded)]
+
+    old_pos = params(old_args.posonlyargs + old_args.args, old_args.defaults)
+    new_pos = params(new_args.posonlyargs + new_args.args, new_args.defaults)
+    old_kw = dict((p[0], p) for p in params(old_args.kwonlyargs, old_args.kw_defaults))
+    new_kw = dict((p[0], p) for p in params(new_args.kwonlyargs, new_args.kw_defaults))
+    same_star = [ast.dump(x) if x else "" for x in (old_args.vararg, old_args.kwarg)] == \
+        [ast.dump(x) if x else "" for x in (new_args.vararg, new_args.kwarg)]
+    return (same_star and new_pos[:len(old_pos)] == old_pos and all(p[2] is not None for p in new_pos[len(old_pos):])
+            and all(new_kw.get(name) == p for name, p in old_kw.items())
+            and all(p[2] is not None for name, p in new_kw.items() if name not in old_kw))
 
 
 def main(argv: list[str]) -> int:

@@ -19,7 +19,6 @@ from rlhf.config.rollout_engine import rollout_engine_class
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
 from rlhf.models.loading import check_model_source, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
-from rlhf.records.best_checkpoint import BestCheckpoint
 from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.liveness import wait, write_whereabouts
@@ -69,7 +68,6 @@ class PPOController:
             self.sample_filter = build(registry.get(K.SAMPLE_FILTER, chosen, flag=flag), config)
         self.step = 0
         self.steered: dict[str, float] = {}  # coefficients a steering plugin set, but β: entropy, lr_scale
-        self.best = BestCheckpoint.from_config(config)
         self.scheduler = build(registry.get(K.ROLLOUT_SCHEDULER, config.train.rollout_scheduler,
                                             flag="--train.rollout_scheduler"), config)
         # what a rollout scheduler reads and sets (rlhf.components.RolloutLoop): weight syncs so far, the engines'
@@ -192,7 +190,6 @@ class PPOController:
             self.schedule.restore(state["data"])
             self.kl.value = state["kl_coef"]
             self.steered = state.get("steering", {})
-            self.best.value = state.get("best_metric")
             self.plugins.checkpoint_load(self.step, directory, state.get("plugins", {}))
             self.sync_weights()
 
@@ -333,7 +330,7 @@ class PPOController:
         if self.schedule.weights is not None:  # the newest (async mode trained a batch drawn before the last change)
             data["weights"] = list(self.schedule.weights)
         state = {"step": self.step, "data": data, "kl_coef": self.kl.value,
-                 "steering": self.steered, "best_metric": self.best.value,
+                 "steering": self.steered,
                  "plugin_set": cfg.plugin_set, "plugins": plugin_state}
 
         def write(staging: Path) -> None:
@@ -382,13 +379,13 @@ class PPOController:
                 requests = steer(self, metrics)
                 if requests.evaluate and not evaluating:  # steer() drops the request without --eval.dataset
                     metrics.update(self.evaluate())
-                if evaluating or requests.evaluate:
-                    self.best.offer(self.step, metrics, self.save_checkpoint)
                 tracker.log(self.step, metrics)
                 for note in requests.notes:
                     tracker.note(note)
                 if (cfg.ckpt.save_steps > 0 and self.step % cfg.ckpt.save_steps == 0) or requests.checkpoint:
                     self.save_checkpoint()
+                for folder, keep in requests.apart.items():  # e.g. rlhf-plugin-best-checkpoint's best/
+                    self.save_checkpoint(Path(cfg.ckpt.path) / folder, keep)
                 self.plugins.step_end(self.step, metrics)
                 if requests.stop:
                     reason = requests.stop

@@ -25,6 +25,8 @@ class StepRequests:
 
     evaluate: str | None = None
     checkpoint: str | None = None
+    #: checkpoints asked for apart from the rotation: folder under --ckpt.path -> how many to keep there (None: max_num)
+    apart: dict[str, int | None] = field(default_factory=dict)
     stop: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -58,6 +60,10 @@ def steer(controller: PPOController, metrics: dict[str, float]) -> StepRequests:
                              ("stop", handle.stop_reason)):
             if reason is not None and kind == "evaluate" and not controller.eval_prompts:
                 requests.notes.append(f"step {step}: {who} asked to evaluate ({reason}); skipped: the run has no --eval.dataset")
+            elif reason is not None and kind == "checkpoint" and handle.checkpoint_under is not None:
+                requests.apart[handle.checkpoint_under] = handle.checkpoint_keep
+                metrics["steer/checkpoint"] = 1.0
+                requests.notes.append(f"step {step}: {who} asked to checkpoint into {handle.checkpoint_under}/: {reason}")
             elif reason is not None:
                 setattr(requests, kind, f"{who}: {reason}")
                 metrics[f"steer/{kind}"] = 1.0
