@@ -118,7 +118,7 @@ def _environment_cause(exc: BaseException) -> BaseException:
         return exc
     if (clash := torchvision_clash()) is None:
         return exc
-    cause = ConfigError(clash)
+    cause = ConfigError(str(clash))
     cause.__cause__ = exc
     return cause
 

@@ -119,7 +119,7 @@ def load_tokenizer(path: str, flag: str, **kwargs: Any) -> Any:
 def _raise_environment_cause(exc: Exception) -> None:
     """A broken environment makes transformers fail with messages about the model; name the real cause instead."""
     if (clash := torchvision_clash()) is not None:
-        raise ConfigError(clash) from exc
+        raise ConfigError(str(clash)) from exc
 
 
 def _experts(experts: str | None) -> dict[str, Any]:

