@@ -108,9 +108,10 @@ def _fix_of(plugin: dict[str, Any]) -> str:
 
 def _sandbox() -> dict[str, str]:
     """The code reward runs untrusted code under bubblewrap, else unshare (user namespaces)."""
-    for tool, probe in (("bwrap", ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "true"]), ("unshare", ["unshare", "-rn", "true"])):
+    for tool, probe, isolation in (("bwrap", ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "true"], "no network, read-only system"),
+                                   ("unshare", ["unshare", "-rn", "true"], "no network")):
         if shutil.which(tool) and subprocess.run(probe, capture_output=True, timeout=30).returncode == 0:
-            return finding("code sandbox", "ok", f"{tool} works (no network, read-only system)")
+            return finding("code sandbox", "ok", f"{tool} works ({isolation})")
     return finding("code sandbox", "warn", "neither bubblewrap nor unshare can isolate here: the code reward falls back to "
                    "weaker isolation", "apt-get install bubblewrap (or allow unprivileged user namespaces)")
 
