@@ -32,7 +32,7 @@ ENV_PLUGINS = "RLHF_PLUGINS"
 ENV_STRICT = "RLHF_STRICT_PLUGINS"
 
 #: Record statuses shown by ``rlhf plugins``.
-#: A plugins status; INCOMPATIBLE: built for another plugin API (its declared version or its rlhf-core range)
+#: A plugin's status; INCOMPATIBLE: built for another plugin API (its declared version or its rlhf-core range)
 OK, BLOCKED, FAILED, INCOMPATIBLE = "ok", "blocked", "failed", "incompatible"
 
 
