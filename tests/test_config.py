@@ -34,7 +34,7 @@ def _lift_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def host() -> PluginHost:
-    return PluginHost.load(PluginSelection.parse("ppo,grpo,adamw,kl,deepspeed,async-rollout", strict=True))
+    return PluginHost.load(PluginSelection.parse("ppo,grpo,adamw,kl,deepspeed,async-rollout,weighted-rewards", strict=True))
 
 
 def parse(host: PluginHost, *argv: str) -> PPOConfig:
@@ -113,12 +113,12 @@ def test_yaml_holds_the_same_tree_and_flags_override_it(host: PluginHost, tmp_pa
 def test_printed_config_loads_back_identically(host: PluginHost, tmp_path: Path, capsys) -> None:
     from rlhf.cli.main import main
 
-    assert main(["--plugins", "ppo,grpo,adamw,kl,deepspeed", "train", "ppo", "--print-config", "--actor.adam.lr", "2e-6"]) == 0
+    assert main(["--plugins", "ppo,grpo,adamw,kl,deepspeed,weighted-rewards", "train", "ppo", "--print-config", "--actor.adam.lr", "2e-6"]) == 0
     dumped = capsys.readouterr().out
     (tmp_path / "dump.yaml").write_text(dumped)
     data = yaml.safe_load(dumped)
     assert data["ckpt"]["max_mem"] == math.inf
-    assert [p["name"] for p in data["plugin_set"]] == ["core", "grpo", "kl", "ppo", "deepspeed", "adamw"]
+    assert [p["name"] for p in data["plugin_set"]] == ["core", "grpo", "kl", "ppo", "deepspeed", "adamw", "weighted-rewards"]
     reloaded = parse(host, "--config", str(tmp_path / "dump.yaml"))
     assert reloaded.actor.adam.lr == 2e-6 and reloaded.ckpt.max_mem == math.inf
 
@@ -150,7 +150,7 @@ def test_bad_flags_get_errors_that_name_them(host: PluginHost, argv: list[str], 
 
 
 def test_component_hint_names_the_first_party_package() -> None:
-    without_grpo = PluginHost.load(PluginSelection.parse("ppo,adamw,kl,deepspeed"))
+    without_grpo = PluginHost.load(PluginSelection.parse("ppo,adamw,kl,deepspeed,weighted-rewards"))
     with pytest.raises(ConfigError, match=r"It is provided by rlhf-plugin-grpo: pip install rlhf-plugin-grpo"):
         parse(without_grpo, "--algo.advantage.estimator", "group_norm")
 
@@ -217,8 +217,8 @@ def options_plugin(name: str, namespace: str | None = None) -> types.SimpleNames
 
 def test_plugin_options_from_flags_and_yaml(host: PluginHost, register_plugin, plugin_host: PluginHost,
                                             tmp_path: Path) -> None:
-    for name in ("ppo", "adamw", "kl", "deepspeed"):
-        register_plugin(__import__(f"rlhf_plugin_{name}"), name=name)
+    for name in ("ppo", "adamw", "kl", "deepspeed", "weighted_rewards"):
+        register_plugin(__import__(f"rlhf_plugin_{name}"), name=name.replace("_", "-"))
     register_plugin(options_plugin("echo"), name="echo")
     run = tmp_path / "run.yaml"
     run.write_text("plugins:\n  echo:\n    prefix: answer\n")
@@ -340,7 +340,7 @@ def test_a_sample_filter_is_chosen_by_name(tmp_path: Path) -> None:
 
     reward = tmp_path / "reward.py"
     reward.write_text("def reward_func(queries, prompts, labels, **kwargs):\n    return [0.0] * len(queries)\n")
-    host = PluginHost.load(PluginSelection.parse("ppo,grpo,adamw,kl,dapo,single-turn,reward-func,deepspeed", strict=True))
+    host = PluginHost.load(PluginSelection.parse("ppo,grpo,adamw,kl,dapo,single-turn,reward-func,deepspeed,weighted-rewards", strict=True))
     config = parse(host, "--algo.sample_filter", "dynamic_filtering", "--rollout.n_samples_per_prompt", "4",
                    "--algo.advantage.estimator", "group_norm", "--reward.remote_url", str(reward))
     controller = PPOController(config, host, tmp_path / "out")

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         PolicyLoss,
         Processor,
         RewardFunction,
+        RewardManager,
         RewardShaper,
         RolloutEngine,
         RolloutScheduler,
@@ -115,6 +116,16 @@ def rlhf_register_reward_shapers(register: Register[type[RewardShaper]]) -> None
 
     When: at plugin load. Process: every process that loads plugins. How often: once per process.
     Shapes: none here; a shaper maps per-sequence rewards ``(B,)`` to ``(B,)``.
+    """
+
+
+@hookspec
+def rlhf_register_reward_managers(register: Register[type[RewardManager]]) -> None:
+    """Register reward managers (how the run's reward sources make each sample's reward), selected by
+    ``--reward.manager NAME``.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; see :class:`rlhf.components.RewardManager`.
     """
 
 

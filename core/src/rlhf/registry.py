@@ -42,6 +42,7 @@ class ComponentKind(str, Enum):
     WEIGHT_SYNC_TRANSPORT = "weight_sync_transport"
     TRAINING_BACKEND = "training_backend"
     ROLLOUT_SCHEDULER = "rollout_scheduler"
+    REWARD_MANAGER = "reward_manager"
 
     @property
     def hook_name(self) -> str:
@@ -60,7 +61,8 @@ class ComponentKind(str, Enum):
         return _PLUGIN_KIND.get(self.value, "algorithms")
 
 
-_PLUGIN_KIND = {"reward_function": "rewards", "reward_shaper": "rewards", "agent_executor": "agents",
+_PLUGIN_KIND = {"reward_function": "rewards", "reward_shaper": "rewards", "reward_manager": "rewards",
+                "agent_executor": "agents",
                 "model_loader": "models", "processor": "models", "optimizer": "optimizers", "scheduler": "optimizers",
                 "rollout_engine": "backends", "weight_sync_transport": "backends", "training_backend": "backends",
                 "rollout_scheduler": "backends", "command": "tools"}

@@ -18,12 +18,21 @@ from typing import TYPE_CHECKING, Any
 from rlhf.components.algorithms import AdvantageEstimator, KLEstimator, PolicyLoss, SampleFilter
 from rlhf.components.models import ModelLoader, OptimizerFactory, Processor, SchedulerFactory
 from rlhf.components.programs import Command, Trainer
-from rlhf.components.rewards import RewardFunction, RewardShaper
+from rlhf.components.rewards import (
+    RewardBatch,
+    RewardFunction,
+    RewardManager,
+    RewardResult,
+    RewardShaper,
+    RewardSource,
+    RewardSources,
+)
 from rlhf.components.rollout import AgentExecutor, RolloutLoop, RolloutScheduler, StepRollout
 from rlhf.components.systems import RolloutEngine, TrainedModel, TrainingBackend, WeightSource, WeightSyncTransport
 
 __all__ = ["build", "AdvantageEstimator", "KLEstimator", "PolicyLoss", "SampleFilter", "ModelLoader", "OptimizerFactory",
-           "Processor", "SchedulerFactory", "Command", "Trainer", "RewardFunction", "RewardShaper", "AgentExecutor",
+           "Processor", "SchedulerFactory", "Command", "Trainer", "RewardFunction", "RewardShaper",
+           "RewardManager", "RewardBatch", "RewardResult", "RewardSource", "RewardSources", "AgentExecutor",
            "RolloutLoop", "RolloutScheduler", "StepRollout",
            "RolloutEngine", "TrainedModel", "TrainingBackend", "WeightSource", "WeightSyncTransport"]
 

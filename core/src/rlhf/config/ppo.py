@@ -36,11 +36,15 @@ class RewardSection(Placement):
     )
     model_name_or_path: str | None = flag(None, "Reward model path(s), comma-separated")
     remote_url: str | None = flag(None, "Remote reward API URL(s), or a reward_func .py file")
-    functions: str | list[Any] | None = flag(
-        None, "Registered reward functions to combine: name[:weight[:on_error]],… (see docs/rewards.md)"
+    manager: str = flag("weighted", "Reward manager: how the reward sources make each sample's reward (rlhf plugins "
+                        "lists them)", component=K.REWARD_MANAGER)
+    functions: str | list[Any] | None = plugin_flag(
+        "weighted-rewards", None, "Registered reward functions to combine: name[:weight[:on_error]],… (see docs/rewards.md)"
     )
-    on_error: Literal["raise", "zero", "skip-sample"] = flag("raise", "Default failure policy of reward terms")
-    score_term: str | None = flag(None, "Reward term whose scores drive filtering and eval (default: the weighted sum)")
+    on_error: Literal["raise", "zero", "skip-sample"] = plugin_flag("weighted-rewards", "raise",
+                                                                    "Default failure policy of reward terms")
+    score_term: str | None = plugin_flag("weighted-rewards", None,
+                                         "Reward term whose scores drive filtering and eval (default: the weighted sum)")
     offload: bool = flag(False, "Offload reward model to CPU", switch=True)
 
 

@@ -126,7 +126,7 @@ def test_rlhf_train_ppo_runs_the_checks_before_anything_starts(caplog: pytest.Lo
     from rlhf.host.plugin_host import PluginHost
     from rlhf.host.selection import PluginSelection
 
-    host = PluginHost.load(PluginSelection.parse("ppo,adamw,muon,kl,deepspeed", strict=True))
+    host = PluginHost.load(PluginSelection.parse("ppo,adamw,muon,kl,deepspeed,weighted-rewards", strict=True))
 
     def finalize(*argv: str) -> PPOConfig:
         config, _ = ConfigParser(PPOConfig, host, prog="rlhf train ppo").parse(["--actor.model_name_or_path", "m", *argv])

@@ -10,9 +10,10 @@ import uvicorn
 from fastapi import FastAPI, Response
 from rlhf_plugin_remote.client import RemoteOptions, RemoteReward
 from rlhf_plugin_reward_server.server import build_app
+from rlhf_plugin_weighted_rewards.terms import CompositeReward, TermSpec
 
 from rlhf.errors import RewardSourceError, find_user_error
-from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
+from rlhf.reward_terms import call_reward
 from rlhf.runtime.cluster.liveness import free_port
 from rlhf.testing.conformance import RewardFunctionKit
 

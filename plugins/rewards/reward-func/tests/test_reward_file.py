@@ -102,7 +102,9 @@ def test_an_exception_inside_reward_func_names_the_file_and_the_line(tmp_path: P
     message = str(caught.value)
     assert str(path) in message and "line 3" in message and "KeyError: 'b'" in message
     assert isinstance(caught.value.__cause__, KeyError)
-    from rlhf.reward_terms import CompositeReward, TermSpec, call_reward
+    from rlhf_plugin_weighted_rewards.terms import CompositeReward, TermSpec
+
+    from rlhf.reward_terms import call_reward
 
     composite = CompositeReward([(TermSpec("reward_func_file"),
                                   lambda q, p, labels, **c: call_reward(reward, q, p, labels, source="file", **c))])

@@ -1,15 +1,15 @@
-"""Reward composition: the adapter for every function shape, weights, logs, scores and failure policies."""
+"""Weighted reward terms: the adapter for every function shape, weights, logs, scores and failure policies."""
 
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
+from rlhf_plugin_weighted_rewards.terms import CompositeReward, TermSpec, parse_terms
 
 from rlhf.errors import RewardSourceDown, RewardSourceError
 from rlhf.reward_output import RewardOutput
-from rlhf.reward_terms import CompositeReward, TermSpec, call_reward, parse_terms
+from rlhf.reward_terms import call_reward
 
 QUERIES, PROMPTS, LABELS = ["Q:a", "Q:bb", "Q:ccc"], ["Q:", "Q:", "Q:"], ["1", "2", "3"]
 
@@ -139,44 +139,3 @@ def test_a_source_that_gives_no_answer_fails_the_batch_at_once() -> None:
         composite(QUERIES, PROMPTS, LABELS)
     assert calls == [3]  # no per-sample retries: each would wait for the same dead server
     assert "--reward.on_error" not in str(err.value)  # no policy can help
-
-
-def agent_stage(functions: str | None, score_term: str | None = None):
-    from rlhf.host.plugin_host import PluginHost
-    from rlhf.host.selection import PluginSelection
-    from rlhf.runtime.control.rewarding import RewardStage
-    from rlhf.testing.conformance import ppo_config
-
-    config = ppo_config(reward={"functions": functions, "score_term": score_term}, data={"label_key": "label"},
-                        train={"agent_func_path": "env.py"})
-    return RewardStage(config, PluginHost.load(PluginSelection.from_cli(None, False)).registry, agent_rewards=True)
-
-
-def agent_samples(rewards: list[float], answers: list[str]):
-    from rlhf.runtime.workers.batch import Sample
-
-    return [Sample(prompt_ids=[1], response_ids=[2], rollout_logprobs=[0.0], prompt="Q: ", response=answer, label="4",
-                   group=i, agent={"reward": reward, "score": 10 + reward, "extra_logs": {}})
-            for i, (reward, answer) in enumerate(zip(rewards, answers))]
-
-
-@pytest.mark.parametrize(("functions", "agent_weight"), [(None, 1.0), ("math_answer:0.5", 1.0),
-                                                         ("agent:0.25,math_answer:0.5", 0.25)])
-def test_an_environments_reward_is_one_weighted_term_beside_the_reward_functions(functions, agent_weight) -> None:
-    rewards = [random.uniform(-1, 1) for _ in range(4)]
-    answers = ["4", "5", "The answer is 4", "x"]
-    samples = agent_samples(rewards, answers)
-    logs, skipped = agent_stage(functions).reward(samples)
-    correct = [1.0, 0.0, 1.0, 0.0]
-    math_weight = 0.5 if functions else 0.0
-    for sample, env, right in zip(samples, rewards, correct):
-        assert sample.reward == pytest.approx(agent_weight * env + math_weight * right)
-        assert sample.score == pytest.approx(10 + env)  # the environment's scores, unless --reward.score_term says
-    assert logs["reward/agent"] == pytest.approx(sum(rewards) / 4) and not skipped
-    assert ("reward/math_answer" in logs) == bool(functions)
-
-
-def test_reward_score_term_can_name_a_function_beside_an_environment() -> None:
-    samples = agent_samples([0.3, 0.7], ["4", "5"])
-    agent_stage("math_answer:1.0", score_term="math_answer").reward(samples)
-    assert [s.score for s in samples] == [1.0, 0.0]

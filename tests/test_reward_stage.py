@@ -1,0 +1,97 @@
+"""The controller's reward stage: the reward manager it selects, the sources it hands it, and what it does
+with the answer (rewards and scores on the samples, skipped groups, logs)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from rlhf.components import RewardResult, build
+from rlhf.errors import ConfigError
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginSelection
+from rlhf.registry import ComponentError
+from rlhf.registry import ComponentKind as K
+from rlhf.reward_terms import call_reward
+from rlhf.runtime.control.rewarding import RewardStage
+from rlhf.runtime.workers.batch import Sample
+from rlhf.testing.conformance import ppo_config
+
+#: the worked example of docs/plugins/reward-manager.md
+BEST_OF = Path(__file__).parents[1] / "docs" / "plugins" / "examples" / "best_of_rewards.py"
+
+
+def registry(plugins: str | None = None):
+    return PluginHost.load(PluginSelection.from_cli(plugins, False)).registry
+
+
+def stage(plugins: str | None = None, agent_rewards: bool = False, **reward: object) -> RewardStage:
+    config = ppo_config(reward=reward, data={"label_key": "label"},
+                        train={"agent_func_path": "env.py"} if agent_rewards else {})
+    return RewardStage(config, registry(plugins), agent_rewards=agent_rewards)
+
+
+def samples(answers: list[str], agent_rewards: list[float] | None = None) -> list[Sample]:
+    return [Sample(prompt_ids=[1], response_ids=[2], rollout_logprobs=[0.0], prompt="Q: ", response=answer, label="4",
+                   group=i // 2, agent=None if agent_rewards is None else
+                   {"reward": agent_rewards[i], "score": 10 + agent_rewards[i], "extra_logs": {}})
+            for i, answer in enumerate(answers)]
+
+
+def test_the_selected_manager_gets_the_sources_and_its_answer_lands_on_the_samples() -> None:
+    batch = samples(["The answer is 4", "5", "<think>x</think> <answer>4</answer>", "<think>x</think> 7"])
+    logs, skipped = stage(str(BEST_OF), manager="best_of").reward(batch)
+    each = [call_reward(build(registry().get(K.REWARD_FUNCTION, name), ppo_config()), [s.prompt + s.response for s in batch],
+                        [s.prompt for s in batch], [s.label for s in batch], source=name).rewards
+            for name in ("math_answer", "format")]
+    assert each[0] != each[1]  # the functions disagree, so max and min are real choices
+    assert [s.reward for s in batch] == [max(pair) for pair in zip(*each)]
+    assert [s.score for s in batch] == [min(pair) for pair in zip(*each)]
+    assert logs == {"reward/agreement": sum(a == b for a, b in zip(*each)) / 4} and not skipped
+
+
+def test_groups_a_manager_skips_are_returned_by_group() -> None:
+    class SkipsSample2:
+        def __init__(self, sources):
+            pass
+
+        def __call__(self, batch):
+            return RewardResult([1.0] * len(batch.queries), [0.5] * len(batch.queries), skipped={2})
+
+    reward_stage = stage(functions="format")
+    reward_stage.manager = SkipsSample2(None)
+    assert reward_stage.reward(samples(["a", "b", "c", "d"]))[1] == {1}  # samples 2 and 3 are prompt group 1
+
+
+def test_an_unknown_manager_is_one_error_naming_the_flag_and_the_installed_ones() -> None:
+    with pytest.raises(ComponentError, match=r"--reward.manager 'nope': no reward manager of that name is installed.*weighted"):
+        stage(manager="nope", functions="math_answer")
+
+
+def test_a_reward_function_that_needs_labels_is_refused_without_a_label_key() -> None:
+    config = ppo_config(reward={"functions": "math_answer"})
+    with pytest.raises(ConfigError, match="--reward.functions math_answer: .*--data.label_key is not set"):
+        RewardStage(config, PluginHost.load(PluginSelection.from_cli(None, False)).registry)
+
+
+@pytest.mark.parametrize(("functions", "agent_weight"), [(None, 1.0), ("math_answer:0.5", 1.0),
+                                                         ("agent:0.25,math_answer:0.5", 0.25)])
+def test_an_environments_reward_is_one_weighted_term_beside_the_reward_functions(functions, agent_weight) -> None:
+    rewards = [random.uniform(-1, 1) for _ in range(4)]
+    batch = samples(["4", "5", "The answer is 4", "x"], rewards)
+    logs, skipped = stage(agent_rewards=True, functions=functions).reward(batch)
+    correct = [1.0, 0.0, 1.0, 0.0]
+    math_weight = 0.5 if functions else 0.0
+    for sample, env, right in zip(batch, rewards, correct):
+        assert sample.reward == pytest.approx(agent_weight * env + math_weight * right)
+        assert sample.score == pytest.approx(10 + env)  # the environment's scores, unless --reward.score_term says
+    assert logs["reward/agent"] == pytest.approx(sum(rewards) / 4) and not skipped
+    assert ("reward/math_answer" in logs) == bool(functions)
+
+
+def test_reward_score_term_can_name_a_function_beside_an_environment() -> None:
+    batch = samples(["4", "5"], [0.3, 0.7])
+    stage(agent_rewards=True, functions="math_answer:1.0", score_term="math_answer").reward(batch)
+    assert [s.score for s in batch] == [1.0, 0.0]
