@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from rlhf.host.plugin_host import PluginHost
 from rlhf.host.selection import PluginSelection
 from rlhf.testing.cli import assert_user_error, run_rlhf
