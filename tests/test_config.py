@@ -34,7 +34,7 @@ def _lift_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def host() -> PluginHost:
-    return PluginHost.load(PluginSelection.parse("ppo,grpo,adamw,kl,deepspeed,async-rollout,weighted-rewards", strict=True))
+    return PluginHost.load(PluginSelection.parse("ppo,grpo,adamw,kl,deepspeed,async-rollout,weighted-rewards,rollout-correction", strict=True))
 
 
 def parse(host: PluginHost, *argv: str) -> PPOConfig:

@@ -84,6 +84,10 @@ def test_hook_rlhf_register_reward_functions(plugin_host, register_plugin) -> No
     check_registration(ComponentKind.REWARD_FUNCTION, plugin_host, register_plugin)
 
 
+def test_hook_rlhf_register_rollout_corrections(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.ROLLOUT_CORRECTION, plugin_host, register_plugin)
+
+
 def test_hook_rlhf_register_reward_managers(plugin_host, register_plugin) -> None:
     check_registration(ComponentKind.REWARD_MANAGER, plugin_host, register_plugin)
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         RewardFunction,
         RewardManager,
         RewardShaper,
+        RolloutCorrection,
         RolloutEngine,
         RolloutScheduler,
         SampleFilter,
@@ -89,6 +90,16 @@ def rlhf_register_sample_filters(register: Register[type[SampleFilter]]) -> None
 
     When: at plugin load. Process: every process that loads plugins. How often: once per process.
     Shapes: none here; a filter reads per-sequence scores grouped as ``(num_prompts, n)``.
+    """
+
+
+@hookspec
+def rlhf_register_rollout_corrections(register: Register[type[RolloutCorrection]]) -> None:
+    """Register train/rollout mismatch corrections (TIS, ICEPOP, sequence masks…); every one is built and the
+    one its own flags switch on (``active``) applies.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none here; a correction maps per-token log-probs ``(B, T)`` to a coefficient ``(B, T)``.
     """
 
 

@@ -43,6 +43,7 @@ class ComponentKind(str, Enum):
     TRAINING_BACKEND = "training_backend"
     ROLLOUT_SCHEDULER = "rollout_scheduler"
     REWARD_MANAGER = "reward_manager"
+    ROLLOUT_CORRECTION = "rollout_correction"
 
     @property
     def hook_name(self) -> str:

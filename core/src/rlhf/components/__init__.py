@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlhf.components.algorithms import AdvantageEstimator, KLEstimator, PolicyLoss, SampleFilter
+from rlhf.components.algorithms import AdvantageEstimator, KLEstimator, PolicyLoss, RolloutCorrection, SampleFilter
 from rlhf.components.models import ModelLoader, OptimizerFactory, Processor, SchedulerFactory
 from rlhf.components.programs import Command, Trainer
 from rlhf.components.rewards import (
@@ -30,7 +30,7 @@ from rlhf.components.rewards import (
 from rlhf.components.rollout import AgentExecutor, RolloutLoop, RolloutScheduler, StepRollout
 from rlhf.components.systems import RolloutEngine, TrainedModel, TrainingBackend, WeightSource, WeightSyncTransport
 
-__all__ = ["build", "AdvantageEstimator", "KLEstimator", "PolicyLoss", "SampleFilter", "ModelLoader", "OptimizerFactory",
+__all__ = ["build", "AdvantageEstimator", "KLEstimator", "PolicyLoss", "SampleFilter", "RolloutCorrection", "ModelLoader", "OptimizerFactory",
            "Processor", "SchedulerFactory", "Command", "Trainer", "RewardFunction", "RewardShaper",
            "RewardManager", "RewardBatch", "RewardResult", "RewardSource", "RewardSources", "AgentExecutor",
            "RolloutLoop", "RolloutScheduler", "StepRollout",

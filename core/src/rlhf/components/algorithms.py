@@ -1,4 +1,5 @@
-"""The algorithm components of an RL step: advantage estimators, policy losses, KL estimators, sample filters.
+"""The algorithm components of an RL step: advantage estimators, policy losses, KL estimators, sample filters,
+rollout corrections.
 
 Shapes and the build rules: :mod:`rlhf.components`."""
 
@@ -100,3 +101,25 @@ class SampleFilter(Protocol):
     def keep(self, scores: torch.Tensor) -> torch.Tensor:
         """Boolean ``(P,)``: which groups of the ``(P, n)`` score matrix to keep."""
         ...
+
+
+@runtime_checkable
+class RolloutCorrection(Protocol):
+    """A per-token coefficient on the policy loss for the gap between the rollout engine's sampling
+    distribution π_rollout and the trainer's π_old (TIS, ICEPOP, sequence-level masks…).
+
+    Every registered correction is built (``from_config``) in the CLI process, to check its options, and
+    in each actor rank; the one whose ``active`` is true applies (two active ones are a config error).
+    While one is active the controller sends the engines' sampling log-probs to the actor.
+
+    Called in the actor worker, once per training micro-batch, with ``old_log_probs`` and
+    ``rollout_log_probs`` ``(B, T)`` (detached) and ``action_mask`` ``(B, T)``. Returns the coefficient
+    ``c`` ``(B, T)``, 0 on padding, that multiplies a token-level policy loss, and metrics (scalar
+    tensors, logged as means). A sequence-level loss (``token_level = False``, e.g. GSPO) is not
+    multiplied: it takes its ratio against π_rollout directly.
+    """
+
+    active: bool
+
+    def __call__(self, old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor,
+                 action_mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...

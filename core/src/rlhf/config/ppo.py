@@ -130,10 +130,13 @@ class AdvantageSection(Section):
     gamma: float = flag(1.0, "PPO GAE gamma")
     lambd: float = flag(1.0, "PPO GAE lambda")
     no_std_norm: bool = flag(False, "Keep mean subtraction but do not divide advantages by std", switch=True)
-    is_correction_level: Literal["off", "token", "seq"] = flag("off", "Train/rollout IS correction granularity")
-    is_correction_mode: Literal["mask", "clip"] = flag("mask", "Out-of-band treatment: mask or clip")
-    is_correction_gating: Literal["ratio", "binary_kl", "tv"] = flag("ratio", "Statistic the IS gate reads")
-    is_correction_threshold: list[float] = flag([0.5, 5.0], "LOW HIGH bounds, or a single HIGH", nargs="+")
+    is_correction_level: Literal["off", "token", "seq"] = plugin_flag("rollout-correction", "off",
+                                                                      "Train/rollout IS correction granularity")
+    is_correction_mode: Literal["mask", "clip"] = plugin_flag("rollout-correction", "mask", "Out-of-band treatment: mask or clip")
+    is_correction_gating: Literal["ratio", "binary_kl", "tv"] = plugin_flag("rollout-correction", "ratio",
+                                                                            "Statistic the IS gate reads")
+    is_correction_threshold: list[float] = plugin_flag("rollout-correction", [0.5, 5.0], "LOW HIGH bounds, or a single HIGH",
+                                                       nargs="+")
 
 
 class KLSection(Section):

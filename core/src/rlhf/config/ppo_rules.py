@@ -8,8 +8,8 @@ estimator plugin gets the right checks by declaring its traits.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from rlhf import is_correction
 from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.config.checks import check_4bit, check_global_batch, check_optimizer, require_positive
@@ -17,6 +17,10 @@ from rlhf.config.ppo import PPOConfig
 from rlhf.config.training_backend import check_backend_config
 from rlhf.host.plugin_host import PluginHost
 from rlhf.registry import ComponentKind
+
+if TYPE_CHECKING:
+    from rlhf.components import RolloutCorrection
+    from rlhf.registry import ComponentRegistry
 
 log = logging.getLogger("rlhf.config")
 
@@ -133,12 +137,7 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
             "raise the rollout batch or lower the actor's device count"
         )
 
-    adv = cfg.algo.advantage
-    try:
-        is_correction.validate(adv.is_correction_level, adv.is_correction_mode, adv.is_correction_gating,
-                               adv.is_correction_threshold)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    active_correction(cfg, host.registry)  # its options' errors, in the CLI process
 
     check_backend_config(cfg, host.registry)
     if cfg.vllm.sync_backend != "auto":  # whether it can run for this config: the controller's input check
@@ -153,6 +152,17 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         if kl.use_loss and kl.estimator == "k1":
             log.warning("KL as a loss works best with --algo.kl.estimator k2 or k3 (got k1)")
     return cfg
+
+
+def active_correction(config: PPOConfig, registry: ComponentRegistry) -> RolloutCorrection | None:
+    """The run's train/rollout correction: the registered one whose flags switch it on, or None. Builds every
+    registered correction (their option errors surface here); two active ones are a config error."""
+    built = [(reg.name, build(reg.load(), config)) for reg in registry.registrations(ComponentKind.ROLLOUT_CORRECTION)]
+    active = [(name, correction) for name, correction in built if correction.active]
+    if len(active) > 1:
+        raise ConfigError(f"rollout corrections {', '.join(name for name, _ in active)} are all switched on: "
+                          "a policy loss takes one coefficient; switch off all but one")
+    return active[0][1] if active else None
 
 
 def _resolve_scheduler(cfg: PPOConfig, host: PluginHost) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
 from rlhf.config.base import ConfigError
+from rlhf.config.ppo_rules import active_correction
 from rlhf.config.rollout_engine import rollout_engine_class
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
 from rlhf.models.loading import check_model_source, load_tokenizer
@@ -60,6 +61,7 @@ class PPOController:
         self.kl_estimator = build(registry.get(K.KL_ESTIMATOR, config.algo.kl.estimator, flag="--algo.kl.estimator"), config)
         self.executor = build(registry.get(K.AGENT_EXECUTOR, config.train.agent_executor, flag="--train.agent_executor"), config)
         self.rewards = RewardStage(config, registry, agent_rewards=getattr(self.executor, "provides_rewards", False))
+        self.correcting = active_correction(config, registry) is not None  # the actor needs the sampling log-probs
         self.kl = KLController(config.algo.kl.init_coef, config.algo.kl.target, config.algo.kl.horizon)
         self.sample_filter = None
         if config.algo.sample_filter or config.algo.dynamic_filtering_enable:
@@ -268,7 +270,7 @@ class PPOController:
             self.rewards.shape(samples)
             payload = worker_payload(samples)
             kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
-            correcting = cfg.algo.advantage.is_correction_level != "off"
+            correcting = self.correcting
             needs_old = cfg.train.max_epochs > 1 or len(samples) > cfg.train.batch_size or kl_in_reward or correcting
             old_ref = self.actor.call_split_async("logprobs", payload) if needs_old else None
             ref_ref = self.ref.call_split_async("logprobs", payload) if self.ref is not None else None

@@ -2,8 +2,8 @@
 
     L = agg(c·ℓ) + β·token_mean(KL) [--algo.kl.use_loss] − c_H·token_mean(H) [--actor.entropy_coef]
 
-ℓ is the selected policy loss per token and c the train/rollout importance-sampling
-coefficient. Only the policy term follows ``--actor.loss_agg_mode`` (forced to
+ℓ is the selected policy loss per token and c the coefficient of the active rollout correction
+(:class:`rlhf.components.RolloutCorrection`). Only the policy term follows ``--actor.loss_agg_mode`` (forced to
 seq-mean-token-mean when the loss is sequence-level, e.g. GSPO); the KL and entropy terms
 are token means whatever the mode, as OpenRLHF 0.11.2 computes them (its ``aggregate_loss``
 is called without ``token_level_loss`` for both).
@@ -18,15 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlhf import is_correction
 from rlhf.components import build
+from rlhf.config.ppo_rules import active_correction
 from rlhf.ops import aggregate_loss, compute_approx_kl, kl_with_unbiased_gradient, masked_mean
 from rlhf.registry import ComponentKind
 
 if TYPE_CHECKING:
     import torch
 
-    from rlhf.components import KLEstimator, PolicyLoss
+    from rlhf.components import KLEstimator, PolicyLoss, RolloutCorrection
     from rlhf.config.ppo import PPOConfig
     from rlhf.registry import ComponentRegistry
 
@@ -53,13 +53,10 @@ def step_counts(response_lengths: list[int]) -> tuple[float, float]:
 @dataclass(frozen=True)
 class ObjectiveSettings:
     """The flags the objective reads; ``from_config`` takes them from a ``PPOConfig`` and builds the
-    ``--algo.kl.estimator`` component from the registry (needed only when the KL is a loss)."""
+    ``--algo.kl.estimator`` component (needed only when the KL is a loss) and the active rollout correction."""
 
     loss_agg_mode: str = "token-mean"
-    is_correction_level: str = "off"
-    is_correction_mode: str = "mask"
-    is_correction_gating: str = "ratio"
-    is_correction_threshold: tuple[float, ...] = (0.5, 5.0)
+    correction: RolloutCorrection | None = None
     kl_as_loss: bool = False
     kl_estimator: KLEstimator | None = None
     kl_unbiased_gradient: bool = False
@@ -67,17 +64,14 @@ class ObjectiveSettings:
 
     @classmethod
     def from_config(cls, config: PPOConfig, registry: ComponentRegistry | None = None) -> ObjectiveSettings:
-        advantage, kl = config.algo.advantage, config.algo.kl
+        kl = config.algo.kl
         kl_estimator = None
         if kl.use_loss and registry is not None:
 
             kl_estimator = build(registry.get(ComponentKind.KL_ESTIMATOR, kl.estimator, flag="--algo.kl.estimator"), config)
         return cls(
             loss_agg_mode=config.actor.loss_agg_mode,
-            is_correction_level=advantage.is_correction_level,
-            is_correction_mode=advantage.is_correction_mode,
-            is_correction_gating=advantage.is_correction_gating,
-            is_correction_threshold=tuple(advantage.is_correction_threshold),
+            correction=active_correction(config, registry) if registry is not None else None,
             kl_as_loss=kl.use_loss,
             kl_estimator=kl_estimator,
             kl_unbiased_gradient=kl.unbiased_gradient,
@@ -86,7 +80,7 @@ class ObjectiveSettings:
 
     @property
     def correcting(self) -> bool:
-        return self.is_correction_level != "off"
+        return self.correction is not None
 
 
 def policy_objective(
@@ -122,11 +116,8 @@ def policy_objective(
         token_loss, metrics = policy_loss(log_probs, rollout_log_probs, advantages, action_mask)
     else:
         token_loss, metrics = policy_loss(log_probs, old_log_probs, advantages, action_mask)
-        if settings.correcting:
-            coefficient, is_metrics = is_correction.correction(
-                old_log_probs, rollout_log_probs, action_mask, level=settings.is_correction_level,
-                mode=settings.is_correction_mode, gating=settings.is_correction_gating,
-                threshold=list(settings.is_correction_threshold))
+        if settings.correction is not None:
+            coefficient, is_metrics = settings.correction(old_log_probs.detach(), rollout_log_probs.detach(), action_mask)
             token_loss = token_loss * coefficient
             metrics.update(is_metrics)
     loss = aggregate_loss(token_loss, action_mask, policy_mode, **step)

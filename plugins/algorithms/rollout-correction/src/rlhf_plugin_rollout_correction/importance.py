@@ -1,4 +1,4 @@
-"""Train/rollout mismatch correction (``--algo.advantage.is_correction_*``).
+"""Importance-sampling correction of the train/rollout mismatch (``--algo.advantage.is_correction_*``).
 
 π_old (the trainer's recompute) and π_rollout (the engine's sampling log-probs)
 differ; each token's policy loss is multiplied by a coefficient c_t:
@@ -12,13 +12,15 @@ differ; each token's policy loss is multiplied by a coefficient c_t:
 
 Named schemes: TIS = token/clip/ratio, ICEPOP = token/mask/ratio, seq-mask-tis =
 seq/mask/ratio, FlashREINFORCE trust region = seq/mask/binary_kl with one HIGH bound.
-Runs in the actor worker, once per micro-batch; tensors are ``(B, T)``.
+Built in the CLI process (to check the flags) and in each actor rank; called in the actor worker,
+once per micro-batch; tensors are ``(B, T)``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from rlhf.errors import ConfigError
 from rlhf.ops import as_float, masked_mean
 
 if TYPE_CHECKING:
@@ -76,3 +78,28 @@ def correction(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask:
         filtered = masked_mean((~inside).float(), mask)
     metrics = {"vllm_kl": masked_mean(rollout - old, mask), "is_filter_ratio": filtered}
     return coefficient * mask, metrics
+
+
+class ImportanceSampling:
+    """The :class:`rlhf.components.RolloutCorrection` of ``--algo.advantage.is_correction_*``: active unless
+    ``--algo.advantage.is_correction_level off``."""
+
+    def __init__(self, level: str = "off", mode: str = "mask", gating: str = "ratio",
+                 threshold: tuple[float, ...] = (0.5, 5.0)) -> None:
+        try:
+            validate(level, mode, gating, list(threshold))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        self.level, self.mode, self.gating, self.threshold = level, mode, gating, list(threshold)
+        self.active = level != "off"
+
+    @classmethod
+    def from_config(cls, config: Any) -> ImportanceSampling:
+        advantage = config.algo.advantage
+        return cls(advantage.is_correction_level, advantage.is_correction_mode, advantage.is_correction_gating,
+                   tuple(advantage.is_correction_threshold))
+
+    def __call__(self, old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor,
+                 action_mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return correction(old_log_probs, rollout_log_probs, action_mask, level=self.level, mode=self.mode,
+                          gating=self.gating, threshold=self.threshold)
