@@ -13,6 +13,7 @@ from typing import Any
 
 from rlhf.errors import WorkerError, find_user_error
 from rlhf.records.checkpoints import write_text_atomically
+from rlhf.runtime.cluster.local import LocalHandle, Ready
 
 TIMEOUT_S = float(os.environ.get("RLHF_RAY_TIMEOUT", "1800"))
 
@@ -52,9 +53,11 @@ def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
     from pathlib import Path
 
     handles = [w for group in groups if group is not None for w in group.workers] + list(engines)
-    places = wait([_WHEREABOUTS[h._actor_id.hex()] for h in handles])
-    rows = [{"group": _MEMBERS[h._actor_id.hex()][0], "rank": _MEMBERS[h._actor_id.hex()][1], **place}
-            for h, place in zip(handles, places)]
+    actors = [h for h in handles if not isinstance(h, LocalHandle)]
+    places = dict(zip(map(id, actors), wait([_WHEREABOUTS[h._actor_id.hex()] for h in actors])))
+    rows = [h.whereabouts() if isinstance(h, LocalHandle) else
+            {"group": _MEMBERS[h._actor_id.hex()][0], "rank": _MEMBERS[h._actor_id.hex()][1], **places[id(h)]}
+            for h in handles]
     write_text_atomically(Path(path), json.dumps(rows, indent=1, default=str) + "\n", "workers.json")
 
 
@@ -66,7 +69,11 @@ def wait(refs: Any) -> Any:
     """``ray.get`` with the run's timeout; a dead or silent worker is a :class:`WorkerError` naming
     its group and rank. An exception raised inside a worker method passes through unchanged (the
     CLI finds a user error in its cause), unless another worker of the same call died: see
-    :func:`_dead_peer`."""
+    :func:`_dead_peer`. Calls to ranks in this process (:class:`rlhf.runtime.cluster.local.Ready`) are open already."""
+    if isinstance(refs, Ready):
+        return refs.result()
+    if isinstance(refs, list) and all(isinstance(r, Ready) for r in refs):
+        return [r.result() for r in refs]
     import ray
 
     try:

@@ -23,6 +23,7 @@ from rlhf.records import checkpoints as checkpoint
 from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.liveness import wait, write_whereabouts
+from rlhf.runtime.cluster.local import in_process_ranks, why_not_in_process
 from rlhf.runtime.cluster.placement import Placement
 from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
 from rlhf.runtime.control.experience import compute_advantages
@@ -110,6 +111,20 @@ class PPOController:
             check_model_source(path, "--reward.model_name_or_path")
         if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
             checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
+        self.in_process = self._in_process()
+
+    def _in_process(self) -> bool:
+        """``--train.in_process``: whether the model ranks live in this process (no Ray; rlhf.runtime.cluster.local)."""
+        cfg, why = self.config, None
+        if cfg.train.in_process != "off":
+            groups = {"actor": cfg.actor, "ref": cfg.ref if cfg.algo.kl.init_coef > 0 else None,
+                      "critic": cfg.critic if self.estimator.needs_critic else None,
+                      "reward": cfg.reward if self.rewards.reward_model_paths else None}
+            why = why_not_in_process(engine_in_rank=self.engine_in_rank, groups={
+                role: s.num_nodes * s.num_gpus_per_node for role, s in groups.items() if s is not None})
+            if why and cfg.train.in_process == "on":
+                raise ConfigError(f"--train.in_process on: this run needs Ray workers: {why}")
+        return cfg.train.in_process != "off" and why is None
 
     def _check_data(self) -> None:
         """The tokenizer and every prompt row (the CLI process; the rows' errors name file and row)."""
@@ -136,8 +151,9 @@ class PPOController:
         cfg = self.config
         dumped = cfg.model_dump(mode="json")
         with_ref, with_critic, reward_paths = cfg.algo.kl.init_coef > 0, self.estimator.needs_critic, self.rewards.reward_model_paths
-        self.placement = Placement.for_run(cfg, with_ref=with_ref, with_critic=with_critic, reward_models=len(reward_paths),
-                                           gpu=_gpu(), engines_in_rank=self.engine_in_rank)
+        self.placement = None if self.in_process else Placement.for_run(
+            cfg, with_ref=with_ref, with_critic=with_critic, reward_models=len(reward_paths), gpu=_gpu(),
+            engines_in_rank=self.engine_in_rank)
         if not self.engine_in_rank:  # first: vLLM boots longest
             self.engines: RolloutEngines | InRankEngines = RolloutEngines(cfg, cfg.actor.model_name_or_path, self.placement,
                                                                           self.plugins.registry)
@@ -145,7 +161,8 @@ class PPOController:
         def ranks(section: Any) -> int:
             return section.num_nodes * section.num_gpus_per_node
 
-        together = self.placement.cpu_sharers(cfg, engine=False)  # the ranks (and, async, the engines) share the cores
+        # the ranks (and, async, the engines) share the cores
+        together = None if self.placement is None else self.placement.cpu_sharers(cfg, engine=False)
 
         def group(worker: type, role: str, section: Any, tensor_parallel: int = 1) -> WorkerGroup:
             return WorkerGroup(worker, role, ranks(section), dumped, placement=self.placement, cpu_sharers=together,
@@ -350,12 +367,18 @@ class PPOController:
     # -------------------------------------------------------------------- run
 
     def run(self) -> None:
+        self._check_sources()
+        with in_process_ranks() if self.in_process else contextlib.nullcontext():
+            self._run()
+
+    def _run(self) -> None:
         import yaml
 
         cfg = self.config
-        self._check_sources()
-        started_ray = start_ray(import_meanwhile=("transformers.models.auto.tokenization_auto", "torch"))  # for _check_data
-        try:  # the workers boot while the controller reads the data (start-up in parallel, not in turn)
+        # with ranks in Ray workers, they boot while the controller reads the data (start-up in parallel, not in turn)
+        started_ray = not self.in_process and start_ray(import_meanwhile=("transformers.models.auto.tokenization_auto",
+                                                                          "torch"))  # for _check_data
+        try:
             self._launch()
             self._check_data()
         except BaseException:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from typing import Any
 
 from rlhf.config.ppo import PPOConfig
@@ -17,6 +18,7 @@ from rlhf.host.plugin_host import PluginHost
 from rlhf.host.selection import PluginSelection
 from rlhf.models.loading import seed_process
 from rlhf.runtime.cluster.liveness import free_port, track, use_cpu_share, wait, whereabouts
+from rlhf.runtime.cluster.local import LocalHandle
 
 
 class BaseWorker:
@@ -63,24 +65,28 @@ class BaseWorker:
 
 
 def _multi_node() -> bool:
-    import ray
-
-    return len([n for n in ray.nodes() if n.get("Alive")]) > 1
+    ray = sys.modules.get("ray")  # ranks in the controller's process never import it
+    return ray is not None and ray.is_initialized() and len([n for n in ray.nodes() if n.get("Alive")]) > 1
 
 
 class WorkerGroup:
-    """``num_workers`` Ray actors of ``worker_class`` forming one distributed group."""
+    """``num_workers`` Ray actors of ``worker_class`` forming one distributed group, or its one rank in this process."""
 
     def __init__(self, worker_class: type, role: str, num_workers: int, config: dict[str, Any], *,
-                 placement: Any, cpu_sharers: int | None = None, tensor_parallel: int = 1) -> None:
-        """``placement``: the run's :class:`rlhf.runtime.cluster.placement.Placement` (bundle of each rank);
-        ``tensor_parallel``: ranks per AutoTP group; :meth:`call_split_async` gives them the same share."""
-        import ray
-
-        remote = ray.remote(worker_class)
+                 placement: Any = None, cpu_sharers: int | None = None, tensor_parallel: int = 1) -> None:
+        """``placement``: the run's :class:`rlhf.runtime.cluster.placement.Placement` (bundle of each rank), or None
+        for one rank in this process (:mod:`rlhf.runtime.cluster.local`); ``tensor_parallel``: ranks per AutoTP
+        group; :meth:`call_split_async` gives them the same share."""
         self.role, self.tensor_parallel = role, tensor_parallel
-        self.workers = [track(remote.options(**placement.options(role, rank)).remote(rank, num_workers, config, cpu_sharers),
-                              role, rank) for rank in range(num_workers)]
+        if placement is None:
+            self.workers: list[Any] = [LocalHandle(worker_class(0, 1, config, 1), role)]
+        else:
+            import ray
+
+            remote = ray.remote(worker_class)
+            self.workers = [track(remote.options(**placement.options(role, rank)).remote(rank, num_workers, config,
+                                                                                          cpu_sharers), role, rank)
+                            for rank in range(num_workers)]
         self._booting = [*self.call_async("preload"), self.workers[0].address.remote()]  # imports start now
 
     def setup_async(self, *args: Any, **kwargs: Any) -> list[Any]:

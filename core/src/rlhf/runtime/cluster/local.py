@@ -1,0 +1,89 @@
+"""Model ranks in the controller's own process (``--train.in_process``): for a run that fits one process there
+is no Ray cluster to start, no worker process that imports torch a second time, and no object-store copy of
+each payload (TRL and DeepSpeed-Chat train this way).
+
+A :class:`LocalHandle` stands where a Ray actor handle would: ``handle.method.remote(*args)`` runs the call at
+once, one call at a time as a Ray actor does, and returns a :class:`Ready` that
+:func:`rlhf.runtime.cluster.liveness.wait` opens, raising what the call raised as ``ray.get`` would.
+Runs in the controller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+class Ready:
+    """The finished result (or exception) of a call to a :class:`LocalHandle`."""
+
+    __slots__ = ("value", "error")
+
+    def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class LocalHandle:
+    """A worker object in this process, called through the Ray handle's ``method.remote(...)`` shape."""
+
+    def __init__(self, worker: Any, group: str) -> None:
+        self.worker, self.group = worker, group
+        self.lock = threading.Lock()  # one call at a time, as a Ray actor runs them (the async producer calls too)
+
+    def __getattr__(self, method: str) -> _LocalMethod:
+        return _LocalMethod(self, method)
+
+    def whereabouts(self) -> dict[str, Any]:
+        """What ``workers.json`` says of this rank: the controller's process."""
+        return {"group": self.group, "rank": 0, "node_ip": "127.0.0.1", "pid": os.getpid(), "in_process": True,
+                "log": "the controller's own (rlhf.log in the run directory)"}
+
+
+class _LocalMethod:
+    def __init__(self, handle: LocalHandle, name: str) -> None:
+        self.handle, self.name = handle, name
+
+    def remote(self, *args: Any, **kwargs: Any) -> Ready:
+        with self.handle.lock:
+            try:
+                return Ready(getattr(self.handle.worker, self.name)(*args, **kwargs))
+            except Exception as exc:  # noqa: BLE001 - raised where the caller waits, as ray.get raises it
+                return Ready(error=exc)
+
+
+def why_not_in_process(*, engine_in_rank: bool, groups: dict[str, int]) -> str | None:
+    """Why this run cannot keep its ranks in the controller's process, or None when it can. ``groups``:
+    role -> ranks of every model group the run creates (several reward models count once each)."""
+    if address := os.environ.get("RAY_ADDRESS"):
+        return f"RAY_ADDRESS={address} joins a Ray cluster"
+    if not engine_in_rank:
+        return "the rollout engine runs in a process of its own (--rollout.engine, --vllm.num_engines)"
+    several = [f"{role} has {count} ranks" for role, count in groups.items() if count > 1]
+    return "; ".join(several) or None
+
+
+@contextlib.contextmanager
+def in_process_ranks() -> Iterator[None]:
+    """Around a run whose ranks live in this process: afterwards its process group is gone and the
+    environment (``RANK``, ``MASTER_PORT``, a backend's settings) and torch's thread count are as before, so
+    a later run in the same process (a test, a notebook) starts clean."""
+    import torch
+
+    environment, threads = dict(os.environ), torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        for key in set(os.environ) - set(environment):
+            del os.environ[key]
+        os.environ.update(environment)
+        torch.set_num_threads(threads)
