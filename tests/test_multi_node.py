@@ -109,7 +109,8 @@ def test_no_ray_process_of_a_run_survives_its_exit(outcome, task_files, tiny_cau
     """A run that starts its own Ray (no RAY_ADDRESS) leaves no raylet, GCS or worker behind,
     whether it completes (one step is a whole run) or fails mid-run (after step 1 of 2)."""
     steps = 1 if outcome == "completed" else 2
-    flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=steps), *_grpo(task_files)]
+    flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=steps), *_grpo(task_files),
+             "--train.in_process", "off"]  # Ray workers, whose processes are the subject
     if outcome == "failed":
         flags = ["--plugins", str(crash_plugin(tmp_path, 1)), *flags]
     result = run_rlhf("train", "ppo", *flags, env={"RAY_TMPDIR": ray_tmpdir}, timeout=900)
@@ -142,7 +143,8 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
                         "@rlhf.hookimpl\ndef rlhf_train_end(config, run_dir, status):\n"
                         "    pathlib.Path(__file__).with_suffix('.status').write_text(status)\n")
     flags = ["--plugins", str(observer), "--ckpt.save_steps", "1",
-             *base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=3), *_grpo(task_files)]
+             *base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=3), *_grpo(task_files),
+             "--train.in_process", "off"]
     with (tmp_path / "driver.err").open("w") as err:  # with its progress bar, which must not be left half-drawn
         driver = subprocess.Popen([sys.executable, "-m", "rlhf", "train", "ppo", *flags], stdout=subprocess.DEVNULL,
                                   stderr=err, env=child_env(HF_HUB_OFFLINE="1", RAY_TMPDIR=ray_tmpdir))

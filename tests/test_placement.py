@@ -85,7 +85,7 @@ def test_engines_and_ranks_split_the_cores_when_async_overlaps_them(flags, engin
         base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=1)
         + ["--reward.remote_url", str(task_files["reward"]), "--algo.kl.init_coef", "0", "--algo.advantage.estimator", "group_norm",
            "--rollout.micro_batch_size", "2", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
-           "--train.micro_batch_size", "4", "--rollout.engine", engine, *flags])
+           "--train.micro_batch_size", "4", "--rollout.engine", engine, "--train.in_process", "off", *flags])
     config = PPOTrainer.prepare_config(config, host)
     config.plugin_set = host.resolved()
     controller = PPOController(config, host, tmp_path / "out")

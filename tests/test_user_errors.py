@@ -100,6 +100,10 @@ CASES = {
     "gloo sync with LoRA": (["--vllm.sync_backend", "gloo", "--ds.lora.rank", "4"], ["--vllm.sync_backend gloo", "--ds.lora.rank"]),
     "nccl sync without CUDA": (["--vllm.sync_backend", "nccl"], ["--vllm.sync_backend nccl", "no CUDA", "object_store"]),
     "ipc sync without CUDA": (["--vllm.sync_backend", "ipc"], ["--vllm.sync_backend ipc", "no CUDA", "object_store"]),
+    "in-process ranks with an engine process": (["--train.in_process", "on", "--rollout.engine", "hf"],
+                                                ["--train.in_process on", "process of its own"]),
+    "in-process ranks with two reference ranks": (["--train.in_process", "on", "--algo.kl.init_coef", "0.01",
+                                                   "--ref.num_gpus_per_node", "2"], ["--train.in_process on", "ref has 2 ranks"]),
 }
 #: cases whose mistake exists only on a machine without CUDA
 CPU_ONLY_CASES = {"nccl sync without CUDA", "ipc sync without CUDA"}
@@ -232,7 +236,7 @@ def test_a_dead_ray_worker_is_named_by_group_and_rank(tiny_causal_lm_path, task_
     plugin = tmp_path / "killer.py"
     plugin.write_text(KILLER)
     result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin),
-                   steps=3)
+                   "--train.in_process", "off", steps=3)
     assert_user_error(result, "Ray worker 'actor' rank 0", "died", "on node ", "read its log", "--ckpt.load_enable")
     log = re.search(r"read its log (\S+?)\);", result.stderr).group(1)
     # every local worker's stdout and stderr go to the run's log (rlhf.console), the dead rank's included

@@ -72,17 +72,16 @@ def why_not_in_process(*, engine_in_rank: bool, groups: dict[str, int]) -> str |
 
 @contextlib.contextmanager
 def in_process_ranks() -> Iterator[None]:
-    """Around a run whose ranks live in this process: afterwards its process group is gone and the
-    environment (``RANK``, ``MASTER_PORT``, a backend's settings) and torch's thread count are as before, so
-    a later run in the same process (a test, a notebook) starts clean."""
+    """Around a run whose ranks live in this process: afterwards the environment (``RANK``, ``MASTER_PORT``, a
+    backend's settings) and torch's thread count are as before, so a later run in the same process (a test, a
+    notebook) starts clean. The one-rank process group stays: a later in-process run joins it as it is (a
+    training backend may keep a handle on it, as DeepSpeed does, so a new one would not be the one it uses)."""
     import torch
 
     environment, threads = dict(os.environ), torch.get_num_threads()
     try:
         yield
     finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
         for key in set(os.environ) - set(environment):
             del os.environ[key]
         os.environ.update(environment)
