@@ -14,7 +14,12 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from rlhf.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
 
 class Ready:
@@ -59,15 +64,22 @@ class _LocalMethod:
                 return Ready(error=exc)
 
 
-def why_not_in_process(*, engine_in_rank: bool, groups: dict[str, int]) -> str | None:
-    """Why this run cannot keep its ranks in the controller's process, or None when it can. ``groups``:
-    role -> ranks of every model group the run creates (several reward models count once each)."""
-    if address := os.environ.get("RAY_ADDRESS"):
-        return f"RAY_ADDRESS={address} joins a Ray cluster"
+def ranks_in_process(config: PPOConfig, engine_in_rank: bool, *, critic: bool, reward_models: bool) -> bool:
+    """``--train.in_process``: whether the run's model ranks live in this process. ``auto`` where the run fits one
+    process; ``on`` where it does not is a :class:`ConfigError` that says why."""
+    if config.train.in_process == "off":
+        return False
+    sections = {"actor": config.actor, "ref": config.ref if config.algo.kl.init_coef > 0 else None,
+                "critic": config.critic if critic else None, "reward": config.reward if reward_models else None}
+    why = [f"{role} has {ranks} ranks" for role, section in sections.items()
+           if section is not None and (ranks := section.num_nodes * section.num_gpus_per_node) > 1]
     if not engine_in_rank:
-        return "the rollout engine runs in a process of its own (--rollout.engine, --vllm.num_engines)"
-    several = [f"{role} has {count} ranks" for role, count in groups.items() if count > 1]
-    return "; ".join(several) or None
+        why.insert(0, "the rollout engine runs in a process of its own (--rollout.engine, --vllm.num_engines)")
+    if address := os.environ.get("RAY_ADDRESS"):
+        why.insert(0, f"RAY_ADDRESS={address} joins a Ray cluster")
+    if why and config.train.in_process == "on":
+        raise ConfigError(f"--train.in_process on: this run needs Ray workers: {'; '.join(why)}")
+    return not why
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from rlhf.records import checkpoints as checkpoint
 from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.liveness import wait, write_whereabouts
-from rlhf.runtime.cluster.local import in_process_ranks, why_not_in_process
+from rlhf.runtime.cluster.local import in_process_ranks, ranks_in_process
 from rlhf.runtime.cluster.placement import Placement
 from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
 from rlhf.runtime.control.experience import compute_advantages
@@ -111,20 +111,8 @@ class PPOController:
             check_model_source(path, "--reward.model_name_or_path")
         if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
             checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
-        self.in_process = self._in_process()
-
-    def _in_process(self) -> bool:
-        """``--train.in_process``: whether the model ranks live in this process (no Ray; rlhf.runtime.cluster.local)."""
-        cfg, why = self.config, None
-        if cfg.train.in_process != "off":
-            groups = {"actor": cfg.actor, "ref": cfg.ref if cfg.algo.kl.init_coef > 0 else None,
-                      "critic": cfg.critic if self.estimator.needs_critic else None,
-                      "reward": cfg.reward if self.rewards.reward_model_paths else None}
-            why = why_not_in_process(engine_in_rank=self.engine_in_rank, groups={
-                role: s.num_nodes * s.num_gpus_per_node for role, s in groups.items() if s is not None})
-            if why and cfg.train.in_process == "on":
-                raise ConfigError(f"--train.in_process on: this run needs Ray workers: {why}")
-        return cfg.train.in_process != "off" and why is None
+        self.in_process = ranks_in_process(cfg, self.engine_in_rank, critic=self.estimator.needs_critic,
+                                           reward_models=bool(self.rewards.reward_model_paths))
 
     def _check_data(self) -> None:
         """The tokenizer and every prompt row (the CLI process; the rows' errors name file and row)."""
