@@ -63,3 +63,14 @@ def test_a_run_in_one_process_imports_no_ray(tiny_causal_lm_path, task_files, tm
     result = subprocess.run([sys.executable, "-c", probe, *flags], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ray imported: False" in result.stdout, result.stdout[-2000:]
+
+
+def test_a_run_after_the_process_group_was_destroyed_trains(tiny_causal_lm_path, task_files, tmp_path) -> None:
+    """An in-process vLLM engine's shutdown destroys torch's default process group; the next in-process run of
+    the same process (tests, notebooks) makes a new one and trains, on DeepSpeed too."""
+    import torch
+
+    first = run(tmp_path, "first", tiny_causal_lm_path, task_files)
+    torch.distributed.destroy_process_group()  # what vLLM's engine shutdown does
+    assert run(tmp_path, "second", tiny_causal_lm_path, task_files)[0]["reward"] == pytest.approx(first[0]["reward"])
+

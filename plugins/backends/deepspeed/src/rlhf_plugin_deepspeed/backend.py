@@ -52,6 +52,7 @@ class DeepSpeedBackend:
         import deepspeed.ops
         import torch.distributed as dist
 
+        _forget_a_destroyed_world_group()
         if dist.is_initialized():
             return
         if not on_gpu():
@@ -220,3 +221,22 @@ def skip_lone_rank_allreduce(engine: Any) -> None:
 
     if engine.zero_optimization_stage() == 0 and dist.get_world_size() == 1:
         engine.enable_backward_allreduce = False
+
+
+def _forget_a_destroyed_world_group() -> None:
+    """DeepSpeed clones the world group once per process and keeps the clone. When the process group it was
+    cloned from is destroyed (an in-process vLLM engine's shutdown destroys the default group), a later run in
+    the same process (ranks in the controller's process: a test, a notebook) would hand DeepSpeed a group torch
+    no longer knows; drop the clone so DeepSpeed makes one of the current group."""
+    import torch.distributed as dist
+    from deepspeed.utils import groups
+
+    if groups._WORLD_GROUP is None:
+        return
+    try:
+        if not dist.is_initialized():
+            raise ValueError("no process group")
+        dist.get_process_group_ranks(groups._WORLD_GROUP)
+    except (ValueError, KeyError, RuntimeError):
+        groups._WORLD_GROUP = None
+
