@@ -62,6 +62,49 @@ def test_an_unreachable_ray_address_fails_at_once() -> None:
     assert by_check(report)["ray cluster"]["detail"].startswith("127.0.0.1:1: nothing answers there")
 
 
+#: a fix with extras in it, as vLLM's own install line has: rich once read "[cpu]" and "[gpu]" as markup and dropped them
+BRACKETED_FIX = "pip install 'rlhf-core[cpu]' (CPU) or 'rlhf[gpu]' (CUDA)"
+
+
+@pytest.fixture(scope="module")
+def needs_vllm_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site dir with an installed plugin (its dist-info as pip writes it) that fails to import, naming its fix."""
+    site = tmp_path_factory.mktemp("needs-vllm-site")
+    (site / "rlhf_plugin_needs_vllm.py").write_text(f"raise ImportError({f'vLLM is not installed: {BRACKETED_FIX}'!r})\n")
+    info = site / "rlhf_plugin_needs_vllm-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlhf-plugin-needs-vllm\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[rlhf.backends]\nneeds-vllm = rlhf_plugin_needs_vllm\n")
+    return site
+
+
+def _table_cell(table: str, row: str, column: int) -> str:
+    """The text of one cell of a rich table as printed, its folded lines joined: the row whose first cell is
+    ``row``, and the continuation lines below it (first cell empty)."""
+    parts, inside = [], False
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if not cells:
+            continue
+        if cells[0]:
+            inside = cells[0] == row
+        if inside:
+            parts.append(cells[column])
+    return " ".join(part for part in parts if part)
+
+
+def test_bracketed_text_reaches_the_console_as_written(needs_vllm_site: Path) -> None:
+    cli = RlhfCli(needs_vllm_site)
+    shown = cli("doctor", check=False)
+    assert shown.returncode == 1
+    assert f"      fix: {BRACKETED_FIX}\n" in shown.stdout, shown.stdout
+    listed = cli("plugins", "--kind", "backends").stdout
+    assert _table_cell(listed, "needs-vllm", 4).endswith(BRACKETED_FIX), listed
+    assert_user_error(cli("--plugins", "needs-vllm", "doctor", check=False), BRACKETED_FIX)
+    assert_user_error(cli("train", "ppo", "--algo.advantage.estimator", "group_norm[gpu]", check=False),
+                      "--algo.advantage.estimator 'group_norm[gpu]'")
+
+
 @pytest.mark.slow
 def test_a_running_ray_cluster_is_reached(ray_cluster) -> None:
     import ray

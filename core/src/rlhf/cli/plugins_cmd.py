@@ -18,6 +18,7 @@ def show_plugins(host: PluginHost, *, as_json: bool, kind: str | None) -> int:
         return 0
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="rlhf plugins", show_lines=False)
     for column in ("name", "kind", "distribution", "version", "status", "registers", "hooks"):
@@ -26,10 +27,12 @@ def show_plugins(host: PluginHost, *, as_json: bool, kind: str | None) -> int:
         registers = "; ".join(f"{k}: {', '.join(v)}" for k, v in r.components.items())
         if r.options:
             registers += ("; " if registers else "") + f"options: {', '.join('--' + o + '.*' for o in r.options)}"
-        status = {"ok": "[green]ok[/]", "blocked": "[yellow]blocked[/]"}.get(r.status, f"[red]{r.status}[/]")
+        status = Text(r.status, style={"ok": "green", "blocked": "yellow"}.get(r.status, "red"))
         if r.reason:
-            status += f": {r.reason}"
-        table.add_row(r.name, r.kind, r.distribution or "-", r.version or "-", status, registers or "-", ", ".join(r.hooks) or "-")
+            status.append(f": {r.reason}")
+        # Text cells, not strings: rich would read a reason's "pip install 'x[gpu]'" as markup and drop the [gpu]
+        table.add_row(*map(Text, (r.name, r.kind, r.distribution or "-", r.version or "-")), status,
+                      Text(registers or "-"), Text(", ".join(r.hooks) or "-"))
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)

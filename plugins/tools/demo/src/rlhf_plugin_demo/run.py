@@ -130,5 +130,6 @@ def report(result: DemoResult) -> None:
     console.print(
         f"SFT {result.sft_steps} steps, GRPO {result.rl_steps} steps, {result.seconds:.0f} s in all. "
         f"Reward curve: {result.run_dir / 'reward_curve.png'}; metrics: {result.run_dir / 'rl' / 'metrics.jsonl'}.\n"
-        "On this task more SFT would also raise accuracy; the demo shows RL with a rule reward working end to end."
+        "On this task more SFT would also raise accuracy; the demo shows RL with a rule reward working end to end.",
+        markup=False,  # the run dir is the user's path: a "[...]" in it is text, not rich markup
     )

@@ -31,28 +31,32 @@ class DoctorCommand:
 
 
 def _show(found: dict[str, Any]) -> None:
+    """Every name, version, detail and fix is data, so each reaches rich as :class:`~rich.text.Text`, never as a
+    string: rich would read ``pip install 'rlhf-core[cpu]'`` as markup and drop the ``[cpu]``."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console() if sys.stdout.isatty() else Console(width=160)
     versions = Table(title="versions", show_header=False)
     for name, version in found["versions"].items():
-        versions.add_row(name, version or "[dim]not installed[/]")
+        versions.add_row(Text(name), Text(version) if version else Text("not installed", style="dim"))
     cuda = found["cuda"]
-    versions.add_row("CUDA", f"{cuda['torch_cuda'] or 'CPU build'}; {len(cuda['devices'])} device(s) "
-                             + ", ".join(cuda["devices"]))
+    versions.add_row("CUDA", Text(f"{cuda['torch_cuda'] or 'CPU build'}; {len(cuda['devices'])} device(s) "
+                                  + ", ".join(cuda["devices"])))
     console.print(versions)
     plugins = Table(title="plugins")
     for column in ("name", "distribution", "version", "plugin API", "status"):
         plugins.add_column(column, overflow="fold")
     for record in found["plugins"]:
         colour = {"ok": "green", "blocked": "yellow"}.get(record["status"], "red")
-        plugins.add_row(record["name"], record["distribution"] or "-", record["version"] or "-",
-                        str(record["api_version"] or "-"), f"[{colour}]{record['status']}[/]")
+        plugins.add_row(*map(Text, (record["name"], record["distribution"] or "-", record["version"] or "-",
+                                    str(record["api_version"] or "-"))), Text(record["status"], style=colour))
     console.print(plugins)
-    marks = {"ok": "[green]ok[/]  ", "warn": "[yellow]warn[/]", "fail": "[red]FAIL[/]"}
+    marks = {"ok": ("ok  ", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "red")}
     for finding in found["findings"]:
-        console.print(f"{marks[finding['status']]} {finding['check']}: {finding['detail']}", highlight=False)
+        console.print(Text.assemble(marks[finding["status"]], f" {finding['check']}: {finding['detail']}"))
         if finding["fix"]:
-            console.print(f"      fix: {finding['fix']}", highlight=False)
-    console.print("[green]healthy[/]" if found["healthy"] else "[red]problems found[/]: see the FAIL lines")
+            console.print(Text(f"      fix: {finding['fix']}"))
+    console.print(Text("healthy", style="green") if found["healthy"]
+                  else Text.assemble(("problems found", "red"), ": see the FAIL lines"))
