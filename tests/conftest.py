@@ -50,7 +50,9 @@ def ray_cluster():
     """One local Ray cluster shared by every end-to-end test of the session."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=512 * 1024 * 1024, log_to_driver=False)
+    # "local": never the cluster an earlier `ray start` recorded in /tmp/ray (it would refuse num_cpus)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=512 * 1024 * 1024,
+             log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -57,6 +57,39 @@ def test_a_local_clusters_workers_run_at_normal_priority_unless_the_user_says_ot
         assert f"niceness {expected}" in done.stdout
 
 
+# start_ray beside Ray's record of an earlier `ray start` (RAY_TMPDIR/ray/ray_current_cluster), then the cluster it is on
+BESIDE_A_RECORD = """
+import logging
+import ray
+from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+assert start_ray() is True
+print("CPUs", ray.cluster_resources()["CPU"], flush=True)  # what rlhf gives a cluster of its own
+stop_ray()
+"""
+
+
+def test_a_cluster_recorded_by_an_earlier_ray_start_is_not_joined_by_accident(tmp_path: Path) -> None:
+    """A bare ray.init() joins the cluster in Ray's ray_current_cluster file (here a dead one), and then refuses the
+    num_cpus rlhf gives a cluster it starts: a run starts its own and says so in one line."""
+    folder = Path(tempfile.mkdtemp(prefix="rlhf-ray-", dir="/tmp"))  # short: Ray's socket paths
+    try:
+        (folder / "ray").mkdir()
+        (folder / "ray" / "ray_current_cluster").write_text("127.0.0.1:1\n")
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        done = subprocess.run([sys.executable, "-c", BESIDE_A_RECORD], capture_output=True, text=True, timeout=300,
+                              env={**env, "RAY_TMPDIR": str(folder)})
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"CPUs {float(os.cpu_count())}" in done.stdout
+    said = [line for line in done.stderr.splitlines() if line.startswith(("INFO rlhf", "WARNING rlhf"))]
+    assert said == [f"WARNING rlhf.runtime: started a Ray cluster of its own, not the one an earlier `ray start` "
+                    f"recorded in {folder}/ray/ray_current_cluster (127.0.0.1:1, live or not): RAY_ADDRESS=auto (or "
+                    "its address) runs on that one"], done.stderr[-2000:]
+
+
 # A driver of its own local cluster, with one actor running; it prints the cluster's session folder, then waits
 # to be killed, or with "stop" shuts its Ray down and says so.
 DRIVER = """

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 
 from rlhf.console import WORKER_ENV, WORKER_SETUP_HOOK, hand_back_library_loggers
@@ -18,11 +20,14 @@ REACH_TIMEOUT_S = float(os.environ.get("RLHF_RAY_CONNECT_TIMEOUT_S", "5"))
 #: the :class:`~rlhf.runtime.cluster.watchdog.Watchdog` of the local cluster this process started, if any
 _watchdog: Any = None
 
+log = logging.getLogger("rlhf.runtime")
+
 
 def start_ray(import_meanwhile: tuple[str, ...] = ()) -> bool:
-    """Join ``RAY_ADDRESS`` if set (multi-node: ``ray start`` first), else start a local cluster; True when
-    this call started or joined it. ``import_meanwhile``: modules imported on a thread while Ray starts,
-    done when this returns (see :func:`import_in_background`)."""
+    """Join ``RAY_ADDRESS`` if set (multi-node: ``ray start`` first), else start a local cluster of the run's
+    own, whatever cluster an earlier ``ray start`` recorded; logs one line saying which. True when this call
+    started or joined it. ``import_meanwhile``: modules imported on a thread while Ray starts, done when this
+    returns (see :func:`import_in_background`)."""
     if address := os.environ.get("RAY_ADDRESS"):
         # before the imports start: a refused run would wait for them (seconds). A good run loses no overlap:
         # importing ray here or beside torch costs the same (imports hold the GIL), ray.init's wait is what overlaps
@@ -81,6 +86,7 @@ def _start_ray() -> bool:
             raise WorkerError(f"cannot join the Ray cluster at RAY_ADDRESS={address}: {exc}; check `ray status` on its head "
                               "node, and for a `ray start` cluster (token authentication) set RAY_AUTH_MODE=token with the "
                               "cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN") from exc
+        log.info("joined the Ray cluster at RAY_ADDRESS=%s", address)
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster: no token to hand around
         # Ray starts workers at niceness 15, behind every other process; here the workers are the computation: with
@@ -88,12 +94,34 @@ def _start_ray() -> bool:
         # (docs/runtime.md). Normal priority unless the user set RAY_worker_niceness; the raylet reads it as it starts.
         os.environ.setdefault("RAY_worker_niceness", "0")
         os.environ.update(env)  # local workers inherit it; a runtime_env would cost ~0.5 s per worker start
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
+        # "local": a cluster of the run's own. With no address, ray.init() joins the cluster named in Ray's
+        # ray_current_cluster file (left by any earlier `ray start` here, its cluster live or long gone), and
+        # then refuses num_cpus ("When connecting to an existing cluster, num_cpus and num_gpus must not be provided")
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
                  object_store_memory=int(os.environ.get("RLHF_RAY_OBJECT_STORE_BYTES", str(1 << 30))))
+        _say_local_start(os.cpu_count())
 
         global _watchdog
         _watchdog = Watchdog(ray._private.worker._global_node.get_session_dir_path())
     return True
+
+
+def _say_local_start(cpus: int | None) -> None:
+    """The one line on the local cluster: on the console when an earlier ``ray start`` recorded a cluster that a
+    user may have meant this run to use, else in the run's log only."""
+    from ray._common.utils import get_ray_address_file
+
+    record = Path(get_ray_address_file(None))  # where Ray looks: $RAY_TMPDIR, else $TMPDIR, else /tmp; then ray/
+    try:
+        recorded = record.read_text().strip()
+    except OSError:
+        recorded = ""
+    if recorded:
+        log.warning("started a Ray cluster of its own, not the one an earlier `ray start` recorded in %s (%s, live or "
+                    "not): RAY_ADDRESS=auto (or its address) runs on that one", record, recorded)
+    else:
+        log.info("started a Ray cluster of its own (%s CPUs), stopped when the run ends; RAY_ADDRESS runs on an "
+                 "existing one", cpus)
 
 
 def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
