@@ -3,6 +3,7 @@
     python benchmarks/grpo_step.py                 # the table (2 repeats, interleaved)
     python benchmarks/grpo_step.py --grid          # prompts/step 8/32/128 x new tokens 8/32/128
     python benchmarks/grpo_step.py --smoke         # 2 steps of each system (CI runs this)
+    python benchmarks/grpo_step.py --device cuda   # one CUDA GPU: rlhf, TRL and the floor on a 0.5B-shaped model
 
 The task is the demo's: 2-digit addition, a briefly supervised ~0.4 M-parameter Llama,
 32 prompts x 8 samples per step, 8 new tokens, exact-match reward, one optimizer step
@@ -25,6 +26,12 @@ with ``!`` where the machine never got quiet.
   those two times).
 - ``trl`` needs TRL (``pip install -c constraints.txt -e '.[bench]'``); it is left out, with a note, if absent.
 
+``--device cuda`` runs the same systems on one GPU, in bf16, on a random Llama of Qwen2.5-0.5B's shape (hidden
+896, 24 layers; ``--model_shape demo`` for the tiny one) with the demo's tokenizer, prompts and reward: by default
+rlhf's in-rank HF engine, TRL and the HF floor, 64 prompts x 8 samples, 64 new tokens. Two more columns: the
+GPU's memory at its peak above what was used before the run (nvidia-smi, every process of the run) and the
+peak that torch's allocator saw in the system's own process (``-`` where the model lives in another process).
+
 A benchmark, not a test: figures depend on the machine and its load.
 """
 
@@ -33,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,7 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from process_tree import TreeSampler, load_average, wait_for_quiet  # beside this script (on sys.path as it runs)
+from gpu_memory import GpuMemory, device_name  # beside this script (on sys.path as it runs)
+from process_tree import TreeSampler, load_average, wait_for_quiet
 
 HERE = Path(__file__).resolve().parent
 #: system -> (workload of grpo_workloads.py, rollout engine family, extra `rlhf train ppo` flags)
@@ -56,6 +65,13 @@ SYSTEMS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "raw-hf": ("raw-hf", "hf", ()),
 }
 DEFAULT_SYSTEMS = ("rlhf-vllm", "rlhf-vllm-inproc", "rlhf-hf", "trl", "raw-vllm", "raw-hf")
+DEFAULT_GPU_SYSTEMS = ("rlhf-hf", "trl", "raw-hf")  # vLLM is often absent from a GPU image; name its rows to add them
+#: --model_shape -> the LlamaConfig sizes of the random model (``demo``: the demo's own ~0.4 M-parameter Llama)
+SHAPES: dict[str, dict[str, int]] = {
+    "demo": {},
+    "0.5b": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+             "num_key_value_heads": 2},  # Qwen2.5-0.5B's shape
+}
 
 
 @dataclass
@@ -70,17 +86,21 @@ class Run:
     peak_rss: int = 0  # bytes, the whole process tree at its largest
     load: float = 0.0  # the machine's 1-minute load, the higher of the run's start and end
     quiet: bool = True  # whether the load was under --quiet_load when the run started
+    gpu_peak: int = 0  # bytes, the GPU's memory.used at its peak above the run's start (--device cuda)
+    gpu_alloc: int = 0  # bytes, torch.cuda.max_memory_allocated() of the system's own process, 0 where unknown
 
 
-def prepare(work: Path, max_positions: int, warm_start: bool) -> Path:
-    """The model every system starts from: the demo's tokenizer and Llama, supervised until 30 % greedy accuracy."""
+def prepare(work: Path, max_positions: int, warm_start: bool, shape: str = "demo") -> Path:
+    """The model every system starts from: the demo's tokenizer and Llama (supervised until 30 % greedy accuracy
+    when ``warm_start``), or a random Llama of another ``shape`` (SHAPES) with the same tokenizer."""
     from rlhf_plugin_demo import task
 
-    model_dir = work / f"model-{max_positions}"
+    model_dir = work / (f"model-{max_positions}" if shape == "demo" else f"model-{shape}-{max_positions}")
     if (model_dir / "config.json").exists():
         return model_dir
     tokenizer = task.build_tokenizer(model_dir)
-    model = task.build_model(tokenizer, seed=0, max_positions=max_positions)
+    model = task.build_model(tokenizer, seed=0, max_positions=max_positions) if shape == "demo" else \
+        shaped_model(tokenizer, SHAPES[shape], max_positions)
     if warm_start:
         train_pairs, held_out = task.split_problems(0)
         task.supervised_warm_start(model, tokenizer, train_pairs, held_out, target=0.3, seed=0, max_seconds=60)
@@ -88,8 +108,34 @@ def prepare(work: Path, max_positions: int, warm_start: bool) -> Path:
     return model_dir
 
 
+def shaped_model(tokenizer: Any, sizes: dict[str, int], max_positions: int) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), max_position_embeddings=max_positions, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        **sizes))
+
+
+def require_cuda() -> None:
+    """``--device cuda`` where torch sees no GPU (or nvidia-smi is missing) ends here, with one line."""
+    import torch
+
+    if not torch.cuda.is_available():
+        problem = f"torch {torch.__version__} sees no CUDA GPU on this machine"
+    elif shutil.which("nvidia-smi") is None:
+        problem = "nvidia-smi (which reads the GPU's memory) is not on PATH"
+    else:
+        return
+    print(f"grpo_step.py: error: --device cuda: {problem}; run it on a machine with a CUDA GPU, or leave --device out "
+          "for the CPU table", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: int, new_tokens: int, steps: int,
-               label: str, warmup: int, rlhf_flags: tuple[str, ...] = ()) -> Run:
+               label: str, warmup: int, rlhf_flags: tuple[str, ...] = (), device: str = "cpu") -> Run:
     from rlhf_plugin_demo import task
     from rlhf_plugin_demo.run import RL_MICRO_BATCH
 
@@ -102,14 +148,16 @@ def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: i
     spec = {"model": str(model), "prompt_file": str(run_dir / "prompts.jsonl"), "run_dir": str(run_dir),
             "times": str(times), "prompts": prompts, "samples": samples, "new_tokens": new_tokens, "steps": steps,
             "max_len": min(256, new_tokens + 16), "engine": SYSTEMS[system][1],
-            "micro": min(RL_MICRO_BATCH, prompts * samples),
+            "micro": min(RL_MICRO_BATCH, prompts * samples), "device": device,
             "rlhf_flags": [*SYSTEMS[system][2], *rlhf_flags]}
+    gpu = GpuMemory() if device == "cuda" else None
     started, load_before = time.time(), load_average()
     process = subprocess.Popen([sys.executable, str(HERE / "grpo_workloads.py"), SYSTEMS[system][0], json.dumps(spec)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = TreeSampler(process.pid)
     _, stderr = process.communicate()
     samples = sampler.stop()
+    gpu_peak = gpu.stop() if gpu else 0
     if process.returncode != 0:
         raise SystemExit(f"{system} failed (exit {process.returncode}):\n{stderr[-4000:]}")
     lines = [json.loads(line) for line in times.read_text().splitlines()]
@@ -124,7 +172,8 @@ def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: i
     steady = stamps[1 + warmup:]  # the CPU of the steps the wall-clock median covers
     cpu = ((samples.cpu_at(steady[-1]) - samples.cpu_at(stamps[warmup])) / (len(steady))) if steady else float("nan")
     return Run(stamps[0] - started, step_times, statistics.mean(lengths) if lengths else float("nan"), phases, cpu,
-               samples.peak_rss(), max(load_before, load_average()))
+               samples.peak_rss(), max(load_before, load_average()), gpu_peak=gpu_peak,
+               gpu_alloc=max(line.get("gpu_alloc", 0) for line in lines))
 
 
 def available(systems: list[str]) -> list[str]:
@@ -137,7 +186,7 @@ def available(systems: list[str]) -> list[str]:
 
 
 def measure(work: Path, model: Path, systems: list[str], repeats: int, warmup: int, quiet: tuple[float, float],
-            rlhf_flags: tuple[str, ...] = (), **sizes: Any) -> dict[str, list[Run]]:
+            rlhf_flags: tuple[str, ...] = (), device: str = "cpu", **sizes: Any) -> dict[str, list[Run]]:
     """Each system ``repeats`` times, interleaved (A B A B), each run after waiting for a quiet machine."""
     runs: dict[str, list[Run]] = {s: [] for s in systems}
     for repeat in range(repeats):
@@ -145,16 +194,17 @@ def measure(work: Path, model: Path, systems: list[str], repeats: int, warmup: i
             calm, _ = wait_for_quiet(*quiet)
             tag = "x".join(str(v) for v in sizes.values())
             run = run_system(system, work, model, label=f"{system}-{tag}-{repeat}", warmup=warmup, rlhf_flags=rlhf_flags,
-                             **sizes)
+                             device=device, **sizes)
             run.steps, run.quiet = run.steps[warmup:], calm
             runs[system].append(run)
+            gpu = f", GPU {run.gpu_peak / 2**20:.0f} MiB" if device == "cuda" else ""
             print(f"  {system} repeat {repeat + 1}: start-up {run.startup:.1f} s, median "
                   f"{statistics.median(run.steps):.3f} s/step, {run.cpu_per_step:.3f} CPU-s/step, peak "
-                  f"{run.peak_rss / 2**20:.0f} MiB, load {run.load:.2f}{'' if calm else ' (never quiet)'}", flush=True)
+                  f"{run.peak_rss / 2**20:.0f} MiB{gpu}, load {run.load:.2f}{'' if calm else ' (never quiet)'}", flush=True)
     return runs
 
 
-def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None:
+def table(runs: dict[str, list[Run]], samples_per_step: int, title: str, device: str = "cpu") -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -174,9 +224,17 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None
     def cpu_of(system: str) -> float:
         return statistics.median(r.cpu_per_step for r in runs[system])
 
+    def gpu_of(system_runs: list[Run]) -> list[str]:
+        """The GPU columns (--device cuda): the device's peak above the run's start, torch's allocator peak."""
+        if device != "cuda":
+            return []
+        alloc = max(r.gpu_alloc for r in system_runs)
+        return [f"{max(r.gpu_peak for r in system_runs) / 2**20:.0f}", f"{alloc / 2**20:.0f}" if alloc else "-"]
+
     out = Table(title=title)
-    for column in ("system", "s/step median", "CPU-s/step", "peak MiB", "load", "samples/s", "start-up s", "resp. tokens",
-                   "phases (median s)", "vs TRL", "vs raw floor", "CPU vs raw"):
+    gpu_columns = ("GPU MiB", "alloc MiB") if device == "cuda" else ()
+    for column in ("system", "s/step median", "CPU-s/step", "peak MiB", *gpu_columns, "load", "samples/s", "start-up s",
+                   "resp. tokens", "phases (median s)", "vs TRL", "vs raw floor", "CPU vs raw"):
         out.add_column(column)
     trl = median("trl")
     for system, system_runs in runs.items():
@@ -188,7 +246,7 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None
         phases = " ".join(f"{k[:3]} {statistics.median(r.phases[k] for r in system_runs):.3f}" for k in system_runs[0].phases)
         loads = "/".join(f"{r.load:.1f}{'' if r.quiet else '!'}" for r in system_runs)
         out.add_row(system, f"{mid:.3f}", f"{cpu_of(system):.3f}", f"{max(r.peak_rss for r in system_runs) / 2**20:.0f}",
-                    loads, f"{samples_per_step / mid:.0f}", f"{statistics.median(r.startup for r in system_runs):.1f}",
+                    *gpu_of(system_runs), loads, f"{samples_per_step / mid:.0f}", f"{statistics.median(r.startup for r in system_runs):.1f}",
                     f"{statistics.mean(r.response_length for r in system_runs):.1f}", phases,
                     f"{trl / mid:.2f}x" if trl else "", f"{100 * (mid / floor - 1):+.0f} %" if floor else "",
                     f"{100 * (cpu_of(system) / raw_cpu - 1):+.0f} %" if raw_cpu else "")
@@ -196,18 +254,25 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str) -> None
     print("vs TRL: samples/s relative to TRL's (2.00x = twice as fast); vs raw floor: step time above the same "
           "engine's raw generate plus the fastest plain-torch update of the same batch; CPU vs raw: CPU-seconds per "
           "step of the whole process tree above the same engine's raw floor; load: 1-minute load average per run "
-          "(! = never under --quiet_load)")
+          "(! = never under --quiet_load)" + ("; GPU MiB: the GPU's memory.used at its peak above the run's start "
+          "(nvidia-smi, every process of the run); alloc MiB: torch.cuda.max_memory_allocated() in the system's own "
+          "process (- where the model lives in another process)" if device == "cuda" else ""))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: on one GPU, bf16, a --model_shape model (default 0.5b), 64 prompts, 64 new tokens")
+    parser.add_argument("--model_shape", choices=tuple(SHAPES), help="the random model's shape on cuda (default 0.5b); "
+                        "on cpu the demo's model, supervised to 30 %% accuracy")
+    parser.add_argument("--systems", help=f"comma-separated, from {', '.join(SYSTEMS)} (default: "
+                        f"{','.join(DEFAULT_SYSTEMS)}; on cuda {','.join(DEFAULT_GPU_SYSTEMS)})")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=14, help="steps per process")
     parser.add_argument("--warmup", type=int, default=3, help="steps left out of the steady state, after the first")
-    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--prompts", type=int, help="default 32 (cuda: 64)")
     parser.add_argument("--samples", type=int, default=8)
-    parser.add_argument("--new_tokens", type=int, default=8)
+    parser.add_argument("--new_tokens", type=int, help="default 8 (cuda: 64)")
     parser.add_argument("--grid", action="store_true", help="prompts/step 8/32/128 x new tokens 8/32/128, 1 repeat")
     parser.add_argument("--grid_prompts", default="8,32,128", help="--grid's prompts/step values (comma-separated)")
     parser.add_argument("--grid_tokens", default="8,32,128", help="--grid's new-token values (comma-separated)")
@@ -218,26 +283,35 @@ def main() -> None:
     parser.add_argument("--quiet_load", type=float, default=1.5, help="wait for the 1-minute load to fall under this")
     parser.add_argument("--quiet_wait", type=float, default=120, help="seconds to wait for it at most, per run")
     args = parser.parse_args()
-    systems = available(args.systems.split(","))
+    cuda = args.device == "cuda"
+    if cuda:
+        require_cuda()
+    shape = args.model_shape or ("0.5b" if cuda else "demo")
+    args.prompts = args.prompts or (64 if cuda else 32)
+    args.new_tokens = args.new_tokens or (64 if cuda else 8)
+    systems = available((args.systems or ",".join(DEFAULT_GPU_SYSTEMS if cuda else DEFAULT_SYSTEMS)).split(","))
     if args.smoke:
         args.repeats, args.steps, args.warmup, args.quiet_wait = 1, 2, 0, 0
     quiet = (args.quiet_load, args.quiet_wait)
+    flags = tuple(shlex.split(args.rlhf_flags))
+    on = f" on {device_name()}, bf16, the {shape} model" if cuda else ""
     with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
         work = args.work or Path(tmp)
-        if not args.grid:
-            model = prepare(work, 64, warm_start=not args.smoke)
+        if not args.grid:  # only the demo's model is warm-started; a random one's responses run to the token budget
+            model = prepare(work, 512 if cuda else 64, warm_start=shape == "demo" and not (args.smoke or cuda), shape=shape)
             sizes = {"prompts": args.prompts, "samples": args.samples, "new_tokens": args.new_tokens, "steps": args.steps}
-            runs = measure(work, model, systems, args.repeats, args.warmup, quiet, tuple(shlex.split(args.rlhf_flags)), **sizes)
-            table(runs, args.prompts * args.samples, f"GRPO step, {args.prompts} prompts x {args.samples} samples, "
+            runs = measure(work, model, systems, args.repeats, args.warmup, quiet, flags, args.device, **sizes)
+            table(runs, args.prompts * args.samples, f"GRPO step{on}, {args.prompts} prompts x {args.samples} samples, "
                   f"{args.new_tokens} new tokens ({args.repeats} repeats x {args.steps} steps, first {args.warmup + 1} "
-                  "left out)")
+                  "left out)", args.device)
             return
-        model = prepare(work, 256, warm_start=False)  # random weights: responses run to the token budget
+        model = prepare(work, 512 if cuda else 256, warm_start=False, shape=shape)  # random weights: to the token budget
         for prompts in map(int, args.grid_prompts.split(",")):
             for new_tokens in map(int, args.grid_tokens.split(",")):
                 sizes = {"prompts": prompts, "samples": args.samples, "new_tokens": new_tokens, "steps": 5}
-                runs = measure(work, model, systems, 1, 1, quiet, tuple(shlex.split(args.rlhf_flags)), **sizes)
-                table(runs, prompts * args.samples, f"grid: {prompts} prompts x {args.samples} samples, {new_tokens} new tokens")
+                runs = measure(work, model, systems, 1, 1, quiet, flags, args.device, **sizes)
+                table(runs, prompts * args.samples, f"grid{on}: {prompts} prompts x {args.samples} samples, "
+                      f"{new_tokens} new tokens", args.device)
 
 
 if __name__ == "__main__":

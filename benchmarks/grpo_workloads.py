@@ -2,8 +2,8 @@
 
     python benchmarks/grpo_workloads.py {rlhf,trl,raw-hf,raw-vllm} SPEC_JSON
 
-``SPEC_JSON`` names the model, the prompt file, the sizes and the file where the
-process appends one line per finished step: ``{"t": unix time, ...figures}``.
+``SPEC_JSON`` names the model, the prompt file, the sizes, the device (``cpu`` or ``cuda``) and the file where
+the process appends one line per finished step: ``{"t": unix time, ...figures}``.
 The parent reads that file, so start-up (process start → first step done) and
 step time are measured the same way for every system, from outside.
 
@@ -14,6 +14,10 @@ step time are measured the same way for every system, from outside.
   ``generate`` / an in-process vLLM ``LLM``), and a plain-torch GRPO update
   (forward, backward, AdamW step) of the same batch, in the same micro-batches as rlhf's
   (``spec["micro"]``); a line carries both times.
+
+On ``cuda`` every system trains in bf16 (rlhf: ``--ds.param_dtype bf16``; TRL and the floor: fp32 weights under
+bf16 autocast, as TRL's ``bf16=True`` does) and a line also carries ``gpu_alloc``: the process's
+``torch.cuda.max_memory_allocated()`` (0 where the model lives in another process, e.g. rlhf's Ray workers).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 
 #: A step-end observer for the ``rlhf`` system: written to the work dir, passed with --plugins.
 OBSERVER = '''"""benchmarks: one line per finished rlhf step."""
-import json, os, time
+import json, os, sys, time
 import rlhf
 
 rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
@@ -40,13 +44,29 @@ def rlhf_step_end(step, metrics):
         handle.write(json.dumps({"t": time.time(), "response_length": metrics.get("response_length", 0.0),
                                  "generation": metrics.get("timing/generation", 0.0),
                                  "train": metrics.get("timing/ppo_train", 0.0),
-                                 "sync": metrics.get("timing/broadcast", 0.0)}) + "\\n")
+                                 "sync": metrics.get("timing/broadcast", 0.0), "gpu_alloc": _gpu_alloc()}) + "\\n")
+
+
+def _gpu_alloc():
+    torch = sys.modules.get("torch")  # the ranks run in this process when they fit one (--train.in_process auto)
+    return torch.cuda.max_memory_allocated() if torch is not None and torch.cuda.is_initialized() else 0
 '''
 
 
 def exact_match(completions: list[str], labels: list[str]) -> list[float]:
     """The demo's reward: the response (without the EOS text) equals the sum."""
     return [float(c.replace("</s>", "").strip() == str(label)) for c, label in zip(completions, labels)]
+
+
+def on_cuda(spec: dict[str, Any]) -> bool:
+    return spec.get("device", "cpu") == "cuda"
+
+
+def gpu_alloc(spec: dict[str, Any]) -> dict[str, int]:
+    """This process's peak CUDA allocation so far, as a figure of its step line (nothing on CPU)."""
+    import torch
+
+    return {"gpu_alloc": torch.cuda.max_memory_allocated()} if on_cuda(spec) else {}
 
 
 def record(spec: dict[str, Any], **figures: float) -> None:
@@ -62,14 +82,19 @@ def run_rlhf(spec: dict[str, Any]) -> None:
     observer.write_text(OBSERVER)
     args = rl_arguments(run_dir, Path(spec["model"]), spec["steps"], 0, spec["engine"], prompts_per_step=spec["prompts"],
                         samples=spec["samples"], new_tokens=spec["new_tokens"], max_len=spec["max_len"])
+    if on_cuda(spec):
+        args[args.index("--ds.param_dtype") + 1] = "bf16"
     args += spec.get("rlhf_flags", [])
     env = {**os.environ, "RLHF_BENCH_TIMES": spec["times"], "RLHF_NO_PROGRESS": "1"}
-    command = [str(Path(sys.executable).with_name("rlhf")), "--plugins", str(observer), "train", "ppo", *args]
+    # `-m rlhf`, not the console script beside the interpreter: an install with pip --target (scripts/gpu_check.sh
+    # --wheelhouse) puts that script elsewhere
+    command = [sys.executable, "-m", "rlhf", "--plugins", str(observer), "train", "ppo", *args]
     subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def run_trl(spec: dict[str, Any]) -> None:
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    if not on_cuda(spec):
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -82,15 +107,18 @@ def run_trl(spec: dict[str, Any]) -> None:
 
     class StepTimes(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            record(spec)
+            record(spec, **gpu_alloc(spec))
 
     samples = spec["prompts"] * spec["samples"]
+    # on the GPU, rlhf's micro-batches (one optimizer step per rollout batch, accumulated); on CPU the whole batch at once
+    micro = spec["micro"] if on_cuda(spec) else samples
     config = GRPOConfig(
-        output_dir=str(Path(spec["run_dir"]) / "trl"), per_device_train_batch_size=samples, num_generations=spec["samples"],
-        steps_per_generation=1, gradient_accumulation_steps=1, num_iterations=1, max_completion_length=spec["new_tokens"],
-        learning_rate=1e-4, beta=0.0, temperature=1.0, top_p=1.0, loss_type="dapo", scale_rewards="group",
-        max_steps=spec["steps"], use_cpu=True, report_to="none", save_strategy="no", logging_steps=10**6,
-        lr_scheduler_type="constant", seed=0, disable_tqdm=True, dataloader_num_workers=0,
+        output_dir=str(Path(spec["run_dir"]) / "trl"), per_device_train_batch_size=micro, num_generations=spec["samples"],
+        steps_per_generation=samples // micro, gradient_accumulation_steps=samples // micro, num_iterations=1,
+        max_completion_length=spec["new_tokens"], learning_rate=1e-4, beta=0.0, temperature=1.0, top_p=1.0,
+        loss_type="dapo", scale_rewards="group", max_steps=spec["steps"], use_cpu=not on_cuda(spec), bf16=on_cuda(spec),
+        report_to="none", save_strategy="no", logging_steps=10**6, lr_scheduler_type="constant", seed=0,
+        disable_tqdm=True, dataloader_num_workers=0,
     )
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(spec["model"]), reward_funcs=reward, args=config,
                           train_dataset=data, processing_class=AutoTokenizer.from_pretrained(spec["model"]),
@@ -104,14 +132,14 @@ def _prompt_ids(spec: dict[str, Any], tokenizer: Any) -> list[list[int]]:
 
 
 def _grpo_update(model: Any, optimizer: Any, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                 micro: int) -> None:
+                 micro: int, device: str) -> None:
     """One plain-torch GRPO update: token-mean clipped surrogate with random group-normalised advantages, in
     micro-batches of ``micro`` samples (rlhf's ``--train.micro_batch_size``), one optimizer step for the batch."""
     import torch
 
     seqs = [p + r for p, r in zip(prompts, responses)]
     tokens = sum(len(r) for r in responses)  # the step's token mean divides by every response token of the batch
-    advantages = torch.randn(len(seqs), 1)
+    advantages = torch.randn(len(seqs), 1).to(device)
     optimizer.zero_grad(set_to_none=True)
     for start in range(0, len(seqs), micro):
         rows = range(start, min(start + micro, len(seqs)))
@@ -121,7 +149,9 @@ def _grpo_update(model: Any, optimizer: Any, prompts: list[list[int]], responses
         for j, i in enumerate(rows):
             ids[j, : len(seqs[i])] = torch.tensor(seqs[i])
             mask[j, len(prompts[i]): len(seqs[i])] = 1.0
-        logits = model(input_ids=ids, attention_mask=(mask > 0) | (ids != pad_id)).logits[:, :-1].float()
+        ids, mask = ids.to(device), mask.to(device)
+        with _autocast(device):
+            logits = model(input_ids=ids, attention_mask=(mask > 0) | (ids != pad_id)).logits[:, :-1].float()
         logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
         ratio = torch.exp(logp - logp.detach())
         adv = advantages[start: start + len(rows)]
@@ -129,6 +159,15 @@ def _grpo_update(model: Any, optimizer: Any, prompts: list[list[int]], responses
         loss = -(torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv) * target).sum() / max(tokens, 1)
         loss.backward()
     optimizer.step()
+
+
+def _autocast(device: str) -> Any:
+    """bf16 autocast on the GPU (TRL's ``bf16=True``), nothing on CPU: the floor computes as the systems it floors."""
+    import contextlib
+
+    import torch
+
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
 
 
 def run_raw(spec: dict[str, Any], engine: str) -> None:
@@ -142,10 +181,11 @@ def run_raw(spec: dict[str, Any], engine: str) -> None:
             os.environ.setdefault(key, value)
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
     prompt_ids = _prompt_ids(spec, tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    device = spec.get("device", "cpu")
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     generate = _vllm_generator(spec) if engine == "vllm" else _hf_generator(model, tokenizer.pad_token_id,
-                                                                          tokenizer.eos_token_id)
+                                                                          tokenizer.eos_token_id, device)
     n = spec["samples"]
     for step in range(spec["steps"]):
         batch = prompt_ids[step * spec["prompts"]: (step + 1) * spec["prompts"]]
@@ -154,12 +194,14 @@ def run_raw(spec: dict[str, Any], engine: str) -> None:
         responses = generate(requests, spec["new_tokens"], step)
         generated = time.perf_counter()
         model.train()
-        _grpo_update(model, optimizer, requests, responses, tokenizer.pad_token_id, spec["micro"])
+        _grpo_update(model, optimizer, requests, responses, tokenizer.pad_token_id, spec["micro"], device)
+        if device == "cuda":
+            torch.cuda.synchronize()  # the update's kernels are done before its time is taken
         record(spec, generation=generated - started, train=time.perf_counter() - generated,
-               response_length=sum(map(len, responses)) / len(responses))
+               response_length=sum(map(len, responses)) / len(responses), **gpu_alloc(spec))
 
 
-def _hf_generator(model: Any, pad_id: int, eos_id: int) -> Any:
+def _hf_generator(model: Any, pad_id: int, eos_id: int, device: str) -> Any:
     import torch
 
     def generate(requests: list[list[int]], new_tokens: int, seed: int) -> list[list[int]]:
@@ -169,9 +211,10 @@ def _hf_generator(model: Any, pad_id: int, eos_id: int) -> Any:
         for i, p in enumerate(requests):
             ids[i, width - len(p):] = torch.tensor(p)
             attention[i, width - len(p):] = 1
+        ids, attention = ids.to(device), attention.to(device)
         torch.manual_seed(seed)
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), _autocast(device):
             out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=new_tokens, do_sample=True,
                                  temperature=1.0, top_k=0, top_p=1.0, pad_token_id=pad_id, eos_token_id=eos_id,
                                  output_logits=True, return_dict_in_generate=True)
@@ -186,8 +229,10 @@ def _vllm_generator(spec: dict[str, Any]) -> Any:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    llm = LLM(model=spec["model"], dtype="float32", enforce_eager=True, max_model_len=spec["max_len"], seed=0,
-              logprobs_mode="processed_logprobs")
+    # on the GPU in bf16, leaving most of the memory to the plain-torch update beside it
+    gpu = {"dtype": "bfloat16", "gpu_memory_utilization": 0.3} if on_cuda(spec) else {"dtype": "float32"}
+    llm = LLM(model=spec["model"], enforce_eager=True, max_model_len=spec["max_len"], seed=0,
+              logprobs_mode="processed_logprobs", **gpu)
 
     def generate(requests: list[list[int]], new_tokens: int, seed: int) -> list[list[int]]:
         params = [SamplingParams(max_tokens=new_tokens, temperature=1.0, logprobs=0, seed=seed * 100003 + i)

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from rlhf.testing.cli import child_env
@@ -42,6 +43,25 @@ def build_wheels(directory: Path, sources: list[Path] = FIRST_PARTY_DIRS) -> Non
          "-w", str(directory), *map(str, sources)],
         check=True, timeout=900, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
     )
+
+
+def venv_sharing_this_environment(root: Path) -> Path:
+    """A fresh venv at ``root/venv`` that sees this environment's packages (torch, Ray, vLLM, DeepSpeed...) through a
+    folder of links to its site-packages, without any rlhf distribution: rlhf must be installed into it to be there."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    shared = root / "shared-site"
+    shared.mkdir()
+    for entry in site.iterdir():
+        name = entry.name.lower()
+        if name.startswith(("rlhf", "__editable__", "_rlhf")) or name.endswith(".pth") or name.endswith(".egg-link"):
+            continue
+        (shared / entry.name).symlink_to(entry)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "shared_test_env.pth").write_text(f"{shared}\n")
+    return venv
 
 
 class RlhfCli:

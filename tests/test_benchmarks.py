@@ -1,7 +1,9 @@
-"""The step-time benchmarks run end to end (2 steps of a system per code path); their figures are not asserted."""
+"""The step-time benchmarks run end to end (2 steps of a system per code path); their figures are not asserted. Their
+GPU modes run on a GPU machine (scripts/gpu_check.sh); here they refuse with one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -40,12 +42,13 @@ def test_async_pipeline_benchmark_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "async_reward_curves.png").is_file()
 
 
-def test_the_gpu_check_script_parses_and_names_every_part() -> None:
-    """scripts/gpu_check.sh runs on a lent GPU machine only; here bash checks its syntax and the parts it promises."""
-    script = ROOT / "scripts" / "gpu_check.sh"
-    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    text = script.read_text()
-    for part in ("gpu tests", "vLLM rollout vs raw vLLM", "weight-sync transports", "ZeRO-3 step", "FSDP2 step", "Liger on",
-                 "flash-attn packing"):
-        assert f'part "{part}"' in text, part
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or __import__("torch").cuda.is_available(),
+                    reason="the error of a machine without a CUDA GPU")
+@pytest.mark.parametrize("script", ["grpo_step.py --device cuda", "deepcompile.py"])
+def test_a_gpu_benchmark_on_a_machine_without_a_gpu_is_one_error_line(script: str) -> None:
+    name, *args = script.split()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"{name}: error: ") and "sees no CUDA GPU" in done.stderr

@@ -14,13 +14,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import sysconfig
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import FIXTURES, base_flags
+from rlhf_test_support import FIXTURES, base_flags, venv_sharing_this_environment
 
 from rlhf.testing.cli import assert_user_error
 
@@ -56,27 +55,9 @@ def index_url(first_party_wheels: Path, tmp_path_factory: pytest.TempPathFactory
     log.close()
 
 
-def shared_site(target: Path) -> Path:
-    """Links to every entry of this environment's site-packages except rlhf's own distributions."""
-    site = Path(sysconfig.get_paths()["purelib"])
-    target.mkdir()
-    for entry in site.iterdir():
-        name = entry.name.lower()
-        if name.startswith(("rlhf", "__editable__", "_rlhf")) or name.endswith(".pth") or name.endswith(".egg-link"):
-            continue
-        (target / entry.name).symlink_to(entry)
-    return target
-
-
 @pytest.fixture(scope="module")
 def user_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("user")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    (Path(purelib) / "shared_test_env.pth").write_text(f"{shared_site(root / 'shared-site')}\n")
-    return venv
+    return venv_sharing_this_environment(tmp_path_factory.mktemp("user"))
 
 
 def in_venv(venv: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

