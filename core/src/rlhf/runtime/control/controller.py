@@ -24,7 +24,7 @@ from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.liveness import wait, write_whereabouts
 from rlhf.runtime.cluster.local import in_process_ranks, ranks_in_process
-from rlhf.runtime.cluster.placement import Placement
+from rlhf.runtime.cluster.placement import Placement, ranks_of
 from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
 from rlhf.runtime.control.experience import compute_advantages
 from rlhf.runtime.control.kl_control import KLController, observed_kl
@@ -140,20 +140,17 @@ class PPOController:
         dumped = cfg.model_dump(mode="json")
         with_ref, with_critic, reward_paths = cfg.algo.kl.init_coef > 0, self.estimator.needs_critic, self.rewards.reward_model_paths
         self.placement = None if self.in_process else Placement.for_run(
-            cfg, with_ref=with_ref, with_critic=with_critic, reward_models=len(reward_paths), gpu=_gpu(),
+            cfg, with_ref=with_ref, with_critic=with_critic, reward_models=len(reward_paths),
             engines_in_rank=self.engine_in_rank)
         if not self.engine_in_rank:  # first: vLLM boots longest
             self.engines: RolloutEngines | InRankEngines = RolloutEngines(cfg, cfg.actor.model_name_or_path, self.placement,
                                                                           self.plugins.registry)
 
-        def ranks(section: Any) -> int:
-            return section.num_nodes * section.num_gpus_per_node
-
         # the ranks (and, async, the engines) share the cores
         together = None if self.placement is None else self.placement.cpu_sharers(cfg, engine=False)
 
         def group(worker: type, role: str, section: Any, tensor_parallel: int = 1) -> WorkerGroup:
-            return WorkerGroup(worker, role, ranks(section), dumped, placement=self.placement, cpu_sharers=together,
+            return WorkerGroup(worker, role, ranks_of(section), dumped, placement=self.placement, cpu_sharers=together,
                                tensor_parallel=tensor_parallel)
 
         trained_tp = cfg.ds.tensor_parallel_size  # AutoTP splits the trained models; evaluated ones stay whole
@@ -420,12 +417,6 @@ class PPOController:
             self.plugins.train_end(cfg, self.run_dir, status)
             if started_ray:
                 stop_ray()
-
-
-def _gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def _flatten(parts: list[list[Any]]) -> list[Any]:

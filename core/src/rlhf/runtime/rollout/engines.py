@@ -20,6 +20,7 @@ from rlhf.runtime.workers.group import split_evenly
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
+    from rlhf.runtime.cluster.placement import Placement
 
 
 class EngineActor:
@@ -71,10 +72,10 @@ class EngineActor:
 class RolloutEngines:
     """The controller's handle on engines in Ray actors of their own: spreads requests, syncs weights."""
 
-    def __init__(self, config: PPOConfig, model_path: str, placement: Any = None, registry: Any = None) -> None:
+    def __init__(self, config: PPOConfig, model_path: str, placement: Placement, registry: Any = None) -> None:
         """``placement``: the run's :class:`rlhf.runtime.cluster.placement.Placement`; with ``--train.colocate_all``
-        the engines take a share of the actor's bundles, otherwise they are placed by Ray. ``registry``:
-        the run's component registry (the plugins loaded by default)."""
+        the engines take a share of the actor's bundles, otherwise each takes a bundle of its own in the
+        engines' placement group. ``registry``: the run's component registry (the plugins loaded by default)."""
         import ray
 
         if registry is None:
@@ -86,10 +87,9 @@ class RolloutEngines:
         # the controller's input check already capped --data.max_len at the model's max_position_embeddings
         max_len = config.data.max_len
         dumped = config.model_dump(mode="json")
-        sharers = placement.cpu_sharers(config, engine=True) if placement is not None else None
+        sharers = placement.cpu_sharers(config, engine=True)
         self.engines = [
-            track(remote.options(**((placement and placement.engine_options(i))
-                                    or {"num_cpus": 0, "num_gpus": _engine_gpus(config)})).remote(
+            track(remote.options(**placement.engine_options(i)).remote(
                 engine_class, model_path, config.ds.param_dtype, max_len, config.train.seed + i, dumped, sharers
             ), "rollout engine", i)
             for i in range(max(1, count))
@@ -173,11 +173,3 @@ class _RemoteEngineMethod:
 
     def remote(self, *args: Any) -> Any:
         return self.worker.engine_call.remote(self.method, *args)
-
-
-def _engine_gpus(config: PPOConfig) -> float:
-    import torch
-
-    if not torch.cuda.is_available():
-        return 0
-    return 0.2 if config.train.colocate_all else config.vllm.tensor_parallel_size
