@@ -39,6 +39,7 @@ PUBLIC_MODULES = (
     "rlhf.launch",
     "rlhf.weight_buckets",
     "rlhf.media",
+    "rlhf.devices",
     "rlhf.payloads",
     "rlhf.config.base",
     "rlhf.config.sections",
@@ -58,6 +59,7 @@ PUBLIC_MODULES = (
     "rlhf.testing.cli",
     "rlhf.testing.pytest_plugin",
     "rlhf.testing.conformance",
+    "rlhf.testing.accelerator",
 )
 
 SNAPSHOT_DIR = Path(__file__).resolve().parents[3] / "tests" / "data"

@@ -82,6 +82,17 @@ class TokenBatch:
             return {"input_ids": self.input_ids, "position_ids": self.position_ids, "use_cache": False}
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "use_cache": False, **(self.media or {})}
 
+    def to(self, device: Any) -> TokenBatch:
+        """This batch with every tensor (media included) on ``device``: the model's, before its forward
+        (a batch is built on the CPU, where its lists arrive; a model on a GPU refuses CPU inputs)."""
+        def move(value: Any) -> Any:
+            return value.to(device, non_blocking=True) if hasattr(value, "to") else value
+
+        media = {key: move(value) for key, value in self.media.items()} if self.media else self.media
+        return TokenBatch(move(self.input_ids), move(self.attention_mask), move(self.position_ids), move(self.rows),
+                          move(self.last_index), move(self.action_index), move(self.action_mask), move(self.actions),
+                          media)
+
     def at_actions(self, per_position: torch.Tensor) -> torch.Tensor:
         """``(R, L, ...) -> (B, T, ...)``: the values at the positions that predict each action token."""
         return per_position[self.rows[:, None], self.action_index]

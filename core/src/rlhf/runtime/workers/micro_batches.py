@@ -13,7 +13,7 @@ Runs inside the model workers, once per rollout batch (forward passes) or optimi
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlhf.models.loading import attn_implementation
 
@@ -60,23 +60,26 @@ def split_to(batches: list[list[int]], lengths: list[int], count: int) -> list[l
     return batches
 
 
-def same_count_on_every_rank(batches: list[list[int]], lengths: list[int], world_size: int) -> list[list[int]]:
-    """Raise this rank's number of micro-batches to the largest of the group (one all-reduce)."""
+def same_count_on_every_rank(batches: list[list[int]], lengths: list[int], world_size: int,
+                             device: Any = None) -> list[list[int]]:
+    """Raise this rank's number of micro-batches to the largest of the group (one all-reduce, on ``device``:
+    the model's, where the group's backend reduces; NCCL takes no CPU tensor)."""
     if world_size == 1:
         return batches
     import torch
     import torch.distributed as dist
 
-    count = torch.tensor([len(batches)])
+    count = torch.tensor([len(batches)], device=device)
     dist.all_reduce(count, op=dist.ReduceOp.MAX)
     return split_to(batches, lengths, int(count))
 
 
-def plan(indices: list[int], lengths: list[int], size: int, max_tokens: int | None, world_size: int) -> list[list[int]]:
+def plan(indices: list[int], lengths: list[int], size: int, max_tokens: int | None, world_size: int,
+         device: Any = None) -> list[list[int]]:
     """Micro-batches of ``indices``: by token budget when ``max_tokens`` is set (dynamic batching),
-    else ``size`` samples each; the same count on every rank."""
+    else ``size`` samples each; the same count on every rank (agreed on ``device``, the model's)."""
     batches = token_budget(indices, lengths, max_tokens) if max_tokens else fixed_size(indices, size)
-    return same_count_on_every_rank(batches, lengths, world_size) if max_tokens else batches
+    return same_count_on_every_rank(batches, lengths, world_size, device) if max_tokens else batches
 
 
 def packed_forward(config: PPOConfig) -> bool:

@@ -42,10 +42,10 @@ def _action_count(payload: dict[str, list], row: int) -> int:
     return len(payload["response_ids"][row]) if masks is None or masks[row] is None else int(sum(masks[row]))
 
 
-def _padded_column(payload: dict[str, list], rows: list[int], width: int, key: str) -> Any:
-    """``(len(rows), width)`` tensor of one per-token payload column."""
+def _padded_column(payload: dict[str, list], rows: list[int], width: int, device: Any, key: str) -> Any:
+    """``(len(rows), width)`` tensor of one per-token payload column, on ``device`` (the model's)."""
 
-    return pad_list([payload[key][i] for i in rows], width)
+    return pad_list([payload[key][i] for i in rows], width).to(device)
 
 
 def _sample_lengths(payload: dict[str, list]) -> list[int]:
@@ -80,14 +80,14 @@ class _ModelWorker(BaseWorker):
         return load_model(active(self.config, self.plugins.registry), role, self.config, path, default)
 
     def _batch(self, payload: dict[str, list], rows: list[int]) -> Any:
-        """The :class:`~rlhf.runtime.workers.batch.TokenBatch` of these samples, packed with ``--ds.packing_samples``
-        where that is the faster path (:func:`~rlhf.runtime.workers.micro_batches.packed_forward`)."""
+        """The :class:`~rlhf.runtime.workers.batch.TokenBatch` of these samples on the model's device, packed with
+        ``--ds.packing_samples`` where that is the faster path (:func:`~rlhf.runtime.workers.micro_batches.packed_forward`)."""
 
         if not hasattr(self, "_packed"):
             self._packed = packed_forward(self.config)
         media = [payload["media"][i] for i in rows] if payload.get("media") else None
         return pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id,
-                    packed=self._packed, media=media, action_masks=_action_masks(payload, rows))
+                    packed=self._packed, media=media, action_masks=_action_masks(payload, rows)).to(self.model.device)
 
     def _per_token_rows(self, payload: dict[str, list], compute: Any) -> list[list[float]]:
         """Run ``compute(TokenBatch) -> (B, T)`` without gradients over ``--rollout.micro_batch_size``
@@ -102,8 +102,8 @@ class _ModelWorker(BaseWorker):
         self.model.eval()
         with torch.no_grad():
             for idx in plan(list(range(len(responses))), _sample_lengths(payload), cfg.rollout.micro_batch_size, budget,
-                            self.world_size):
-                values = compute(self._batch(payload, idx or [0]))  # a filler pass keeps ZeRO-3 ranks in step
+                            self.world_size, self.model.device):
+                values = compute(self._batch(payload, idx or [0])).float().cpu()  # a filler pass keeps ZeRO-3 ranks in step
                 out += [values[j, : len(responses[i])].tolist() for j, i in enumerate(idx)]
         return out if self.rank % self.tp == 0 else []  # one answer per tensor-parallel group
 
@@ -133,11 +133,12 @@ class _ModelWorker(BaseWorker):
             order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
             for start in range(0, n, per_step):
                 group = order[start : start + per_step]
-                counts = torch.tensor(step_counts([_action_count(payload, i) for i in group]))
+                counts = torch.tensor(step_counts([_action_count(payload, i) for i in group]), device=self.model.device)
                 if self.world_size > 1:
-                    torch.distributed.all_reduce(counts)
+                    torch.distributed.all_reduce(counts)  # on the model's device: NCCL takes no CPU tensor
                     counts = counts / self.tp  # the ranks of a tensor-parallel group counted the same samples
-                batches = plan(group, lengths, micro, cfg.train.max_tokens_per_gpu if dynamic else None, self.world_size)
+                batches = plan(group, lengths, micro, cfg.train.max_tokens_per_gpu if dynamic else None, self.world_size,
+                               self.model.device)
                 for k, rows in enumerate(batches):
                     self._boundary = (k == len(batches) - 1) if dynamic else None
                     yield rows or group[:1], counts[0].clamp(min=1.0), counts[1].clamp(min=1.0), float(bool(rows))
@@ -268,7 +269,7 @@ class PolicyWorker(_CausalLMWorker):
         for rows, tokens, sequences, weight in self._training_groups(payload, step, salt=0):
             batch = self._batch(payload, rows)
             mask = batch.action_mask
-            column = functools.partial(_padded_column, payload, rows, mask.shape[1])
+            column = functools.partial(_padded_column, payload, rows, mask.shape[1], mask.device)
             moe = {"output_router_logits": True} if cfg.actor.aux_loss_coef > 0 else {}
             output = self.model(**batch.model_inputs(), **moe)
             scaled = action_logits(output.logits, batch, cfg.rollout.temperature)

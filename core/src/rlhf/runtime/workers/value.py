@@ -94,8 +94,8 @@ class CriticWorker(_ValueWorker):
             batch = self._batch(payload, rows)
             values = self._action_values(batch)
             width = batch.action_mask.shape[1]
-            old = pad_list([payload["values"][i] for i in rows], width)
-            returns = pad_list([payload["returns"][i] for i in rows], width)
+            old = pad_list([payload["values"][i] for i in rows], width).to(values.device)
+            returns = pad_list([payload["returns"][i] for i in rows], width).to(values.device)
             clipped = old + (values - old).clamp(-clip, clip)
             token_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2) * batch.action_mask
             self._backward(token_loss.sum() / tokens * self._scale() * weight)

@@ -4,7 +4,8 @@ The engine kit builds the engine on a tiny offline model (``tiny_causal_lm_path`
 process and checks it against a plain ``transformers`` forward of the same weights: the log-probs
 it reports are those of the distribution it sampled (temperature-scaled), a weight load replaces
 every weight, sleep/wake leave it generating; an in-rank engine is attached to a whole trained model
-and must follow that model's weights as they move in place. The transport kit checks the traits ``auto`` reads.
+and must follow that model's weights as they move in place, and put its prompts on that model's device
+(checked on a simulated accelerator, :mod:`rlhf.testing.accelerator`). The transport kit checks the traits ``auto`` reads.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from rlhf.components import build
 from rlhf.registry import ComponentKind
+from rlhf.testing.accelerator import put_on_accelerator, simulated_accelerator
 from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, ppo_config
 
 ENGINE = ComponentKind.ROLLOUT_ENGINE.label
@@ -115,6 +117,20 @@ def check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, 
     first_failure(ENGINE, "seeded sampling", [("one request twice, seed 3", seeded)])
     first_failure(ENGINE, "sequence_logprobs", [(f"token ids {probe}", sequence_logprobs)])
     first_failure(ENGINE, "load_weights", [("every weight perturbed, with a sleep/wake around", weights)])
+    if trained is not None:
+
+        def on_its_device() -> str | None:
+            """The rank's model on a simulated accelerator (rlhf.testing.accelerator): the engine must put its prompts
+            on the model's device and hand back plain lists, as a GPU demands."""
+            elsewhere = engine_class(str(model_path), "fp32", 128, 0, config or ppo_config().model_dump(mode="json"))
+            with simulated_accelerator():
+                elsewhere.attach(put_on_accelerator(WholeTrainedModel(
+                    AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32))))
+                results = elsewhere.generate(requests, 1.0, 1.0)
+            return shape_of(results)
+
+        first_failure(ENGINE, "inputs on the trained model's device",
+                      [("three requests, the attached model on a simulated accelerator", on_its_device)])
     if trained is not None and getattr(engine_class, "shares_trained_weights", False):
 
         def shared() -> str | None:

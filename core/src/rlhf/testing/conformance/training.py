@@ -4,9 +4,10 @@ The backend under test runs in the test process as a one-rank group (gloo): it t
 optimizer steps of two micro-batches each with AdamW and gradient clipping, and every step's
 weights must equal those of the same steps written in plain torch (the mean loss of the step's
 micro-batches, ``clip_grad_norm_``, ``AdamW``). Then: the full state dict and the whole tensors a
-weight sync reads, the learning rate, an evaluated model's forward, and an exact resume from a
-checkpoint saved after step 1. A backend that shards runs the same code; its sharding is tested
-with more ranks in its own tests.
+weight sync reads, the learning rate, an evaluated model's forward, ``device`` (where the parameters are,
+and a step on a simulated accelerator, :mod:`rlhf.testing.accelerator`, where a CPU tensor the backend
+builds for itself fails as on a GPU), and an exact resume from a checkpoint saved after step 1. A backend
+that shards runs the same code; its sharding is tested with more ranks in its own tests.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from rlhf.components import build
 from rlhf.errors import CheckpointError
 from rlhf.registry import ComponentKind
+from rlhf.testing.accelerator import put_on_accelerator, simulated_accelerator
 from rlhf.testing.conformance._core import ComponentKit, check_picklable, first_failure, ppo_config
 
 BACKEND = ComponentKind.TRAINING_BACKEND.label
@@ -170,6 +172,30 @@ def check_training_backend(backend_class: type, model_path: Any, config: Any = N
         difference = float((got.float() - expected).abs().max())
         return None if difference <= WEIGHT_TOLERANCE else f"an evaluated model's logits differ by {difference:.3g}"
 
+    def device() -> str | None:
+        where = {parameter.device for parameter in model.module.parameters()}
+        return None if where == {torch.device(model.device)} else f"device is {model.device}, the parameters are on {where}"
+
+    def on_its_device() -> str | None:
+        """What a GPU demands, on a simulated accelerator: a step and an evaluated forward fed inputs moved to
+        ``.device`` must build nothing of their own on the CPU (rlhf.testing.accelerator)."""
+        with simulated_accelerator():
+            target = put_on_accelerator(trained())
+            ids = batches[0].to(target.device)
+            target.train()
+            target.backward(target(input_ids=ids, labels=ids).loss)
+            target.step()
+            frozen = put_on_accelerator(backend.evaluated(load, False, MICRO))
+            frozen.eval()
+            with torch.no_grad():
+                logits = frozen(input_ids=batches[0].to(frozen.device)).logits
+            state = target.state_dict()
+            stray = [name for name, tensor in (state or {}).items() if tensor.device.type != "cpu"]
+            shape = tuple(logits.shape)
+        if stray:
+            return f"state_dict() left {stray[:3]} on the device; it returns CPU tensors"
+        return None if shape[:2] == tuple(batches[0].shape) else f"an evaluated forward gave logits of shape {shape}"
+
     def resume() -> str | None:
         with tempfile.TemporaryDirectory() as directory:
             first = trained()
@@ -195,6 +221,9 @@ def check_training_backend(backend_class: type, model_path: Any, config: Any = N
     first_failure(BACKEND, "learning_rate", [("a constant schedule", learning_rate)])
     first_failure(BACKEND, "full_tensors and full_shape", [("three state-dict entries", full_tensors)])
     first_failure(BACKEND, "evaluated", [("a forward of the untrained model", evaluated)])
+    first_failure(BACKEND, "device", [("the trained model's .device", device),
+                                      ("a step and an evaluated forward on a simulated accelerator, inputs on .device",
+                                       on_its_device)])
     first_failure(BACKEND, "checkpoints", [("saved after step 1, resumed for step 2", resume)])
 
 

@@ -263,7 +263,7 @@ class SupervisedTrainer:
     def _all_reduce(self, values: list[float]) -> list[float]:
         import torch
 
-        tensor = torch.tensor(values, dtype=torch.float64)
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)  # NCCL reduces no CPU tensor
         if self.world_size > 1:
             torch.distributed.all_reduce(tensor)
         return (tensor / (self.world_size // self.dp_size)).tolist()  # a tensor-parallel group's ranks hold the same sums

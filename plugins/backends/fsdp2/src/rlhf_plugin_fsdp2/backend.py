@@ -10,12 +10,12 @@ dtype FSDP2 all-gathers in, with gradients reduced in fp32.
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any
 
 import torch
 from torch import nn
 
+from rlhf.devices import local_device
 from rlhf.errors import ConfigError
 from rlhf_plugin_fsdp2.model import EvaluatedModel, FSDP2Model
 
@@ -35,13 +35,6 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 def on_gpu() -> bool:
     return torch.cuda.is_available()
-
-
-def local_device() -> torch.device:
-    """This rank's device: ``cuda:LOCAL_RANK`` on GPU machines, else the CPU."""
-    if on_gpu():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
 
 
 class FSDP2Backend:

@@ -23,10 +23,11 @@ class HFEngine:
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         import torch
 
+        from rlhf.devices import local_device
         from rlhf.models.loading import load_generative
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[param_dtype]
-        self._use(load_generative(model_path, dtype).eval())
+        self._use(load_generative(model_path, dtype).to(local_device()).eval())  # the GPU Ray gave this actor, if any
 
     def _use(self, model: Any) -> None:
         """Generate with ``model`` (an HF generative model, or a PEFT model around one)."""
@@ -130,7 +131,8 @@ class InProcessHFEngine(HFEngine):
         training = self.model.training
         self.model.eval()  # no dropout while sampling; the trainer sets its own mode before each phase
         try:
-            with torch.random.fork_rng(devices=[]):
+            device = self.model.device  # the trainer's generator on that device is restored too
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                 return super().generate(requests, temperature, top_p)
         finally:
             self.model.train(training)
