@@ -77,8 +77,7 @@ def test_a_run_that_needs_two_gpus_on_one_ends_at_once_naming_the_flag_that_fits
                       timeout=120)
     elapsed = time.monotonic() - started
     assert_user_error(result, "needs 2 GPUs", "has 1 (1 node with 1 GPU)", "actor 1 = --actor.num_nodes 1 x "
-                      "--actor.num_gpus_per_node 1", "rollout engines 1 = --vllm.num_engines 0", "add --train.colocate_all",
-                      "with --vllm.sync_backend gloo")
+                      "--actor.num_gpus_per_node 1", "rollout engines 1 = --vllm.num_engines 0", "add --train.colocate_all")
     assert elapsed < 30, f"the refusal took {elapsed:.0f} s"
     assert one_gpu_cluster.ask("release") == 1  # the run left nothing placed
 
@@ -86,8 +85,8 @@ def test_a_run_that_needs_two_gpus_on_one_ends_at_once_naming_the_flag_that_fits
 @pytest.mark.slow
 def test_the_named_flags_colocate_the_engine_on_the_one_gpu_and_trains(one_gpu_cluster, task_files,
                                                                        tiny_causal_lm_path, tmp_path) -> None:
-    flags = [*_grpo(tiny_causal_lm_path, task_files, tmp_path), "--ds.zero_stage", "3", "--train.colocate_all",
-             "--vllm.sync_backend", "gloo"]  # what the refusal above says
+    flags = [*_grpo(tiny_causal_lm_path, task_files, tmp_path), "--ds.zero_stage", "3",
+             "--train.colocate_all"]  # what the refusal above says
     assert_ok(run_rlhf("train", "ppo", *flags, env=one_gpu_cluster.env, timeout=600))
     assert [m["step"] for m in read_metrics(tmp_path / "out")] == [1]
 

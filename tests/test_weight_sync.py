@@ -165,8 +165,8 @@ def test_auto_picks_a_broadcast_unless_lora_or_autotp_needs_the_full_state(lora_
     (True, 1, False, True, "ipc"),           # vLLM engines on the actor's GPUs: OpenRLHF's hybrid engine
     (True, 1, False, False, "gloo"),         # no CUDA, no IPC
     (False, 1, False, True, "nccl"),         # engines on GPUs of their own
-    (True, 0, False, True, "nccl"),          # HF generate: no vLLM worker to open the handles
-    (True, 1, True, True, "nccl")])          # async: the engines generate while the actor trains
+    (True, 0, False, True, "gloo"),          # HF generate: no vLLM worker to open the handles; NCCL refuses one GPU twice
+    (True, 1, True, True, "gloo")])          # async: the engines generate while the actor trains
 def test_auto_picks_ipc_when_vllm_engines_share_the_actors_gpus(colocate_all, num_engines, async_enable, cuda,
                                                                  expected) -> None:
     from rlhf.config.ppo import PPOConfig

@@ -139,7 +139,8 @@ def test_training_groups_count_only_nonempty_responses_per_optimizer_step(dynami
     worker = SimpleNamespace(
         config=SimpleNamespace(train=SimpleNamespace(micro_batch_size=micro, max_epochs=2, seed=5,
                                                      dynamic_batch_enable=dynamic, max_tokens_per_gpu=5)),
-        model=SimpleNamespace(accumulation_steps=lambda: accumulation, train=lambda: None), world_size=1)
+        model=SimpleNamespace(accumulation_steps=lambda: accumulation, train=lambda: None, device=torch.device("cpu")),
+        world_size=1)
     yielded = []
     for group in _ModelWorker._training_groups(worker, payload, 1, 0):
         yielded.append(group)

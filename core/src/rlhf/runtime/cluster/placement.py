@@ -187,14 +187,11 @@ def check_fits(config: PPOConfig, ranks: dict[str, int], engines_in_rank: bool, 
 
 
 def _colocated_engine_advice(config: PPOConfig) -> str:
-    """What else engines on the actor's GPUs need: vLLM's memory shared with training (its sleep mode, OpenRLHF's
-    recipe) and, where the weights would go by ``auto``'s NCCL broadcast (no vLLM IPC: another engine, or async),
-    a transport NCCL allows, since it refuses two ranks of one group on one GPU."""
+    """What else vLLM engines on the actor's GPUs need: their memory shared with training (vLLM's sleep mode,
+    OpenRLHF's recipe). The weight sync needs nothing: ``auto`` skips NCCL for colocated engines."""
     vllm = bool(config.vllm.num_engines) and config.rollout.engine in ("auto", "vllm")
-    memory = (" (with vLLM also --vllm.enable_sleep, and --ds.enable_sleep under ZeRO 1-3, or a lower "
-              "--vllm.gpu_memory_utilization, so that generation and training share the memory)") if vllm else ""
-    broadcast = config.vllm.sync_backend in ("auto", "nccl") and (not vllm or config.train.async_enable)
-    return memory + (", with --vllm.sync_backend gloo (NCCL refuses two ranks on one GPU)" if broadcast else "")
+    return (" (with vLLM also --vllm.enable_sleep, and --ds.enable_sleep under ZeRO 1-3, or a lower "
+            "--vllm.gpu_memory_utilization, so that generation and training share the memory)") if vllm else ""
 
 
 def colocation_that_fits(config: PPOConfig, ranks: dict[str, int], engines_in_rank: bool,

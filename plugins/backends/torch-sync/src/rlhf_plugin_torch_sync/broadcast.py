@@ -124,11 +124,16 @@ class GlooBroadcast(_Broadcast):
 
 
 class NcclBroadcast(_Broadcast):
-    """NCCL: GPU tensors; ``auto``'s choice on CUDA unless the engines share the actor's GPUs (``ipc``)."""
+    """NCCL: GPU tensors; ``auto``'s choice on CUDA unless the engines share the actor's GPUs (then ``ipc`` for
+    vLLM engines, else ``gloo``)."""
 
     backend = "nccl"
     auto_preference = 30
 
     @classmethod
     def unavailable_reason(cls, config: Any, cuda: bool) -> str | None:
-        return "this machine has no CUDA" if not cuda else broadcast_blocker(config)
+        if not cuda:
+            return "this machine has no CUDA"
+        if config.train.colocate_all:  # engine 0 shares actor rank 0's GPU: NCCL refuses two ranks on one device
+            return "--train.colocate_all puts the engines on the actor's GPUs, and NCCL refuses two ranks on one GPU"
+        return broadcast_blocker(config)
