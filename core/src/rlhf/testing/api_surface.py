@@ -34,6 +34,7 @@ PUBLIC_MODULES = (
     "rlhf.run_context",
     "rlhf.environment",
     "rlhf.errors",
+    "rlhf.deprecation",
     "rlhf.reward_output",
     "rlhf.reward_terms",
     "rlhf.launch",
