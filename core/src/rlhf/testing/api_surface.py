@@ -17,10 +17,12 @@ import importlib
 import inspect
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from rlhf import PLUGIN_API_VERSION
+from rlhf.deprecation import MOVED_MODULES, REMOVED, Moved, Removed
 
 #: Modules whose public names (``__all__``, else every name not starting with ``_`` defined there) are the plugin API.
 PUBLIC_MODULES = (
@@ -129,6 +131,26 @@ def compare(snapshot: dict[str, str], current: dict[str, str]) -> tuple[list[str
     changed = sorted(name for name in set(snapshot) & set(current)
                      if snapshot[name] != current[name] and not _extends(snapshot[name], current[name]))
     return removed, changed, added
+
+
+def undeprecated_removals(old: dict[str, str], current: dict[str, str], moved: Iterable[Moved] = MOVED_MODULES,
+                          removed: Iterable[Removed] = REMOVED) -> list[str]:
+    """The names of an older API's snapshot that are gone from ``current`` without having been deprecated first:
+    neither still served under their old path (a moved module's alias) nor removed after a deprecation window
+    (a :class:`~rlhf.deprecation.Removed` entry with ``deprecated_in`` before ``removed_in``)."""
+    def covered(name: str, old_name: str) -> bool:
+        return name == old_name or name.startswith(old_name + ".")
+
+    served = [m.old for m in moved]
+    retired = [r.name for r in removed if r.deprecated_in is not None and r.deprecated_in < r.removed_in <= PLUGIN_API_VERSION]
+    return sorted(name for name in set(old) - set(current)
+                  if not any(covered(name, gone) for gone in (*served, *retired)))
+
+
+def snapshots() -> dict[int, dict[str, str]]:
+    """Every recorded API snapshot, by plugin API version."""
+    return {int(path.stem.rsplit("v", 1)[1]): json.loads(path.read_text())["surface"]
+            for path in sorted(SNAPSHOT_DIR.glob("plugin_api_v*.json"))}
 
 
 def _extends(old: str, new: str) -> bool:
