@@ -150,7 +150,8 @@ class _OldPathFinder(importlib.abc.MetaPathFinder):
 
 def install() -> None:
     """Called once by ``import rlhf``: old paths resolve, and the deprecation warnings are shown once each (Python
-    hides DeprecationWarning outside ``__main__``) unless a filter already decides about them (``-W error::…``)."""
+    hides DeprecationWarning outside ``__main__``); pytest's ``-W error::rlhf.errors.RlhfDeprecationWarning`` is applied
+    in front of this filter, so a plugin's tests can still make them errors."""
     if not any(isinstance(finder, _OldPathFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _OldPathFinder())
     if not any(isinstance(category, type) and issubclass(category, RlhfDeprecationWarning) for *_, category, _, _ in warnings.filters):

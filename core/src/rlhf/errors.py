@@ -65,8 +65,8 @@ class RemovedNameError(PluginError, ImportError):
 
 class RlhfDeprecationWarning(DeprecationWarning):
     """A plugin uses a deprecated name of the plugin API: it still works, and the message names its new path and
-    the release that removes it. A plugin's test suite turns it into an error with
-    ``-W error::rlhf.errors.RlhfDeprecationWarning`` (or pytest's ``filterwarnings``)."""
+    the release that removes it. A plugin's test suite turns it into an error with pytest's
+    ``-W error::rlhf.errors.RlhfDeprecationWarning`` (or its ``filterwarnings`` setting)."""
 
 
 class WorkerError(UserError):

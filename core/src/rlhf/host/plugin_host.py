@@ -199,7 +199,7 @@ class PluginHost:
     @staticmethod
     def _import(record: PluginRecord, importer: Any) -> Any:
         """Import a plugin; each deprecation warning its import raises is one log line naming it (the warnings
-        filters still apply: ``-W error::rlhf.errors.RlhfDeprecationWarning`` makes it an error)."""
+        filters still apply: pytest's ``-W error::rlhf.errors.RlhfDeprecationWarning`` makes it an error)."""
         with warnings.catch_warnings(record=True) as caught:
             plugin = importer()
         for warning in caught:
