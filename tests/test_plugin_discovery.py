@@ -58,8 +58,8 @@ def test_broken_plugins_are_listed_as_failed_with_reasons(rlhf_cli: RlhfCli) -> 
     assert legacy["status"] == "incompatible" and legacy["version"] == "0.9.0"
     api = rlhf.PLUGIN_API_VERSION
     assert legacy["reason"] == ("executor.py line 3 imports rlhf.runtime.agent_engine, removed in plugin API 2; use "
-                                "rlhf_agents.executors (distribution rlhf-agents), or install a release of "
-                                f"rlhf-plugin-legacy built for plugin API {api}")
+                                "rlhf_agents.executors (distribution rlhf-agents): pip install -U rlhf-plugin-legacy "
+                                f"(a release built for plugin API {api}), or change that import")
     shadow = records["echo_shadow"]
     assert shadow["status"] == "failed"
     assert "registered by both plugin 'echo' and plugin 'echo_shadow'" in shadow["reason"]

@@ -102,9 +102,10 @@ def check_imports(record: PluginRecord) -> None:
     found = removed_imports(plugin_files(record))
     if found:
         removed, file, line = found[0]
+        fix = (f"pip install -U {record.distribution} (a release built for plugin API {PLUGIN_API_VERSION}), or change that "
+               "import" if record.distribution else "change that import")
         raise incompatible(f"{file.name} line {line} imports {removed.name}, removed in {release(removed.removed_in)}; "
-                           f"use {removed.replacement}, or install a release of {record.distribution or record.name} "
-                           f"built for plugin API {PLUGIN_API_VERSION}")
+                           f"use {removed.replacement}: {fix}")
 
 
 def removed_name_failure(exc: BaseException) -> PluginFailure | None:
