@@ -58,6 +58,9 @@ def test_old_plugins_load_with_one_warning_line_each(old_site: Path) -> None:
     legacy = records["legacy"]
     assert legacy["status"] == "incompatible" and "rlhf.runtime.agent_engine, removed in plugin API 2" in legacy["reason"]
     assert records["ppo"]["status"] == "ok" and records["ppo"]["warning"] == ""
+    table = assert_ok(run_rlhf("plugins", env=on_path(old_site))).stdout
+    row = next(line for line in table.splitlines() if "api1_reward_function " in line)
+    assert "ok: its requirement" in row  # the table shows the warning beside the status
 
 
 def test_strict_plugins_keeps_refusing_the_cap(old_site: Path) -> None:
