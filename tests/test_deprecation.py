@@ -78,3 +78,12 @@ def test_deprecated_names_serves_a_moved_name_and_warns_once() -> None:
         assert module.masked is masked_mean  # once
     with pytest.raises(AttributeError, match="has no attribute 'other'"):
         module.other  # noqa: B018
+
+
+def test_a_moved_name_of_a_library_warns_and_is_the_new_one() -> None:
+    """run_processor left the agent executors for rlhf.run_context in plugin API 3; both old paths still give it."""
+    result = python("from rlhf_agents.executors import run_processor\nfrom rlhf.runtime.agent_engine import run_processor as old\n"
+                    "from rlhf.run_context import run_processor as new\nassert run_processor is new and old is new\n")
+    assert result.returncode == 0, result.stderr
+    assert "rlhf_agents.executors.run_processor is deprecated: import run_processor from rlhf.run_context" in result.stderr
+    assert "rlhf.runtime.agent_engine is deprecated: it moved to rlhf_agents.executors" in result.stderr

@@ -114,4 +114,4 @@ def test_an_editable_plugin_importing_a_removed_name_is_shown_incompatible(user_
                    "--editable", str(source))
     assert done.returncode == 0, done.stderr[-3000:]
     legacy = listed(user_venv)["legacy"]
-    assert legacy["status"] == "incompatible" and "imports rlhf.runtime.agent_engine, removed in plugin API 2" in legacy["reason"]
+    assert legacy["status"] == "incompatible" and "imports rlhf.engines.hf_models, removed in plugin API 2" in legacy["reason"]

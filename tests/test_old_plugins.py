@@ -56,7 +56,7 @@ def test_old_plugins_load_with_one_warning_line_each(old_site: Path) -> None:
     warnings = [line for line in result.stderr.splitlines() if CAP in line]
     assert sorted(line.split("'")[1] for line in warnings) == OLD_PLUGINS  # one line per old plugin
     legacy = records["legacy"]
-    assert legacy["status"] == "incompatible" and "rlhf.runtime.agent_engine, removed in plugin API 2" in legacy["reason"]
+    assert legacy["status"] == "incompatible" and "rlhf.engines.hf_models, removed in plugin API 2" in legacy["reason"]
     assert records["ppo"]["status"] == "ok" and records["ppo"]["warning"] == ""
     table = assert_ok(run_rlhf("plugins", env=on_path(old_site))).stdout
     row = next(line for line in table.splitlines() if "api1_reward_function " in line)
@@ -85,7 +85,7 @@ def test_an_api_2_trainer_runs(old_site: Path, tmp_path: Path) -> None:
 
 def test_a_run_selecting_the_plugin_that_imports_a_removed_name_is_one_line(old_site: Path) -> None:
     result = run_rlhf("train", "ppo", "--plugins", "ppo,legacy", "--actor.model_name_or_path", "m", env=on_path(old_site))
-    assert_user_error(result, "plugin 'legacy'", "rlhf.runtime.agent_engine", "removed in plugin API 2", "rlhf_agents.executors")
+    assert_user_error(result, "plugin 'legacy'", "rlhf.engines.hf_models", "removed in plugin API 2", "rlhf.models.loading")
 
 
 @pytest.mark.slow

@@ -57,8 +57,8 @@ def test_broken_plugins_are_listed_as_failed_with_reasons(rlhf_cli: RlhfCli) -> 
     legacy = records["legacy"]  # its component module imports a removed name: refused, though only a cap excludes it
     assert legacy["status"] == "incompatible" and legacy["version"] == "0.9.0"
     api = rlhf.PLUGIN_API_VERSION
-    assert legacy["reason"] == ("executor.py line 3 imports rlhf.runtime.agent_engine, removed in plugin API 2; use "
-                                "rlhf_agents.executors (distribution rlhf-agents): pip install -U rlhf-plugin-legacy "
+    assert legacy["reason"] == ("executor.py line 4 imports rlhf.engines.hf_models, removed in plugin API 2; use "
+                                "rlhf.models.loading: pip install -U rlhf-plugin-legacy "
                                 f"(a release built for plugin API {api}), or change that import")
     shadow = records["echo_shadow"]
     assert shadow["status"] == "failed"
@@ -72,8 +72,8 @@ def test_broken_plugins_are_listed_as_failed_with_reasons(rlhf_cli: RlhfCli) -> 
 
 def test_a_run_selecting_an_incompatible_plugin_fails_with_one_line(rlhf_cli: RlhfCli) -> None:
     result = rlhf_cli("train", "ppo", "--plugins", "ppo,legacy", "--actor.model_name_or_path", "m", check=False)
-    assert_user_error(result, "plugin 'legacy'", "is incompatible", "rlhf.runtime.agent_engine", "removed in plugin API 2",
-                      "rlhf_agents.executors")
+    assert_user_error(result, "plugin 'legacy'", "is incompatible", "rlhf.engines.hf_models", "removed in plugin API 2",
+                      "rlhf.models.loading")
     shown = rlhf_cli("plugins").stdout
     assert "incompatible" in shown and "legacy" in shown
 

@@ -53,17 +53,18 @@ def test_every_move_and_removal_is_in_the_changelog() -> None:
 
 
 def test_a_removal_without_a_deprecation_is_detected() -> None:
-    old = {"rlhf.ops.as_float": "(x)", "rlhf.ops.masked_mean": "(v, m)", "rlhf.moved.Thing": "class(object)",
-           "rlhf.moved.Thing.run": "(self)"}
+    old = {"rlhf.ops.as_float": "(x)", "rlhf.ops.masked_mean": "(v, m)", "rlhf.moved.Steering": "class(object)",
+           "rlhf.moved.Steering.stop": "(self)", "rlhf.moved.gone": "(x)"}
     current = {"rlhf.ops.masked_mean": "(v, m)"}
-    moved = [Moved("rlhf.moved", "rlhf_elsewhere", 3, 5)]
-    assert undeprecated_removals(old, current, moved, []) == ["rlhf.ops.as_float"]
+    moved = [Moved("rlhf.moved", "rlhf.steering", 3, 5)]  # its alias serves what the new module still has
+    assert undeprecated_removals(old, current, moved, []) == ["rlhf.moved.gone", "rlhf.ops.as_float"]
+    old.pop("rlhf.moved.gone")
     never_deprecated = Removed("rlhf.ops:as_float", rlhf.PLUGIN_API_VERSION, "rlhf.ops.masked_mean")
     assert undeprecated_removals(old, current, moved, [never_deprecated]) == ["rlhf.ops.as_float"]
     after_a_window = Removed("rlhf.ops:as_float", rlhf.PLUGIN_API_VERSION, "rlhf.ops.masked_mean",
                              deprecated_in=rlhf.PLUGIN_API_VERSION - 1)
     assert undeprecated_removals(old, current, moved, [after_a_window]) == []
-    assert undeprecated_removals(old, current, [], [after_a_window]) == ["rlhf.moved.Thing", "rlhf.moved.Thing.run"]
+    assert undeprecated_removals(old, current, [], [after_a_window]) == ["rlhf.moved.Steering", "rlhf.moved.Steering.stop"]
 
 
 def test_a_changed_signature_is_detected() -> None:

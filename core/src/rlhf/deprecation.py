@@ -74,11 +74,11 @@ MOVED_MODULES = (
     Moved("rlhf.config.supervised", "rlhf_supervised.config", 3, 5, "rlhf-supervised"),
     Moved("rlhf.data.conversations", "rlhf_supervised.conversations", 3, 5, "rlhf-supervised"),
     Moved("rlhf.agents", "rlhf_agents", 3, 5, "rlhf-agents"),
+    Moved("rlhf.runtime.agent_engine", "rlhf_agents.executors", 2, 5, "rlhf-agents"),
 )
 
-#: Every removed name; internal modules that API-1 plugins imported are here too, with what replaced them.
+#: Every removed name; internal modules that plugins of API 1 reached into are here too, with what replaced them.
 REMOVED = (
-    Removed("rlhf.runtime.agent_engine", 2, "rlhf_agents.executors (distribution rlhf-agents)"),
     Removed("rlhf.engines.hf_models", 2, "rlhf.models.loading"),
 )
 

@@ -1,5 +1,5 @@
-"""An API-1-era agent executor whose component module imports rlhf.runtime.agent_engine, which plugin API 2
-removed: the host reads the import before anything is imported and refuses the plugin with one line."""
+"""An API-1-era agent executor whose component module imports rlhf.engines.hf_models, an internal module that
+plugin API 2 removed: the host reads the import before anything is imported and refuses the plugin with one line."""
 
 import rlhf
 

@@ -1,7 +1,9 @@
-"""Built on an internal base of rlhf-core 0.1 that is gone (its replacement is rlhf_agents.executors)."""
+"""Reaches into rlhf-core 0.1's internal model loading, which plugin API 2 removed (its replacement is the public
+rlhf.models.loading)."""
 
-from rlhf.runtime.agent_engine import SingleTurnExecutor
+from rlhf.engines.hf_models import load_tokenizer
 
 
-class LegacyExecutor(SingleTurnExecutor):
-    pass
+class LegacyExecutor:
+    def __init__(self, model: str) -> None:
+        self.tokenizer = load_tokenizer(model)
