@@ -49,8 +49,10 @@ def test_failed_and_incompatible_plugins_each_get_a_fix(rlhf_cli: RlhfCli) -> No
     assert status == 1
     findings = by_check(report)
     legacy = findings["plugin legacy"]
-    assert legacy["status"] == "fail" and legacy["detail"].startswith("incompatible: is built for rlhf-core<0.2,>=0.1")
-    assert legacy["fix"].startswith("pip install 'rlhf-core<0.2,>=0.1'")
+    assert legacy["status"] == "fail" and legacy["detail"] == ("incompatible: executor.py line 4 imports "
+                                                               "rlhf.engines.hf_models, removed in plugin API 2; use "
+                                                               "rlhf.models.loading")
+    assert legacy["fix"].startswith("pip install -U rlhf-plugin-legacy (a release built for plugin API")
     assert findings["plugin broken"]["fix"] == ("fix or uninstall it (pip uninstall rlhf-plugin-broken), "
                                                 "or leave it out with --plugins no:broken")
     assert "plugin echo" not in findings  # the working third-party plugin is fine

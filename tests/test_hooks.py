@@ -228,7 +228,7 @@ def test_hooks_are_not_called_on_failed_plugins(plugin_host, register_plugin) ->
         def rlhf_step_end(self, step, metrics):
             seen.append(step)
 
-    with pytest.raises(PluginLoadError, match="targets plugin API 42"):
+    with pytest.raises(PluginLoadError, match="needs plugin API 42"):
         register_plugin(Failing(), name="failing")
     plugin_host.step_end(1, {})
     assert seen == []

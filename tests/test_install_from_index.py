@@ -104,9 +104,9 @@ def test_a_plugin_installs_from_an_index_trains_and_uninstalls(user_venv: Path, 
     assert_user_error(refused, "--algo.advantage.estimator", "'group_norm'", "pip install rlhf-plugin-grpo")
 
 
-def test_an_editable_plugin_built_for_another_core_is_shown_incompatible(user_venv: Path, index_url: str,
+def test_an_editable_plugin_importing_a_removed_name_is_shown_incompatible(user_venv: Path, index_url: str,
                                                                          tmp_path: Path) -> None:
-    """The rlhf-core range is read from the installed metadata, which an editable install has too."""
+    """Its files are read where an editable install points: one that imports a removed name is incompatible."""
     pip_install(user_venv, index_url, "rlhf-core")
     source = tmp_path / "rlhf-plugin-legacy"
     shutil.copytree(FIXTURES / "rlhf-plugin-legacy", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
@@ -114,4 +114,4 @@ def test_an_editable_plugin_built_for_another_core_is_shown_incompatible(user_ve
                    "--editable", str(source))
     assert done.returncode == 0, done.stderr[-3000:]
     legacy = listed(user_venv)["legacy"]
-    assert legacy["status"] == "incompatible" and "is built for rlhf-core<0.2,>=0.1" in legacy["reason"]
+    assert legacy["status"] == "incompatible" and "imports rlhf.engines.hf_models, removed in plugin API 2" in legacy["reason"]

@@ -1,8 +1,9 @@
 """Every first-party plugin is its own installable distribution with an entry point, a core range and the
 metadata an index page shows (a README as its description, a licence, project URLs, classifiers).
 
-The core's minor version is the plugin API version (rlhf-core 0.3.x serves plugin API 3), so a plugin built for
-API N depends on ``rlhf-core>=0.N,<0.N+1``; ``rlhf plugins`` marks one outside that range as incompatible.
+The core's minor version is the plugin API version (rlhf-core 0.3.x serves plugin API 3), so a plugin that needs
+API N depends on ``rlhf-core>=0.N`` with no upper cap: the core serves a window of plugin APIs and deprecates a name
+before it removes it (docs/plugin-api.md), so a cap would only turn plugins off at every release.
 
 A folder of plugins/ whose pyproject.toml declares no entry point is a library (rlhf-supervised: the supervised
 trainer base that the sft/rm/dpo/kto/prm/kd plugins build on): code shared by plugins that moved out of the core,
@@ -21,7 +22,7 @@ import rlhf
 
 ROOT = Path(__file__).resolve().parent.parent
 API = rlhf.PLUGIN_API_VERSION
-CORE_RANGE = f"Requires-Dist: rlhf-core<0.{API + 1},>=0.{API}"
+CORE_RANGE = f"Requires-Dist: rlhf-core>=0.{API}"
 PLUGIN_DIRS = sorted(p for p in (ROOT / "plugins").glob("*/*") if (p / "pyproject.toml").is_file())
 
 
@@ -49,7 +50,8 @@ def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, first_part
         entry_points = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
         requires = [line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
         groups = "".join(archive.read(n).decode() for n in entry_points)
-    assert CORE_RANGE in requires  # every plugin targets the core with a range: the plugin API it is built for
+    assert CORE_RANGE in requires  # every plugin names the lowest core it needs: the plugin API it is built for
+    assert not _capped_rlhf_requirements(requires), requires
     if library:  # registers nothing: only plugins are discovered through entry points
         assert "[rlhf." not in groups
     else:
@@ -121,6 +123,21 @@ def test_the_meta_distribution_depends_on_the_core_and_every_first_party_plugin(
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     plugins = {tomllib.loads((p / "pyproject.toml").read_text())["project"]["name"] for p in PLUGIN_DIRS}
     assert sorted(map(_requirement_name, meta)) == sorted({"rlhf-core", *plugins})
+    assert not _capped_rlhf_requirements(meta), meta
+
+
+def _capped_rlhf_requirements(requirements: list[str]) -> list[str]:
+    """The requirements on an rlhf distribution (``Requires-Dist: …`` lines or pyproject entries) with an upper cap."""
+    from packaging.requirements import Requirement
+
+    parsed = [Requirement(r.removeprefix("Requires-Dist:").strip()) for r in requirements]
+    return [str(r) for r in parsed if r.name.startswith("rlhf") and any(s.operator in ("<", "<=", "~=", "==") for s in r.specifier)]
+
+
+def test_the_upper_cap_check_sees_a_cap() -> None:
+    assert _capped_rlhf_requirements(["Requires-Dist: rlhf-core<0.4,>=0.3", "rlhf-agents~=0.1", "torch<3"]) == [
+        "rlhf-core<0.4,>=0.3", "rlhf-agents~=0.1"]
+    assert _capped_rlhf_requirements(["Requires-Dist: rlhf-core>=0.3", "rlhf-plugin-ppo>=0.1"]) == []
 
 
 def test_the_install_hints_table_is_generated_from_the_plugins_registrations() -> None:

@@ -14,6 +14,7 @@ import yaml
 from rlhf_plugin_scaffold.scaffold import KINDS
 from rlhf_test_support import base_flags
 
+import rlhf
 from rlhf.cli.main import main
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_rlhf
@@ -47,6 +48,19 @@ def test_generated_packages_pass_their_own_tests(new_plugins: dict[str, Path]) -
                             env=child_env(**with_site(new_plugins["site"])))
     assert result.returncode == 0, result.stdout[-4000:]
     assert " passed" in result.stdout and "failed" not in result.stdout and "skipped" not in result.stdout
+
+
+def test_generated_packages_name_the_lowest_core_they_need_and_no_upper_cap(new_plugins: dict[str, Path]) -> None:
+    import tomllib
+    from packaging.requirements import Requirement
+
+    for package in sorted(new_plugins["src"].iterdir()):
+        requirements = [Requirement(r) for r in tomllib.loads((package / "pyproject.toml").read_text())["project"]["dependencies"]]
+        core = next(r for r in requirements if r.name == "rlhf-core")
+        assert str(core.specifier) == f">=0.{rlhf.PLUGIN_API_VERSION}", package.name
+        assert all(s.operator in (">=", ">") for r in requirements for s in r.specifier), (package.name, requirements)
+        init = next((package / "src").glob("*/__init__.py")).read_text()
+        assert f"rlhf_plugin_api = {rlhf.PLUGIN_API_VERSION}  #" in init  # the number, not whatever core runs it
 
 
 def test_rlhf_plugins_lists_every_generated_plugin(new_plugins: dict[str, Path]) -> None:

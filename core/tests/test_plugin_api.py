@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import rlhf
-from rlhf.testing.api_surface import PUBLIC_MODULES, compare, snapshot_path, surface
+from rlhf.deprecation import Moved, Removed
+from rlhf.testing.api_surface import PUBLIC_MODULES, compare, snapshot_path, snapshots, surface, undeprecated_removals
 
 REGENERATE = "python -m rlhf.testing.api_surface --write"
 
@@ -27,6 +28,43 @@ def test_public_signatures_match_the_snapshot_of_this_plugin_api_version() -> No
         f"public plugin API changed without a PLUGIN_API_VERSION bump: removed {removed}, changed {changed}. "
         f"Restore them, or bump rlhf.PLUGIN_API_VERSION (every plugin must then be updated) and run `{REGENERATE}`")
     assert not added, f"new public names {added}: additions need no bump; record them with `{REGENERATE}`"
+
+
+def test_no_public_name_of_any_recorded_api_disappeared_without_a_deprecation() -> None:
+    """Across versions too: a name of an older API's snapshot that is gone must have been deprecated first
+    (docs/plugin-api.md: an alias that warns for at least one API version, then an entry in REMOVED)."""
+    current = surface()
+    recorded = snapshots()
+    assert rlhf.PLUGIN_API_VERSION in recorded
+    for version, old in recorded.items():
+        gone = undeprecated_removals(old, current)
+        assert not gone, (f"public names of plugin API {version} disappeared without a deprecation: {gone}. Keep them as "
+                          "aliases that warn (rlhf.deprecation) for at least one API version before removing them")
+
+
+def test_every_move_and_removal_is_in_the_changelog() -> None:
+    from rlhf.deprecation import MOVED_MODULES, REMOVED
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "plugin-api.md").read_text()
+    table = page[page.index("## Deprecations and removals"):page.index("## Changes")]
+    missing = [entry.old for entry in MOVED_MODULES if f"`{entry.old}`" not in table or f"`{entry.new}`" not in table]
+    missing += [entry.name for entry in REMOVED if f"`{entry.name}`" not in table]
+    assert not missing, f"docs/plugin-api.md's 'Deprecations and removals' table does not list {missing}"
+
+
+def test_a_removal_without_a_deprecation_is_detected() -> None:
+    old = {"rlhf.ops.as_float": "(x)", "rlhf.ops.masked_mean": "(v, m)", "rlhf.moved.Steering": "class(object)",
+           "rlhf.moved.Steering.stop": "(self)", "rlhf.moved.gone": "(x)"}
+    current = {"rlhf.ops.masked_mean": "(v, m)"}
+    moved = [Moved("rlhf.moved", "rlhf.steering", 3, 5)]  # its alias serves what the new module still has
+    assert undeprecated_removals(old, current, moved, []) == ["rlhf.moved.gone", "rlhf.ops.as_float"]
+    old.pop("rlhf.moved.gone")
+    never_deprecated = Removed("rlhf.ops:as_float", rlhf.PLUGIN_API_VERSION, "rlhf.ops.masked_mean")
+    assert undeprecated_removals(old, current, moved, [never_deprecated]) == ["rlhf.ops.as_float"]
+    after_a_window = Removed("rlhf.ops:as_float", rlhf.PLUGIN_API_VERSION, "rlhf.ops.masked_mean",
+                             deprecated_in=rlhf.PLUGIN_API_VERSION - 1)
+    assert undeprecated_removals(old, current, moved, [after_a_window]) == []
+    assert undeprecated_removals(old, current, [], [after_a_window]) == ["rlhf.moved.Steering", "rlhf.moved.Steering.stop"]
 
 
 def test_a_changed_signature_is_detected() -> None:

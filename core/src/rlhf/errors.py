@@ -58,6 +58,17 @@ class PluginError(UserError):
     """A plugin failed to load or raised in a hook (names the plugin and the hook)."""
 
 
+class RemovedNameError(PluginError, ImportError):
+    """An import of a name the plugin API has removed; the message names the release that removed it and its
+    replacement (``rlhf.deprecation`` raises it, the plugin host reports a plugin that does it as incompatible)."""
+
+
+class RlhfDeprecationWarning(DeprecationWarning):
+    """A plugin uses a deprecated name of the plugin API: it still works, and the message names its new path and
+    the release that removes it. A plugin's test suite turns it into an error with pytest's
+    ``-W error::rlhf.errors.RlhfDeprecationWarning`` (or its ``filterwarnings`` setting)."""
+
+
 class WorkerError(UserError):
     """A Ray worker died or stopped answering (names the group and the rank)."""
 

@@ -27,9 +27,9 @@ def show_plugins(host: PluginHost, *, as_json: bool, kind: str | None) -> int:
         registers = "; ".join(f"{k}: {', '.join(v)}" for k, v in r.components.items())
         if r.options:
             registers += ("; " if registers else "") + f"options: {', '.join('--' + o + '.*' for o in r.options)}"
-        status = Text(r.status, style={"ok": "green", "blocked": "yellow"}.get(r.status, "red"))
-        if r.reason:
-            status.append(f": {r.reason}")
+        status = Text(r.status, style={"ok": "yellow" if r.warning else "green", "blocked": "yellow"}.get(r.status, "red"))
+        if r.reason or r.warning:  # a warning: loaded, e.g. despite an upper cap that excludes this core
+            status.append(f": {r.reason or r.warning}")
         # Text cells, not strings: rich would read a reason's "pip install 'x[gpu]'" as markup and drop the [gpu]
         table.add_row(*map(Text, (r.name, r.kind, r.distribution or "-", r.version or "-")), status,
                       Text(registers or "-"), Text(", ".join(r.hooks) or "-"))

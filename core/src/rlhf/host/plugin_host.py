@@ -5,8 +5,9 @@ typed methods of :class:`PluginHost`.
 
 Load order (deterministic): the core built-ins, then entry points sorted by
 (group, name), then ``--plugins`` modules and files in the order given. Each
-plugin is checked in isolation — import, declared plugin API, hook signatures,
-unknown hooks, registrations — and a failure is recorded with its reason and
+plugin is checked in isolation — its rlhf-core range and the names it imports
+(rlhf.host.compatibility), import, declared plugin API, hook signatures, unknown
+hooks, registrations — and a failure is recorded with its reason and
 skipped with one warning, or raised when the plugin was named explicitly or
 strict mode is on.
 """
@@ -20,14 +21,17 @@ import importlib.metadata as metadata
 import importlib.util
 import logging
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from rlhf import PLUGIN_API_VERSION, PROJECT_NAME, __version__, hookspecs
-from rlhf.errors import PluginError, UserError
+from rlhf import PROJECT_NAME, __version__, hookspecs
+from rlhf.errors import PluginError, RlhfDeprecationWarning, UserError
+from rlhf.host import compatibility
+from rlhf.host.compatibility import SERVED, PluginFailure
 from rlhf.host.options import OptionsRegister, PluginOptions
 from rlhf.host.selection import BLOCKED, FAILED, INCOMPATIBLE, OK, PluginRecord, PluginSelection, canonical, file_plugin_name
 from rlhf.registry import ComponentKind, ComponentRegistry, Register
@@ -48,14 +52,6 @@ BUILTIN_PLUGINS = {"core": "rlhf.host.builtin"}
 
 class PluginLoadError(PluginError):
     """A plugin failed to load and was named explicitly, or strict mode is on."""
-
-
-class _PluginFailure(Exception):
-    """Internal: one plugin's precise failure reason; ``status`` FAILED or INCOMPATIBLE."""
-
-    def __init__(self, reason: str, status: str = FAILED) -> None:
-        super().__init__(reason)
-        self.status = status
 
 
 class PluginHost:
@@ -132,7 +128,7 @@ class PluginHost:
                 installed = sorted(self._ep_identities)
                 close = difflib.get_close_matches(canonical(name), installed, n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise _PluginFailure(
+                raise PluginFailure(
                     f"{name!r} is neither an installed plugin nor an importable module.{hint} "
                     f"Installed plugins: {', '.join(installed) or '(none)'}"
                 ) from None
@@ -152,7 +148,7 @@ class PluginHost:
 
         def importer() -> ModuleType:
             if not file.is_file():
-                raise _PluginFailure(f"plugin file {path} does not exist (resolved to {file})")
+                raise PluginFailure(f"plugin file {path} does not exist (resolved to {file})")
             record.sha256 = hashlib.sha256(file.read_bytes()).hexdigest()
             module_name = f"rlhf_file_plugin_{record.name}"
             spec = importlib.util.spec_from_file_location(module_name, file)
@@ -174,40 +170,52 @@ class PluginHost:
             other = next(r for r in self.records[:-1] if r.status == OK and r.name == record.name)
             return self._fail(record, f"plugin name {record.name!r} is already used by {other.source} {other.target!r}", explicit)
         try:
-            _check_core_range(record)
-            plugin = importer()
-        except _PluginFailure as exc:
+            cap = compatibility.check_core_range(record, refuse_caps=self.selection.refuses_caps)
+            if record.source != "builtin":
+                compatibility.check_imports(record)
+            plugin = self._import(record, importer)
+        except PluginFailure as exc:
             return self._fail(record, str(exc), explicit, status=exc.status)
         except BaseException as exc:  # noqa: BLE001 - a plugin's import may raise anything, even SystemExit
             if isinstance(exc, KeyboardInterrupt):
                 raise
+            removed = compatibility.removed_name_failure(exc)
+            if removed is not None:
+                return self._fail(record, str(removed), explicit, status=INCOMPATIBLE)
             return self._fail(record, f"import failed: {type(exc).__name__}: {exc}", explicit)
         try:
-            self._check_api_version(plugin, record)
+            record.api_version = compatibility.check_api(getattr(plugin, "rlhf_plugin_api", None), record.target)
             self._register(plugin, record)
-        except _PluginFailure as exc:
+        except PluginFailure as exc:
             return self._fail(record, str(exc), explicit, status=exc.status)
+        if cap:
+            record.warning = (f"its requirement {cap} excludes rlhf-core {__version__}; loaded anyway: it declares plugin "
+                              f"API {record.api_version} and imports no removed name ({SERVED}); --strict-plugins "
+                              "refuses it, and its maintainer can drop the upper cap")
+            if self.selection.warns_of_caps:
+                log.warning("plugin %r (%s %s): %s", record.name, record.distribution, record.version, record.warning)
         return record
 
-    def _check_api_version(self, plugin: Any, record: PluginRecord) -> None:
-        declared = getattr(plugin, "rlhf_plugin_api", None)
-        if declared is None:
-            raise _PluginFailure(
-                f"declares no plugin API version; add `rlhf_plugin_api = {PLUGIN_API_VERSION}` to {record.target}"
-            )
-        record.api_version = declared
-        if declared != PLUGIN_API_VERSION:
-            raise _PluginFailure(f"targets plugin API {declared}, but rlhf-core {__version__} implements plugin API "
-                                 f"{PLUGIN_API_VERSION}: {_what_to_install(record, f'rlhf-core>=0.{declared},<0.{declared + 1}')}",
-                                 status=INCOMPATIBLE)
+    @staticmethod
+    def _import(record: PluginRecord, importer: Any) -> Any:
+        """Import a plugin; each deprecation warning its import raises is one log line naming it (the warnings
+        filters still apply: pytest's ``-W error::rlhf.errors.RlhfDeprecationWarning`` makes it an error)."""
+        with warnings.catch_warnings(record=True) as caught:
+            plugin = importer()
+        for warning in caught:
+            if issubclass(warning.category, RlhfDeprecationWarning):
+                log.warning("plugin %r: %s", record.name, warning.message)
+            else:
+                warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+        return plugin
 
     def _register(self, plugin: Any, record: PluginRecord) -> None:
         try:
             self._pm.register(plugin, name=record.name)
         except pluggy.PluginValidationError as exc:
-            raise _PluginFailure(f"invalid hook implementation: {' '.join(str(exc).split())}") from None
+            raise PluginFailure(f"invalid hook implementation: {' '.join(str(exc).split())}") from None
         except ValueError as exc:
-            raise _PluginFailure(str(exc)) from None
+            raise PluginFailure(str(exc)) from None
         try:
             callers = self._pm.get_hookcallers(plugin) or []
             record.hooks = sorted(c.name for c in callers)
@@ -217,7 +225,7 @@ class PluginHost:
                 for name in unknown:
                     close = difflib.get_close_matches(name, self._spec_names, n=1)
                     hints.append(f"{name}" + (f" (did you mean {close[0]}?)" if close else ""))
-                raise _PluginFailure(f"implements unknown hook(s): {', '.join(hints)}")
+                raise PluginFailure(f"implements unknown hook(s): {', '.join(hints)}")
             self._run_registrations(record)
         except BaseException:
             self._pm.unregister(name=record.name)
@@ -247,7 +255,7 @@ class PluginHost:
         try:
             impl.function(**({"register": register} if "register" in impl.argnames else {}))
         except Exception as exc:  # noqa: BLE001 - the plugin's own error, reported with its hook
-            raise _PluginFailure(f"{impl.function.__name__} raised {type(exc).__name__}: {exc}") from None
+            raise PluginFailure(f"{impl.function.__name__} raised {type(exc).__name__}: {exc}") from None
 
     def _fail(self, record: PluginRecord, reason: str, explicit: bool, status: str = FAILED) -> PluginRecord:
         record.status, record.reason = status, reason
@@ -362,31 +370,6 @@ class PluginHost:
                      else f"leave it out with --plugins no:{plugin}")
         return PluginError(f"plugin {plugin!r} failed in its {hook_name} hook: {type(exc).__name__}: {exc}; "
                            f"fix the plugin or {leave_out}")
-
-
-def _check_core_range(record: PluginRecord) -> None:
-    """A distribution's ``rlhf-core`` requirement must admit this core: its minor version is the plugin API."""
-    if not record.distribution:
-        return
-    from packaging.requirements import Requirement
-
-    try:
-        requirements = [Requirement(line) for line in metadata.requires(record.distribution) or []]
-    except (metadata.PackageNotFoundError, ValueError):
-        return
-    for requirement in requirements:
-        if requirement.name == "rlhf-core" and not requirement.specifier.contains(__version__, prereleases=True):
-            raise _PluginFailure(f"is built for rlhf-core{requirement.specifier}, but this is rlhf-core {__version__} "
-                                 f"(plugin API {PLUGIN_API_VERSION}): {_what_to_install(record, f'rlhf-core{requirement.specifier}')}",
-                                 status=INCOMPATIBLE)
-
-
-def _what_to_install(record: PluginRecord, built_for: str) -> str:
-    """The fix for a plugin built for another plugin API (``built_for``: the rlhf-core range it needs): the core it
-    was built for, or a release of the plugin built for this core."""
-    plugin = record.distribution or record.name
-    this = f"rlhf-core>=0.{PLUGIN_API_VERSION},<0.{PLUGIN_API_VERSION + 1}"
-    return f"pip install '{built_for}', or a release of {plugin} built for plugin API {PLUGIN_API_VERSION} (it depends on {this})"
 
 
 def _raising_plugin(impls: list[pluggy.HookImpl], exc: BaseException) -> str | None:

@@ -13,7 +13,9 @@ Semantics (the same for the flag and the environment variable):
 
 Precedence: the ``--plugins`` flag, when given, replaces ``RLHF_PLUGINS`` entirely.
 Strict mode (``--strict-plugins`` or ``RLHF_STRICT_PLUGINS=1``) turns every plugin
-failure into an error; without it, only plugins named explicitly fail hard.
+failure into an error; without it, only plugins named explicitly fail hard. It also refuses a
+plugin whose ``rlhf-core`` requirement caps out this core, which otherwise loads with a warning
+when it passes its checks (docs/plugin-api.md).
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ from rlhf.errors import PluginError
 ENV_PLUGINS = "RLHF_PLUGINS"
 ENV_STRICT = "RLHF_STRICT_PLUGINS"
 
-#: Record statuses shown by ``rlhf plugins``.
-#: A plugin's status; INCOMPATIBLE: built for another plugin API (its declared version or its rlhf-core range)
+#: Record statuses shown by ``rlhf plugins``. INCOMPATIBLE: needs a newer core (its declared plugin API or its
+#: rlhf-core range), or imports a name the core has removed.
 OK, BLOCKED, FAILED, INCOMPATIBLE = "ok", "blocked", "failed", "incompatible"
+
+#: What to do with an upper cap in a plugin's rlhf-core requirement that excludes this core, when the plugin passes
+#: its checks: warn (default), refuse (--strict-plugins), or nothing (a run's resolved set: the CLI already warned).
+CAPS_WARN, CAPS_REFUSE, CAPS_QUIET = "warn", "refuse", "quiet"
 
 
 def canonical(name: str) -> str:
@@ -54,14 +60,16 @@ class PluginSelection:
     modules: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     strict: bool = False
+    caps: str = CAPS_WARN
     origin: str = "default"  # where the spec came from, for error messages
     # exact versions / hashes to enforce (set when reloading a run's resolved set)
     pinned: tuple[tuple[str, str | None, str | None], ...] = ()
 
     @classmethod
     def parse(cls, spec: str | None, *, strict: bool = False, origin: str = "--plugins") -> PluginSelection:
+        caps = CAPS_REFUSE if strict else CAPS_WARN
         if spec is None:
-            return cls(strict=strict, origin="default")
+            return cls(strict=strict, caps=caps, origin="default")
         names: list[str] = []
         blocked: list[str] = []
         modules: list[str] = []
@@ -87,7 +95,8 @@ class PluginSelection:
         if not names and (blocked or modules or files):
             allow = None
         return cls(
-            names=allow, blocked=tuple(blocked), modules=tuple(modules), files=tuple(files), strict=strict, origin=origin
+            names=allow, blocked=tuple(blocked), modules=tuple(modules), files=tuple(files), strict=strict, caps=caps,
+            origin=origin,
         )
 
     @classmethod
@@ -99,7 +108,7 @@ class PluginSelection:
         env_value = os.environ.get(ENV_PLUGINS)
         if env_value is not None:
             return cls.parse(env_value, strict=strict, origin=ENV_PLUGINS)
-        return cls(strict=strict)
+        return cls(strict=strict, caps=CAPS_REFUSE if strict else CAPS_WARN)
 
     @classmethod
     def from_resolved(cls, records: list[dict[str, Any]], *, strict: bool = True) -> PluginSelection:
@@ -116,9 +125,17 @@ class PluginSelection:
                 names.append(rec["name"])
             pinned.append((rec["name"], rec.get("version"), rec.get("sha256")))
         return cls(
-            names=tuple(names), modules=tuple(modules), files=tuple(files), strict=strict,
+            names=tuple(names), modules=tuple(modules), files=tuple(files), strict=strict, caps=CAPS_QUIET,
             origin="resolved plugin set", pinned=tuple(pinned),
         )
+
+    @property
+    def refuses_caps(self) -> bool:
+        return self.caps == CAPS_REFUSE
+
+    @property
+    def warns_of_caps(self) -> bool:
+        return self.caps == CAPS_WARN
 
     def explicitly_named(self, *identities: str | None) -> bool:
         wanted = {canonical(n) for n in (self.names or ())}
@@ -160,6 +177,7 @@ class PluginRecord:
     sha256: str | None = None
     status: str = OK
     reason: str = ""
+    warning: str = ""  # loaded, but the user should know (an upper cap that excludes this core)
     api_version: int | None = None
     hooks: list[str] = field(default_factory=list)
     components: dict[str, list[str]] = field(default_factory=dict)

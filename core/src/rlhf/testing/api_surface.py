@@ -17,10 +17,12 @@ import importlib
 import inspect
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from rlhf import PLUGIN_API_VERSION
+from rlhf.deprecation import MOVED_MODULES, REMOVED, Moved, Removed
 
 #: Modules whose public names (``__all__``, else every name not starting with ``_`` defined there) are the plugin API.
 PUBLIC_MODULES = (
@@ -34,6 +36,7 @@ PUBLIC_MODULES = (
     "rlhf.run_context",
     "rlhf.environment",
     "rlhf.errors",
+    "rlhf.deprecation",
     "rlhf.reward_output",
     "rlhf.reward_terms",
     "rlhf.launch",
@@ -128,6 +131,55 @@ def compare(snapshot: dict[str, str], current: dict[str, str]) -> tuple[list[str
     changed = sorted(name for name in set(snapshot) & set(current)
                      if snapshot[name] != current[name] and not _extends(snapshot[name], current[name]))
     return removed, changed, added
+
+
+def undeprecated_removals(old: dict[str, str], current: dict[str, str], moved: Iterable[Moved] = MOVED_MODULES,
+                          removed: Iterable[Removed] = REMOVED) -> list[str]:
+    """The names of an older API's snapshot that are gone from ``current`` without having been deprecated first:
+    neither still served under their old path (a moved module's alias, where the name must still resolve) nor
+    removed after a deprecation window (a :class:`~rlhf.deprecation.Removed` entry with ``deprecated_in`` before
+    ``removed_in``)."""
+    def covered(name: str, old_name: str) -> bool:
+        return name == old_name or name.startswith(old_name + ".")
+
+    def served(name: str) -> bool:
+        move = next((m for m in sorted(moved, key=lambda m: -len(m.old)) if covered(name, m.old)), None)
+        return move is not None and _resolves(move.new + name[len(move.old):])
+
+    retired = [r.name for r in removed if r.deprecated_in is not None and r.deprecated_in < r.removed_in <= PLUGIN_API_VERSION]
+    return sorted(name for name in set(old) - set(current)
+                  if not served(name) and not any(covered(name, gone) for gone in retired))
+
+
+def _resolves(name: str) -> bool:
+    """Whether a dotted name (module, then attributes) can be imported and looked up, warnings aside."""
+    import warnings
+
+    parts = name.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for attr in parts[split:]:
+                if attr == "__init__":  # a signature key, not an attribute to look up
+                    continue
+                declared = any(attr in vars(k).get("__annotations__", {}) for k in getattr(obj, "__mro__", ()))
+                if declared:  # a declared field (dataclass, pydantic) is no class attribute
+                    return True
+                obj = getattr(obj, attr, None)
+                if obj is None:
+                    return False
+        return True
+    return False
+
+
+def snapshots() -> dict[int, dict[str, str]]:
+    """Every recorded API snapshot, by plugin API version."""
+    return {int(path.stem.rsplit("v", 1)[1]): json.loads(path.read_text())["surface"]
+            for path in sorted(SNAPSHOT_DIR.glob("plugin_api_v*.json"))}
 
 
 def _extends(old: str, new: str) -> bool:

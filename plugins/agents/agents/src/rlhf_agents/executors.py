@@ -12,9 +12,13 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from rlhf.deprecation import deprecated_names
 from rlhf.models.loading import load_tokenizer
 
 __all__ = ["SAMPLING_FIELDS", "turn_sampling", "UnsupportedSampling", "AsyncAgentExecutor", "EngineClient", "VLLMStyleEngine"]
+
+# plugin API 2 had run_processor here (rlhf.agents.executors); plugin API 3 moved it to rlhf.run_context
+__getattr__ = deprecated_names(__name__, {"run_processor": ("rlhf.run_context:run_processor", "rlhf-core 0.5 (plugin API 5)")})
 
 #: The sampling fields an agent may set per turn; every engine honours them.
 SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p")

@@ -1,7 +1,7 @@
 """``rlhf plugin new KIND NAME``: a ready plugin package from the templates shipped with this plugin.
 
 The package it writes (``rlhf-plugin-<name>/``) holds a ``pyproject.toml`` with the entry point
-and the core's version range, the hook module, a component skeleton that passes its
+and the lowest rlhf-core it needs (no upper cap), the hook module, a component skeleton that passes its
 conformance kit, a test file using the kit, and a README. ``pip install -e`` and ``pytest``
 accept it as written. The templates live in ``rlhf_plugin_scaffold/templates/plugin`` (package data):
 ``common/`` for every kind and one folder per kind, whose files override the common ones.
@@ -93,10 +93,26 @@ def class_name(name: str, suffix: str) -> str:
     return (camel[: -len(suffix)] if camel.lower().endswith(suffix.lower()) else camel) + suffix
 
 
+def lowest(version: str) -> str:
+    """The requirement a new plugin writes for a distribution at ``version``: this minor release or newer, with no
+    upper cap (the core serves a window of plugin APIs and deprecates before it removes: docs/plugin-api.md)."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return f">={major}.{minor}"
+
+
 def core_range() -> str:
-    """The rlhf-core versions a new plugin accepts: this minor series (the plugin API is checked at load too)."""
-    major, minor = (int(part) for part in __version__.split(".")[:2])
-    return f">={major}.{minor},<{major}.{minor + 1}"
+    """The rlhf-core versions a new plugin accepts: this core's minor release (its plugin API) or newer."""
+    return lowest(__version__)
+
+
+def library_requirement(library: str) -> str:
+    """A library the plugin builds on (rlhf-agents, rlhf-supervised), from its installed version on."""
+    from importlib import metadata
+
+    try:
+        return f"{library}{lowest(metadata.version(library))}"
+    except metadata.PackageNotFoundError:
+        return library
 
 
 def render(kind: str, name: str, *, package: str | None = None, module: str | None = None) -> dict[str, str]:
@@ -111,7 +127,7 @@ def render(kind: str, name: str, *, package: str | None = None, module: str | No
         "label": spec.component.label if spec.component else "lifecycle observer",
         "hook": spec.component.hook_name if spec.component else "",
         "Class": class_name(name, spec.suffix), "Camel": "".join(part.capitalize() for part in name.split("_")),
-        "core_range": core_range(), "libraries": "".join(f', "{lib}{core_range()}"' for lib in spec.libraries), "api": str(PLUGIN_API_VERSION), "doc": spec.doc,
+        "core_range": core_range(), "libraries": "".join(f', "{library_requirement(lib)}"' for lib in spec.libraries), "api": str(PLUGIN_API_VERSION), "doc": spec.doc,
         "select": spec.select.format(name=name),
     }
     root = resources.files("rlhf_plugin_scaffold") / "templates" / "plugin"

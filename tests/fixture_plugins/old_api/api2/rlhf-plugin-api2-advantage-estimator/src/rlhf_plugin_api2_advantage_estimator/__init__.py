@@ -1,0 +1,22 @@
+"""rlhf-plugin-api2-advantage-estimator: the `api2_advantage_estimator` advantage estimator.
+
+This module is imported by `rlhf plugins`, the controller and every Ray worker: it imports only
+`rlhf`, and registers the component as a lazy "module:attr" string, so the component module
+(and torch) is imported only where a run selects `api2_advantage_estimator`.
+"""
+
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+@rlhf.hookimpl
+def rlhf_register_advantage_estimators(register):
+    register("api2_advantage_estimator", "rlhf_plugin_api2_advantage_estimator.estimator:Api2AdvantageEstimator",
+             description="TODO: what api2_advantage_estimator does, in one line")
+
+
+@rlhf.hookimpl
+def rlhf_register_options(register):
+    # flags --api2_advantage_estimator.<field>, YAML `plugins: {api2_advantage_estimator: {...}}`; the component reads them in from_config
+    register("rlhf_plugin_api2_advantage_estimator.estimator:Options", namespace="api2_advantage_estimator")
