@@ -119,7 +119,7 @@ class SimulatedAcceleratorMode(TorchFunctionMode):
     """The torch function mode behind :func:`simulated_accelerator` (see the module's docstring)."""
 
     #: calls that take tensors on two devices on a GPU too: cross-device copies and indexing by CPU indices
-    MIXING = frozenset({"copy_", "__getitem__", "index_select", "to", "cpu", "__set__"})
+    MIXING = frozenset({"copy_", "__getitem__", "index_select", "__set__"})
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}

@@ -11,6 +11,7 @@ as ``(B, T)`` tensors, ``T`` = longest response in the batch.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -86,12 +87,11 @@ class TokenBatch:
         """This batch with every tensor (media included) on ``device``: the model's, before its forward
         (a batch is built on the CPU, where its lists arrive; a model on a GPU refuses CPU inputs)."""
         def move(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {key: move(item) for key, item in value.items()}
             return value.to(device, non_blocking=True) if hasattr(value, "to") else value
 
-        media = {key: move(value) for key, value in self.media.items()} if self.media else self.media
-        return TokenBatch(move(self.input_ids), move(self.attention_mask), move(self.position_ids), move(self.rows),
-                          move(self.last_index), move(self.action_index), move(self.action_mask), move(self.actions),
-                          media)
+        return dataclasses.replace(self, **{field.name: move(getattr(self, field.name)) for field in dataclasses.fields(self)})
 
     def at_actions(self, per_position: torch.Tensor) -> torch.Tensor:
         """``(R, L, ...) -> (B, T, ...)``: the values at the positions that predict each action token."""
