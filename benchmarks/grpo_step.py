@@ -3,6 +3,8 @@
     python benchmarks/grpo_step.py                 # the table (2 repeats, interleaved)
     python benchmarks/grpo_step.py --grid          # prompts/step 8/32/128 x new tokens 8/32/128
     python benchmarks/grpo_step.py --smoke         # 2 steps of each system (CI runs this)
+    python benchmarks/grpo_step.py --grid --results benchmarks/results/grpo_step_grid_cpu.json \
+        --chart docs/images/grpo_step_time.png     # the grid, saved and drawn as the docs' chart
     python benchmarks/grpo_step.py --device cuda   # one CUDA GPU: rlhf, TRL and the floor on a 0.5B-shaped model
 
 The task is the demo's: 2-digit addition, a briefly supervised ~0.4 M-parameter Llama,
@@ -52,6 +54,7 @@ from typing import Any
 
 from gpu_memory import GpuMemory, device_name  # beside this script (on sys.path as it runs)
 from process_tree import TreeSampler, load_average, wait_for_quiet
+from step_chart import cpu_machine, save, shape_record
 
 HERE = Path(__file__).resolve().parent
 #: system -> (workload of grpo_workloads.py, rollout engine family, extra `rlhf train ppo` flags)
@@ -282,6 +285,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="where models and runs go (default: a temporary directory)")
     parser.add_argument("--quiet_load", type=float, default=1.5, help="wait for the 1-minute load to fall under this")
     parser.add_argument("--quiet_wait", type=float, default=120, help="seconds to wait for it at most, per run")
+    parser.add_argument("--results", type=Path, help="write each system's s/step per shape here (JSON)")
+    parser.add_argument("--chart", type=Path, help="draw them here (PNG; the JSON beside it unless --results), as "
+                        "the README's and docs/performance.md's chart (benchmarks/step_chart.py redraws a saved JSON)")
     args = parser.parse_args()
     cuda = args.device == "cuda"
     if cuda:
@@ -304,14 +310,18 @@ def main() -> None:
             table(runs, args.prompts * args.samples, f"GRPO step{on}, {args.prompts} prompts x {args.samples} samples, "
                   f"{args.new_tokens} new tokens ({args.repeats} repeats x {args.steps} steps, first {args.warmup + 1} "
                   "left out)", args.device)
+            save([shape_record(runs, **sizes)], device_name() if cuda else cpu_machine(), args.results, args.chart)
             return
         model = prepare(work, 512 if cuda else 256, warm_start=False, shape=shape)  # random weights: to the token budget
+        shapes = []
         for prompts in map(int, args.grid_prompts.split(",")):
             for new_tokens in map(int, args.grid_tokens.split(",")):
                 sizes = {"prompts": prompts, "samples": args.samples, "new_tokens": new_tokens, "steps": 5}
                 runs = measure(work, model, systems, 1, 1, quiet, flags, args.device, **sizes)
                 table(runs, prompts * args.samples, f"grid{on}: {prompts} prompts x {args.samples} samples, "
                       f"{new_tokens} new tokens", args.device)
+                shapes.append(shape_record(runs, **sizes))
+        save(shapes, device_name() if cuda else cpu_machine(), args.results, args.chart)
 
 
 if __name__ == "__main__":
