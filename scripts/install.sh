@@ -8,14 +8,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The code reward's sandbox is built on bubblewrap (docs/rewards.md, Code). Installed when we can (root, apt);
-# never fatal: without it the sandbox uses unshare, or warns and falls back to weaker isolation.
-if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
-    || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; } \
-    || echo "install.sh: could not install bubblewrap; the code reward sandbox will use weaker isolation" >&2
-fi
+# System packages, from apt when we can (root, apt-get); never fatal: what each is for says what happens without it.
+apt_install_if_missing() {  # COMMAND PACKAGE WITHOUT-IT
+  command -v "$1" >/dev/null 2>&1 && return
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq "$2" >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "$2" >/dev/null 2>&1; } && return
+  fi
+  echo "install.sh: could not install $2; $3" >&2
+}
+# The code reward's sandbox is built on bubblewrap (docs/rewards.md, Code).
+apt_install_if_missing bwrap bubblewrap "the code reward sandbox will use unshare, or weaker isolation"
+# tests/test_docs_site.py opens the documentation site in Debian's Chromium.
+apt_install_if_missing chromium chromium "the docs site's browser test will skip"
 
 [ -x .venv/bin/python ] || "${PYTHON:-python3.11}" -m venv .venv
 # shellcheck disable=SC1091

@@ -5,12 +5,14 @@ says so in its console. Used by tests/test_docs_site.py."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import shutil
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,34 +23,49 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1", "--window-size=1280,900")
 
 
+@contextlib.contextmanager
+def chromium_tab(profile: Path, timeout: float = 60) -> Iterator[Tab]:
+    """A fresh Chromium (its profile in ``profile``) and its one tab, for as long as the ``with`` lasts."""
+    from websockets.sync.client import connect
+
+    process = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        port = devtools_port(process, profile / "DevToolsActivePort", timeout)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as listing:
+            page = next(t for t in json.load(listing) if t["type"] == "page")
+        with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10) as socket:
+            yield Tab(socket, timeout)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def devtools_port(process: subprocess.Popen, active_port: Path, timeout: float) -> int:
+    """The port Chromium chose (--remote-debugging-port=0), from the file it writes into its profile."""
+    deadline = time.monotonic() + timeout
+    while not (active_port.exists() and active_port.read_text().strip()):
+        if process.poll() is not None:
+            raise RuntimeError(f"chromium exited {process.returncode}: {process.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"chromium wrote no {active_port} in {timeout:.0f} s")
+        time.sleep(0.1)
+    return int(active_port.read_text().split()[0])
+
+
 class Tab:
     """One browser tab: navigate, evaluate, read the DOM (closed shadow roots too) and collect console errors."""
 
-    def __init__(self, profile: Path, timeout: float = 60) -> None:
-        from websockets.sync.client import connect
-
-        self.timeout = timeout
-        self.process = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        port = self._devtools_port(profile / "DevToolsActivePort")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as listing:
-            page = next(t for t in json.load(listing) if t["type"] == "page")
-        # not as a context manager: the tab's lifetime spans several calls, and close() ends it
-        self.socket = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10, legacy=True)
+    def __init__(self, socket: Any, timeout: float) -> None:
+        self.socket, self.timeout = socket, timeout
         self.ids = itertools.count(1)
         self.events: list[dict] = []
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable")
-
-    def _devtools_port(self, active_port: Path) -> int:
-        deadline = time.monotonic() + self.timeout
-        while not (active_port.exists() and active_port.read_text().strip()):
-            if self.process.poll() is not None:
-                raise RuntimeError(f"chromium exited {self.process.returncode}: {self.process.stderr.read()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"chromium wrote no {active_port} in {self.timeout:.0f} s")
-            time.sleep(0.1)
-        return int(active_port.read_text().split()[0])
 
     def call(self, method: str, **params: Any) -> dict:
         """Send one command and wait for its answer; the events that arrive meanwhile are kept in ``events``."""
@@ -101,15 +118,6 @@ class Tab:
     def requested(self) -> list[str]:
         """Every URL the page asked for since the last ``open``."""
         return [e["params"]["request"]["url"] for e in self.events if e.get("method") == "Network.requestWillBeSent"]
-
-    def close(self) -> None:
-        self.socket.close()
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 def elements(node: dict, name: str) -> list[dict]:

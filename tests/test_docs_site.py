@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from headless_chromium import CHROMIUM, Tab, classes, elements
+from headless_chromium import CHROMIUM, Tab, chromium_tab, classes, elements
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,8 +65,7 @@ PAGES = {"": (0, []), "architecture/": (2, []), "performance/": (0, ["grpo_step_
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed: scripts/install.sh installs it where "
                     "apt is available (apt-get install chromium)")
 def test_in_a_browser_offline_diagrams_are_drawn_and_pictures_load(served: str, tmp_path: Path) -> None:
-    tab = Tab(tmp_path / "profile")
-    try:
+    with chromium_tab(tmp_path / "profile") as tab:
         for page, (diagrams, pictures) in PAGES.items():
             tab.open(f"{served}/{page}")
             drawn, sources = wait_for_diagrams(tab, diagrams)
@@ -81,8 +80,6 @@ def test_in_a_browser_offline_diagrams_are_drawn_and_pictures_load(served: str, 
             assert wide == [], f"the home page's code blocks scroll sideways at 1280 px: {wide}"
             assert tab.errors() == [], (page, tab.errors())
             assert all(url.startswith((served, "data:", "blob:")) for url in tab.requested()), tab.requested()
-    finally:
-        tab.close()
 
 
 def wait_for_diagrams(tab: Tab, expected: int, timeout: float = 30) -> tuple[int, int]:
