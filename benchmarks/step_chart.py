@@ -15,7 +15,9 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,7 @@ def cpu_machine() -> str:
 def shape_record(runs: dict[str, list[Any]], *, prompts: int, samples: int, new_tokens: int, **_: Any) -> dict:
     """One shape's figures from grpo_step.py's ``measure`` (system -> its runs, each with ``steps`` and ``load``)."""
     return {"prompts": prompts, "samples": samples, "new_tokens": new_tokens,
-            "systems": {system: {"s_per_step": statistics.median(t for run in system_runs for t in run.steps),
+            "systems": {system: {"s_per_step": round(statistics.median(t for run in system_runs for t in run.steps), 4),
                                  "load": [round(run.load, 2) for run in system_runs]}
                         for system, system_runs in runs.items()}}
 
@@ -51,8 +53,8 @@ def save(shapes: list[dict], machine: str, results: Path | None, chart: Path | N
     """Write the results file (beside the chart as .json when only ``chart`` is given) and draw the chart."""
     if results is None and chart is None:
         return
-    document = {"machine": machine, "date": time.strftime("%Y-%m-%d"), "source": "benchmarks/grpo_step.py",
-                "shapes": shapes}
+    document = {"machine": machine, "date": time.strftime("%Y-%m-%d"),
+                "source": shlex.join(["python", "benchmarks/grpo_step.py", *sys.argv[1:]]), "shapes": shapes}
     results = results or chart.with_suffix(".json")
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(document, indent=1) + "\n")

@@ -4,6 +4,7 @@ GPU modes run on a GPU machine (scripts/gpu_check.sh); here they refuse with one
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -21,7 +22,7 @@ def test_grpo_step_benchmark_smoke(tmp_path: Path) -> None:
     # A small batch (8 prompts x 4 samples): the code paths are the same, the figures are not asserted
     systems = "rlhf-hf,raw-vllm,raw-hf"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "grpo_step.py"), "--smoke", "--systems", systems,
-                           "--prompts", "8", "--samples", "4", "--work", str(tmp_path)],
+                           "--prompts", "8", "--samples", "4", "--work", str(tmp_path), "--chart", str(tmp_path / "chart.png")],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for system in systems.split(","):  # one row each: wall s/step, CPU-s/step of its process tree, peak MiB, load
@@ -30,6 +31,24 @@ def test_grpo_step_benchmark_smoke(tmp_path: Path) -> None:
         assert float(row[2]) > 0 and int(row[3]) > 100, row.group(0)  # some CPU, and at least a torch process's memory
     # the rlhf rows are set against the raw floor of the same engine (signed: "+12 %" or, faster, "-3 %")
     assert re.search(r"│ rlhf-hf .*[+-]\d+ %", done.stdout), done.stdout
+    # --chart draws the figures and keeps them beside it, as the docs' chart is drawn
+    saved = json.loads((tmp_path / "chart.json").read_text())
+    assert "core" in saved["machine"] and [(s["prompts"], s["samples"]) for s in saved["shapes"]] == [(8, 4)]
+    assert sorted(saved["shapes"][0]["systems"]) == sorted(systems.split(","))
+    assert all(f["s_per_step"] > 0 and f["load"] for f in saved["shapes"][0]["systems"].values()), saved
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_step_chart_redraws_from_a_saved_results_file(tmp_path: Path) -> None:
+    """The docs' chart comes from the committed results, without running the benchmark."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "step_chart.py"),
+                           str(ROOT / "benchmarks" / "results" / "grpo_step_grid_cpu.json"), str(tmp_path / "chart.png")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import matplotlib.image
+
+    height, width, _ = matplotlib.image.imread(tmp_path / "chart.png").shape
+    assert (width, height) == (800, 450)  # 8 x 4.5 inches at 100 dpi
 
 
 @pytest.mark.slow
