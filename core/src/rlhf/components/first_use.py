@@ -85,9 +85,9 @@ def refusal(exc: BaseException, label: ComponentLabel, component: type, during: 
     """The one-line error for a library's refusal ``exc`` while ``during`` (``"at its first generate"``)."""
     hint_of = getattr(component, "error_hint", None)
     hint = hint_of(exc) if hint_of is not None else None
-    message = one_line(str(exc)) or "(no message)"
+    message = one_line(str(exc)).rstrip(".") or "(no message)"
     return ComponentRefusedError(
-        f"{label.describe(component)} cannot serve this run: the library under it refused it {during} with "
+        f"{label.describe(component)} cannot serve this run: {during}, the library under it raised "
         f"{type(exc).__name__}: {message}; {hint or label.way_out()}")
 
 
