@@ -53,12 +53,22 @@ def _device_has_fp16() -> bool:
     return torch.cuda.is_available() or torch.ops.mkldnn._is_mkldnn_fp16_supported()
 
 
+def _sft(model: Path, task_files: dict[str, Path], run: Path, *extra: str) -> list[str]:
+    return ["train", "sft", "--model.model_name_or_path", str(model), "--data.dataset", str(task_files["prompts"]),
+            "--data.output_key", "label", "--train.batch_size", "4", "--train.micro_batch_size", "4",
+            "--train.max_epochs", "1", "--ckpt.output_dir", str(run / "out"), *extra]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(_device_has_fp16(), reason="this device has fp16 kernels: DeepSpeed accepts the dtype")
-def test_deepspeed_refusing_a_dtype_the_device_lacks_names_the_backend(tiny_causal_lm_path, task_files,
+@pytest.mark.parametrize("trainer", ["ppo", "sft"])
+def test_deepspeed_refusing_a_dtype_the_device_lacks_names_the_backend(trainer, tiny_causal_lm_path, task_files,
                                                                         tmp_path) -> None:
-    result = run_rlhf(*one_step(tiny_causal_lm_path, task_files, tmp_path, "hf", "--ds.param_dtype", "fp16"), timeout=600)
-    assert_user_error(result, "training backend 'deepspeed' (rlhf-plugin-deepspeed)", "while it loaded the actor",
+    fp16 = ("--ds.param_dtype", "fp16")
+    argv = one_step(tiny_causal_lm_path, task_files, tmp_path, "hf", *fp16) if trainer == "ppo" else \
+        _sft(tiny_causal_lm_path, task_files, tmp_path, *fp16)
+    result = run_rlhf(*argv, timeout=600)
+    assert_user_error(result, "training backend 'deepspeed' (rlhf-plugin-deepspeed)", "while it loaded the",
                       "Type fp16 is not supported on your device", "--ds.param_dtype fp32")
 
 

@@ -23,6 +23,9 @@ from typing import Any
 
 from rlhf.errors import ComponentRefusedError, UserError, one_line
 
+#: The plugin API (docs/plugin-api.md): for a trainer outside the core that builds a backend or an engine itself.
+__all__ = ["ComponentLabel", "FirstUse", "library_refusals"]
+
 
 @dataclass(frozen=True)
 class ComponentLabel:
@@ -64,11 +67,11 @@ def _package(module_name: str) -> str:
     return module_name.split(".", 1)[0]
 
 
-def raised_by_library(exc: BaseException, component: type) -> bool:
-    """Whether ``exc`` was raised inside a library the component calls, not by rlhf's or the component's
-    own code: its type is a library's, or the deepest frame of its traceback outside the standard library is
-    in neither package."""
-    own = {"rlhf", _package(component.__module__)}
+def raised_by_library(exc: BaseException, component: type, callers: tuple[str, ...] = ()) -> bool:
+    """Whether ``exc`` was raised inside a library the component calls, not by rlhf's, the component's or its
+    ``callers``' (packages) own code: its type is a library's, or the deepest frame of its traceback outside the
+    standard library is in none of those packages."""
+    own = {"rlhf", _package(component.__module__), *callers}
     if _package(type(exc).__module__) not in {*own, "builtins", *sys.stdlib_module_names}:
         return True  # a library's own exception type (torch.OutOfMemoryError), even when raised from C code
     origin = None
@@ -92,15 +95,16 @@ def refusal(exc: BaseException, label: ComponentLabel, component: type, during: 
 
 
 @contextlib.contextmanager
-def library_refusals(label: ComponentLabel, component: type, during: str) -> Iterator[None]:
+def library_refusals(label: ComponentLabel, component: type, during: str, callers: tuple[str, ...] = ()) -> Iterator[None]:
     """Around a set-up or first-use call of ``component`` (its class): a library's refusal becomes
-    :func:`refusal`; anything else (a user error, a bug in rlhf or the component) passes unchanged."""
+    :func:`refusal`; anything else (a user error, a bug in rlhf, the component or the ``callers``, the packages
+    of a trainer outside the core that makes the call) passes unchanged."""
     try:
         yield
     except UserError:
         raise
     except Exception as exc:
-        if not raised_by_library(exc, component):
+        if not raised_by_library(exc, component, callers):
             raise
         raise refusal(exc, label, component, during) from exc
 
@@ -108,8 +112,10 @@ def library_refusals(label: ComponentLabel, component: type, during: str) -> Ite
 class FirstUse:
     """Which methods of one component have run once: only their first call is watched for refusals."""
 
-    def __init__(self, label: ComponentLabel, component: type) -> None:
-        self.label, self.component = label, component
+    def __init__(self, label: ComponentLabel, component: type, callers: tuple[str, ...] = ()) -> None:
+        """``callers``: the packages of a trainer outside the core that calls the component (``("rlhf_supervised",)``):
+        what their code raises is a bug too, not the library's refusal."""
+        self.label, self.component, self.callers = label, component, callers
         self.used: set[str] = set()
 
     def watch(self, method: str, during: str | None = None) -> Any:
@@ -118,4 +124,4 @@ class FirstUse:
         if method in self.used:
             return contextlib.nullcontext()
         self.used.add(method)
-        return library_refusals(self.label, self.component, during or f"at its first {method}")
+        return library_refusals(self.label, self.component, during or f"at its first {method}", self.callers)

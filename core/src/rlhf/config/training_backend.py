@@ -9,7 +9,7 @@ from rlhf.components.first_use import ComponentLabel
 from rlhf.registry import ComponentKind
 
 #: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
-__all__ = ["check_backend_config", "training_backend"]
+__all__ = ["backend_label", "check_backend_config", "training_backend"]
 
 if TYPE_CHECKING:
     from rlhf.config.run import RunConfig
