@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
+import rlhf.records.checkpoints as checkpoint
 from rlhf.components.first_use import FirstUse
 from rlhf.config.base import ConfigError
 from rlhf.config.checks import check_4bit, check_global_batch, require_positive
@@ -28,7 +29,6 @@ from rlhf.data.sources import load_mixed
 from rlhf.data.workers import computed_in_order
 from rlhf.models.loading import attn_implementation, check_model_source, load_tokenizer, seed_process
 from rlhf.models.saving import save_final
-from rlhf.records import checkpoints as checkpoint
 from rlhf.records.checkpoints import interrupted
 from rlhf.records.metrics import MetricsTracker
 from rlhf_supervised.batch import collate, per_sample_sum, token_logprobs
