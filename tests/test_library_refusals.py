@@ -150,3 +150,30 @@ def _generate(use: FirstUse, tmp_path: Path) -> None:
 
     with use.watch("generate"):
         AutoConfig.from_pretrained(str(tmp_path / "no-model"))
+
+
+@pytest.mark.slow
+def test_an_engine_refused_as_its_actor_starts_is_named_through_ray(ray_cluster, tiny_causal_lm_path) -> None:
+    import ray
+    import torch
+
+    from rlhf.errors import WorkerError
+    from rlhf.runtime.cluster.liveness import track, wait
+    from rlhf.runtime.rollout.engines import EngineActor
+
+    if torch.cuda.is_available():
+        pytest.skip("torch builds CUDA tensors here")
+
+    class NeedsCuda:  # defined here so Ray ships it by value (tests are not importable in workers)
+        in_training_rank = False
+
+        def __init__(self, *args: object) -> None:
+            torch.zeros(1, device="cuda")
+
+    label = ComponentLabel.among("rollout engine", "needs-cuda", "--rollout.engine", ["hf", "needs-cuda"])
+    actor = track(ray.remote(num_cpus=0)(EngineActor).remote(NeedsCuda, str(tiny_causal_lm_path), "fp32", 128, 0, {}, 1,
+                                                              label), "rollout engine", 0)
+    with pytest.raises(WorkerError, match=r"Ray worker 'rollout engine' rank 0 failed to start: rollout engine 'needs-cuda' "
+                                          r"cannot serve this run: while it was built, the library under it raised .*; "
+                                          r"choose another rollout engine: --rollout.engine hf$"):
+        wait(actor.sleep_history.remote())
