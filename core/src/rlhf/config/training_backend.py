@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
+from rlhf.components.first_use import ComponentLabel
 from rlhf.registry import ComponentKind
 
 #: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
-__all__ = ["check_backend_config", "training_backend"]
+__all__ = ["backend_label", "check_backend_config", "training_backend"]
 
 if TYPE_CHECKING:
     from rlhf.config.run import RunConfig
@@ -30,3 +31,9 @@ def training_backend(config: RunConfig, registry: Any) -> Any:
     """The backend of this process (a :class:`rlhf.components.TrainingBackend`), built from the run config."""
 
     return build(backend_class(config, registry), config)
+
+
+def backend_label(config: RunConfig, registry: Any) -> ComponentLabel:
+    """How a refusal by the library under the run's backend names it (:mod:`rlhf.components.first_use`)."""
+    kind = ComponentKind.TRAINING_BACKEND
+    return ComponentLabel.among(kind.label, config.train.backend, "--train.backend", registry.names(kind))

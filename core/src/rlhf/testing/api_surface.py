@@ -30,6 +30,7 @@ PUBLIC_MODULES = (
     "rlhf.hookspecs",
     "rlhf.steering",
     "rlhf.components",
+    "rlhf.components.first_use",
     "rlhf.registry",
     "rlhf.ops",
     "rlhf.estimators",

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlhf.config.rollout_engine import rollout_engine_class
+from rlhf.components.first_use import ComponentLabel, FirstUse, library_refusals
+from rlhf.config.rollout_engine import engine_label, rollout_engine_class
 from rlhf.host.plugin_host import PluginHost
 from rlhf.runtime.cluster.liveness import track, use_cpu_share, wait
 from rlhf.runtime.rollout.sleep import SleepSchedule
@@ -32,18 +33,25 @@ class EngineActor:
     """
 
     def __init__(self, engine_class: type, model_path: str, param_dtype: str, max_model_len: int, seed: int,
-                 config: dict[str, Any], cpu_sharers: int | None = None) -> None:
-        """``cpu_sharers``: how many worker processes compute at the same time as this engine (default: the engines)."""
+                 config: dict[str, Any], cpu_sharers: int | None = None, label: ComponentLabel | None = None) -> None:
+        """``cpu_sharers``: how many worker processes compute at the same time as this engine (default: the engines);
+        ``label``: how a refusal by the library under the engine names it (default: by its class)."""
         use_cpu_share(cpu_sharers or config.get("vllm", {}).get("num_engines") or 1)
-        self.engine = engine_class(model_path, param_dtype, max_model_len, seed, config)
+        label = label or ComponentLabel("rollout engine", engine_class.__name__, "--rollout.engine")
+        #: the construction and the first generate and weight load are where the library refuses a model
+        self.first_use = FirstUse(label, engine_class)
+        with library_refusals(label, engine_class, "while it was built"):
+            self.engine = engine_class(model_path, param_dtype, max_model_len, seed, config)
         self.sync_state: dict[str, Any] = {}
         self.sleep_calls: list[list[str]] = []
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
-        return self.engine.generate(requests, temperature, top_p)
+        with self.first_use.watch("generate"):
+            return self.engine.generate(requests, temperature, top_p)
 
     def load_weights(self, state: dict[str, Any]) -> None:
-        self.engine.load_weights(state)
+        with self.first_use.watch("load_weights"):
+            self.engine.load_weights(state)
 
     def sleep(self) -> None:
         self.sleep_calls.append(["sleep"])
@@ -88,9 +96,10 @@ class RolloutEngines:
         max_len = config.data.max_len
         dumped = config.model_dump(mode="json")
         sharers = placement.cpu_sharers(config, engine=True)
+        label = engine_label(config, registry)
         self.engines = [
             track(remote.options(**placement.engine_options(i)).remote(
-                engine_class, model_path, config.ds.param_dtype, max_len, config.train.seed + i, dumped, sharers
+                engine_class, model_path, config.ds.param_dtype, max_len, config.train.seed + i, dumped, sharers, label
             ), "rollout engine", i)
             for i in range(max(1, count))
         ]

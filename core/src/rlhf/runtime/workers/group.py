@@ -12,8 +12,9 @@ import socket
 import sys
 from typing import Any
 
+from rlhf.components.first_use import FirstUse
 from rlhf.config.ppo import PPOConfig
-from rlhf.config.training_backend import backend_class, training_backend
+from rlhf.config.training_backend import backend_class, backend_label, training_backend
 from rlhf.host.plugin_host import PluginHost
 from rlhf.host.selection import PluginSelection
 from rlhf.models.loading import seed_process
@@ -60,7 +61,10 @@ class BaseWorker:
         seed_process(self.config.train.seed, self.config.train.full_determinism_enable)
         #: the run's :class:`rlhf.components.TrainingBackend` in this process (--train.backend)
         self.backend = training_backend(self.config, self.plugins.registry)
-        self.backend.init_distributed()
+        #: its set-up, model loads and first step are where the library under it refuses the run
+        self.backend_use = FirstUse(backend_label(self.config, self.plugins.registry), type(self.backend))
+        with self.backend_use.watch("init_distributed", "while it joined the distributed group"):
+            self.backend.init_distributed()
         self.plugins.worker_init(self.role, self.rank, self.config)
 
 

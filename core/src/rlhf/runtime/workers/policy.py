@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.components import build
-from rlhf.config.rollout_engine import rollout_engine_class
+from rlhf.components.first_use import FirstUse
+from rlhf.config.rollout_engine import engine_label, rollout_engine_class
 from rlhf.errors import ConfigError
 from rlhf.models.extensions import active, load_model
 from rlhf.models.loading import dtype_of, load_causal_lm, token_id
@@ -145,7 +146,13 @@ class _ModelWorker(BaseWorker):
 
     def _backward(self, loss: Any) -> None:
         """Backward of one micro-batch's share of the step loss (already divided by :meth:`_scale`)."""
-        self.model.backward(loss, boundary=self._boundary)
+        with self.backend_use.watch("backward"):
+            self.model.backward(loss, boundary=self._boundary)
+
+    def _optimizer_step(self) -> bool:
+        """:meth:`rlhf.components.TrainedModel.step`; True when the optimizer stepped."""
+        with self.backend_use.watch("optimizer step"):
+            return self.model.step()
 
     def _trained_model(self, role: str, load_model: Any, num_training_steps: int) -> None:
         """The trained model of ``config.<role>`` (actor or critic) through the training backend, with the
@@ -156,8 +163,9 @@ class _ModelWorker(BaseWorker):
         optimizer = build(registry.get(K.OPTIMIZER, section.optim, flag=f"--{role}.optim"), self.config)
         scheduler = build(registry.get(K.SCHEDULER, section.lr_scheduler, flag=f"--{role}.lr_scheduler"), self.config)
         self.tp = self.config.ds.tensor_parallel_size
-        self.model = self.backend.trained(load_model, optimizer, scheduler, section, self.world_size // self.tp,
-                                          num_training_steps)
+        with self.backend_use.watch("trained", f"while it loaded the {role} for training"):
+            self.model = self.backend.trained(load_model, optimizer, scheduler, section, self.world_size // self.tp,
+                                              num_training_steps)
         self.pad_id = token_id(self.model.module, "pad_token_id") or 0
 
     def sleep_history(self) -> list[tuple[str, float]]:
@@ -195,7 +203,8 @@ class ReferenceWorker(_CausalLMWorker):
             return self._load("ref", path, lambda: load_causal_lm(path, dtype_of(self.config), ds.attn_implementation,
                                                                   experts=ds.experts_implementation))
 
-        self.model = self.backend.evaluated(load, self.config.ref.offload, self.config.rollout.micro_batch_size)
+        with self.backend_use.watch("evaluated", "while it loaded the reference model"):
+            self.model = self.backend.evaluated(load, self.config.ref.offload, self.config.rollout.micro_batch_size)
         self.pad_id = token_id(self.model.module, "pad_token_id") or 0
 
 
@@ -230,15 +239,18 @@ class PolicyWorker(_CausalLMWorker):
         self.engine = None
         engine_class = rollout_engine_class(cfg, self.plugins.registry)
         if engine_class.in_training_rank:
-            self.engine = engine_class(cfg.actor.model_name_or_path, cfg.ds.param_dtype, cfg.data.max_len,
-                                       cfg.train.seed + self.rank, self._config_dict)
-            self.engine.attach(self.model)
+            self.engine_use = FirstUse(engine_label(cfg, self.plugins.registry), engine_class)
+            with self.engine_use.watch("construction", "while it was built on the trained model"):
+                self.engine = engine_class(cfg.actor.model_name_or_path, cfg.ds.param_dtype, cfg.data.max_len,
+                                           cfg.train.seed + self.rank, self._config_dict)
+                self.engine.attach(self.model)
             if cfg.vllm.enable_sleep and not getattr(engine_class, "shares_trained_weights", False):
                 self.engine.sleep()  # asleep until the controller wakes it for a phase (rlhf.runtime.rollout.sleep)
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
         """This rank's share of a generation batch, by its in-rank engine (see :meth:`setup`)."""
-        return self.engine.generate(requests, temperature, top_p)
+        with self.engine_use.watch("generate"):
+            return self.engine.generate(requests, temperature, top_p)
 
     def engine_call(self, method: str, *args: Any) -> Any:
         """The in-rank engine's ``method(*args)``: ``sleep``/``wake_up`` around its phases (``--vllm.enable_sleep``),
@@ -291,7 +303,7 @@ class PolicyWorker(_CausalLMWorker):
             if "lr_scale" in coefficients and self.model.lr_scheduler is not None:
                 for group, scheduled in zip(self.model.optimizer.param_groups, self.model.lr_scheduler.get_last_lr()):
                     group["lr"] = scheduled * coefficients["lr_scale"]  # the scheduler sets its own again after the step
-            if self.model.step() and self.ema is not None:
+            if self._optimizer_step() and self.ema is not None:
                 self.ema.update()
             if weight:
                 for key, value in metrics.items():

@@ -41,7 +41,8 @@ class RewardModelWorker(_ValueWorker):
                 path, dtype_of(self.config), self.config.ds.attn_implementation, self.head, require_head=True,
                 experts=self.config.ds.experts_implementation))
 
-        self.model = self.backend.evaluated(load, self.config.reward.offload, self.config.rollout.micro_batch_size)
+        with self.backend_use.watch("evaluated", "while it loaded the reward model"):
+            self.model = self.backend.evaluated(load, self.config.reward.offload, self.config.rollout.micro_batch_size)
         model = self.model.module
         self.pad_id = token_id(model, "pad_token_id") or 0
         # --reward.normalize_enable: (r − μ)/σ with the statistics reward-model training stored in its config
@@ -99,7 +100,7 @@ class CriticWorker(_ValueWorker):
             clipped = old + (values - old).clamp(-clip, clip)
             token_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2) * batch.action_mask
             self._backward(token_loss.sum() / tokens * self._scale() * weight)
-            self.model.step()
+            self._optimizer_step()
             if weight:
                 total += float(token_loss.detach().sum() / batch.action_mask.sum().clamp(min=1))
                 count += 1

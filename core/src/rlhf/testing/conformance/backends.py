@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlhf.components import build
+from rlhf.components.first_use import ComponentLabel, library_refusals
+from rlhf.errors import ComponentRefusedError
 from rlhf.registry import ComponentKind
 from rlhf.testing.accelerator import put_on_accelerator, simulated_accelerator
 from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, ppo_config
@@ -38,13 +40,31 @@ def _far(got: list[float], want: list[float]) -> float:
 
 def check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, Any] | None = None) -> None:
     """Build ``engine_class`` on the tiny model at ``model_path`` and check the protocol's contract."""
+    _check_rollout_engine(engine_class, model_path, config, engine_class.__name__)
+
+
+def _built(engine_class: type, model_path: Any, config: dict[str, Any], name: str) -> Any:
+    """The engine, built as the core builds it: a construction that raises is a failure naming the engine by
+    ``name``, with the line a user would read when the library under it refuses (its ``error_hint`` included)."""
+    label = ComponentLabel(ENGINE, name, "--rollout.engine")
+    try:
+        with library_refusals(label, engine_class, "while it was built"):
+            return engine_class(str(model_path), "fp32", 128, 0, config)
+    except Exception as exc:  # noqa: BLE001 - the engine's own error is the finding
+        detail = str(exc) if isinstance(exc, ComponentRefusedError) else \
+            f"{label.describe(engine_class)} raised {type(exc).__name__}: {exc}"
+        raise fail(ENGINE, "construction", detail, "the tiny model, fp32, max_model_len 128") from None
+
+
+def _check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, Any] | None, name: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
     if not isinstance(getattr(engine_class, "in_training_rank", None), bool):
         raise fail(ENGINE, "traits", "in_training_rank must be a bool class attribute")
     check_picklable(ENGINE, engine_class)
-    engine = engine_class(str(model_path), "fp32", 128, 0, config or ppo_config().model_dump(mode="json"))
+    config = config or ppo_config().model_dump(mode="json")
+    engine = _built(engine_class, model_path, config, name)
     reference = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32).eval()
     trained = None
     if engine_class.in_training_rank:  # it generates with the rank's trained model: here, an unsharded one
@@ -122,7 +142,7 @@ def check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, 
         def on_its_device() -> str | None:
             """The rank's model on a simulated accelerator (rlhf.testing.accelerator): the engine must put its prompts
             on the model's device and hand back plain lists, as a GPU demands."""
-            elsewhere = engine_class(str(model_path), "fp32", 128, 0, config or ppo_config().model_dump(mode="json"))
+            elsewhere = _built(engine_class, model_path, config, name)
             with simulated_accelerator():
                 elsewhere.attach(put_on_accelerator(WholeTrainedModel(
                     AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32))))
@@ -171,7 +191,8 @@ class RolloutEngineKit(ComponentKit):
         check_picklable(self.kind.label, self.component)
 
     def test_contract(self, tiny_causal_lm_path: Any) -> None:
-        check_rollout_engine(self.component, tiny_causal_lm_path, self.engine_config())
+        _check_rollout_engine(self.component, tiny_causal_lm_path, self.engine_config(),
+                              self.registered_name or self.component.__name__)
 
 
 def check_weight_sync_transport(transport_class: type, config: Any = None) -> None:

@@ -20,14 +20,15 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
+import rlhf.records.checkpoints as checkpoint
+from rlhf.components.first_use import FirstUse
 from rlhf.config.base import ConfigError
 from rlhf.config.checks import check_4bit, check_global_batch, require_positive
-from rlhf.config.training_backend import check_backend_config, training_backend
+from rlhf.config.training_backend import backend_label, check_backend_config, training_backend
 from rlhf.data.sources import load_mixed
 from rlhf.data.workers import computed_in_order
 from rlhf.models.loading import attn_implementation, check_model_source, load_tokenizer, seed_process
 from rlhf.models.saving import save_final
-from rlhf.records import checkpoints as checkpoint
 from rlhf.records.checkpoints import interrupted
 from rlhf.records.metrics import MetricsTracker
 from rlhf_supervised.batch import collate, per_sample_sum, token_logprobs
@@ -160,7 +161,12 @@ class SupervisedTrainer:
             raise ConfigError("--model.model_name_or_path is required")
         check_model_source(cfg.model.model_name_or_path, "--model.model_name_or_path")
         self.backend = training_backend(cfg, self.plugins.registry)
-        self.rank, self.world_size = join_process_group(self.backend, cfg.local_rank)
+        # the backend's set-up and model loads are where the library under it refuses the run (one line, exit 2);
+        # what this package or the trainer's raises itself stays a bug
+        setup = FirstUse(backend_label(cfg, self.plugins.registry), type(self.backend),
+                         callers=("rlhf_supervised", type(self).__module__.split(".")[0]))
+        with setup.watch("init_distributed", "while it joined the distributed group"):
+            self.rank, self.world_size = join_process_group(self.backend, cfg.local_rank)
         seed_process(cfg.train.seed, cfg.train.full_determinism_enable)
         tp = cfg.ds.tensor_parallel_size  # DeepSpeed AutoTP groups consecutive ranks
         self.dp_rank, self.dp_size = self.rank // tp, self.world_size // tp
@@ -174,7 +180,8 @@ class SupervisedTrainer:
         if self.steps_per_epoch == 0:
             raise ConfigError(f"--data.dataset has {len(train)} usable samples, fewer than --train.batch_size {cfg.train.batch_size}")
         total = self.steps_per_epoch * cfg.train.max_epochs
-        self.model = trained_model(self.backend, cfg, self.plugins, self.dp_size, total, value_head=self.value_head)
+        with setup.watch("trained", "while it loaded the model for training"):
+            self.model = trained_model(self.backend, cfg, self.plugins, self.dp_size, total, value_head=self.value_head)
         self.device = self.model.device
         if cfg.ds.packing_samples and self.rank == 0:
 
@@ -184,8 +191,9 @@ class SupervisedTrainer:
                             "padding on CPU, see benchmarks/sft_packing.py); it pays off with flash_attention_2 on GPU")
         for name in self.frozen_sections:
             section = getattr(cfg, name)
-            self.frozen[name] = frozen_model(self.backend, cfg, section.model_name_or_path or cfg.model.model_name_or_path,
-                                             section.offload)
+            with setup.watch(name, f"while it loaded the {name} model"):
+                self.frozen[name] = frozen_model(self.backend, cfg, section.model_name_or_path or cfg.model.model_name_or_path,
+                                                 section.offload)
         self.setup()
         step = self._resume()
         tracker = self._tracker(total, step)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlhf_plugin_deepspeed.config import check_options, eval_config, on_gpu, optimizer_train_config
+from rlhf_plugin_deepspeed.config import check_options, eval_config, on_gpu, optimizer_train_config, refusal_hint
 
 
 class DeepSpeedBackend:
@@ -41,6 +41,11 @@ class DeepSpeedBackend:
         if ds.tensor_parallel_size > 1:
             return f"--ds.tensor_parallel_size {ds.tensor_parallel_size} splits its layers over the ranks (AutoTP)"
         return None
+
+    @classmethod
+    def error_hint(cls, exc: BaseException) -> str | None:
+        """DeepSpeed's refusals the user can steer around (read by the core, :mod:`rlhf.components.first_use`)."""
+        return refusal_hint(exc)
 
     @classmethod
     def preload(cls) -> None:

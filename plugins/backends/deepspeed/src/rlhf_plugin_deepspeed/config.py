@@ -31,6 +31,16 @@ def check_options(ds: Any) -> None:
                           "drop the flag on CPU machines")
 
 
+def refusal_hint(exc: BaseException) -> str | None:
+    """The way out of a DeepSpeed refusal; None for one without a known flag (the core then names the other backends)."""
+    message = str(exc)
+    if "is not supported on your device" in message:  # DeepSpeed's check of fp16/bf16 against the accelerator
+        return "this device has no kernels for that dtype: train in --ds.param_dtype fp32"
+    if "out of memory" in message.lower():
+        return "lower --train.micro_batch_size, or offload with --ds.adam_offload (or --ds.zero_stage 3)"
+    return None
+
+
 def train_config(config: Any, optimizer_block: dict[str, Any] | None, world_size: int, max_norm: float,
                  zero_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """ZeRO config of a trained model; reads ``config.ds`` and ``config.train.micro_batch_size/batch_size``.

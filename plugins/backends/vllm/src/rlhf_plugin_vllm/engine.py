@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rlhf_plugin_vllm.hints import way_out
+
 
 class VLLMEngine:
     """One vLLM engine, in-process inside the Ray actor the core dedicates to it."""
@@ -15,6 +17,10 @@ class VLLMEngine:
     def auto_preference(cls, config: Any) -> int | None:
         """``auto`` means vLLM whenever --vllm.num_engines is above 0 (OpenRLHF's meaning of the flag)."""
         return 30 if (config.vllm.num_engines or 0) > 0 else None
+
+    @classmethod
+    def error_hint(cls, exc: BaseException) -> str:
+        return way_out(exc, "--vllm.num_engines 0")
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         """``config``: a run's dumped config, or its ``vllm`` section alone (``rlhf generate``). The core has
@@ -131,6 +137,10 @@ class InProcessVLLMEngine(VLLMEngine):
     @classmethod
     def auto_preference(cls, config: Any) -> int | None:
         return None  # by name only: it adds vLLM's memory to every training rank
+
+    @classmethod
+    def error_hint(cls, exc: BaseException) -> str:
+        return way_out(exc, "--rollout.engine hf-inprocess")
 
     def _executor(self) -> dict[str, Any]:
         import torch.distributed as dist
