@@ -140,6 +140,12 @@ class WeightSyncTransport(Protocol):
     """
 
     auto_preference: ClassVar[int]
+    #: optional, default False: the transport also serves an actor whose one rank lives in the controller's process
+    #: (``--train.in_process``; where the Ray cluster has no GPU, ranks share it with engines in Ray actors). Such a
+    #: rank runs each call as it is made, in the caller's thread, and returns a finished Ray ``ObjectRef``, so the
+    #: transport must start each exchange's engine side before the actor's (the rank waits there for its peers).
+    #: Without it, the ranks stay in Ray workers.
+    serves_in_process_actor: ClassVar[bool]
 
     @classmethod
     def unavailable_reason(cls, config: RunConfig, cuda: bool) -> str | None:

@@ -97,7 +97,8 @@ def naming_dead_workers(handles: list[Any]) -> Iterator[None]:
     try:
         yield
     except ray.exceptions.RayError as exc:
-        death = _worker_death(exc, [handle.__ray_call__.remote(_answer) for handle in handles])
+        actors = [handle for handle in handles if not isinstance(handle, LocalHandle)]  # ranks in this process live on
+        death = _worker_death(exc, [handle.__ray_call__.remote(_answer) for handle in actors])
         if death is None:
             raise
         raise death from exc

@@ -5,6 +5,13 @@ each payload (TRL and DeepSpeed-Chat train this way).
 A :class:`LocalHandle` stands where a Ray actor handle would: ``handle.method.remote(*args)`` runs the call at
 once, one call at a time as a Ray actor does, and returns a :class:`Ready` that
 :func:`rlhf.runtime.cluster.liveness.wait` opens, raising what the call raised as ``ray.get`` would.
+
+The ranks may also share the controller's process with rollout engines in Ray actors of their own, where the
+Ray cluster has no GPU (a GPU rank needs the device Ray gives its worker, so there the ranks stay in Ray
+workers): the run then keeps one process with torch instead of two, and the ranks' calls and payloads skip
+Ray. With Ray running in this process a call returns a finished Ray ``ObjectRef`` instead of a
+:class:`Ready`, so that a weight-sync transport can ``ray.get`` it and hand it to the engines as it would a
+Ray actor's result.
 Runs in the controller.
 """
 
@@ -56,25 +63,43 @@ class _LocalMethod:
     def __init__(self, handle: LocalHandle, name: str) -> None:
         self.handle, self.name = handle, name
 
-    def remote(self, *args: Any, **kwargs: Any) -> Ready:
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """The call's :class:`Ready`; with Ray running in this process a finished ``ObjectRef`` of its result (the
+        call's exception is then raised here: Ray offers no reference that raises when read)."""
         with self.handle.lock:
+            ray = _ray_in_this_process()
             try:
-                return Ready(getattr(self.handle.worker, self.name)(*args, **kwargs))
+                value = getattr(self.handle.worker, self.name)(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - raised where the caller waits, as ray.get raises it
+                if ray is not None:
+                    raise
                 return Ready(error=exc)
+            return ray.put(value) if ray is not None else Ready(value)
 
 
-def ranks_in_process(config: PPOConfig, engine_in_rank: bool, *, critic: bool, reward_models: bool) -> bool:
+def _ray_in_this_process() -> Any:
+    """The ``ray`` module where this process runs Ray (rollout engines in Ray actors beside ranks in this process)."""
+    import sys
+
+    ray = sys.modules.get("ray")  # a run without Ray never imports it
+    return ray if ray is not None and ray.is_initialized() else None
+
+
+def ranks_in_process(config: PPOConfig, engine_in_rank: bool, *, critic: bool, reward_models: bool,
+                     beside_engines: bool = False) -> bool:
     """``--train.in_process``: whether the run's model ranks live in this process. ``auto`` where the run fits one
-    process; ``on`` where it does not is a :class:`ConfigError` that says why."""
+    process; ``on`` where it does not is a :class:`ConfigError` that says why. ``beside_engines``: rollout engines
+    in processes of their own do not keep the ranks out (the Ray cluster has no GPU and the weight-sync transport
+    serves ranks in this process)."""
     if config.train.in_process == "off":
         return False
     sections = {"actor": config.actor, "ref": config.ref if config.algo.kl.init_coef > 0 else None,
                 "critic": config.critic if critic else None, "reward": config.reward if reward_models else None}
     why = [f"{role} has {ranks} ranks" for role, section in sections.items()
            if section is not None and (ranks := section.num_nodes * section.num_gpus_per_node) > 1]
-    if not engine_in_rank:
-        why.insert(0, "the rollout engine runs in a process of its own (--rollout.engine, --vllm.num_engines)")
+    if not engine_in_rank and not beside_engines:
+        why.insert(0, "the rollout engine runs in a process of its own (--rollout.engine, --vllm.num_engines) on a "
+                      "Ray cluster with GPUs, or with a --vllm.sync_backend that needs the ranks in Ray workers")
     if address := os.environ.get("RAY_ADDRESS"):
         why.insert(0, f"RAY_ADDRESS={address} joins a Ray cluster")
     if why and config.train.in_process == "on":

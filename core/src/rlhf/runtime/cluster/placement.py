@@ -115,6 +115,16 @@ class Placement:
             roles["reward"] = ranks_of(config.reward)
         return cls(config, roles, node_gpus(), {"reward": reward_models}, engines_in_rank)
 
+    @classmethod
+    def for_engines(cls, config: PPOConfig) -> Placement:
+        """The rollout engines' placement where the model ranks share the controller's process (a Ray cluster with
+        no GPU, :func:`rlhf.runtime.cluster.local.ranks_in_process`): a bundle per engine and nothing to colocate
+        them with. The controller's process computes as one more sharer of the cores."""
+        own_bundles = config.model_copy(update={"train": config.train.model_copy(update={"colocate_all": False})})
+        placement = cls(own_bundles, {}, node_gpus())
+        placement.model_ranks = 1
+        return placement
+
     def remove(self) -> None:
         """Give the bundles back now (a run's exit does it anyway; tests sharing a cluster call this)."""
         remove_groups(self._placement_groups())

@@ -23,11 +23,12 @@ _watchdog: Any = None
 log = logging.getLogger("rlhf.runtime")
 
 
-def start_ray(import_meanwhile: tuple[str, ...] = ()) -> bool:
+def start_ray(import_meanwhile: tuple[str, ...] = (), actors: int | None = None) -> bool:
     """Join ``RAY_ADDRESS`` if set (multi-node: ``ray start`` first), else start a local cluster of the run's
     own, whatever cluster an earlier ``ray start`` recorded; logs one line saying which. True when this call
     started or joined it. ``import_meanwhile``: modules imported on a thread while Ray starts, done when this
-    returns (see :func:`import_in_background`)."""
+    returns (see :func:`import_in_background`). ``actors``: how many Ray actors the run will create (see
+    :func:`local_cpus`)."""
     if address := os.environ.get("RAY_ADDRESS"):
         # before the imports start: a refused run would wait for them (seconds). A good run loses no overlap:
         # importing ray here or beside torch costs the same (imports hold the GIL), ray.init's wait is what overlaps
@@ -35,7 +36,7 @@ def start_ray(import_meanwhile: tuple[str, ...] = ()) -> bool:
     importing = import_in_background(*import_meanwhile)
     before = signal.getsignal(signal.SIGTERM)
     try:
-        return _start_ray()
+        return _start_ray(local_cpus(actors))
     finally:
         _own_sigterm(before)
         importing.join()
@@ -65,7 +66,19 @@ def stop_ray() -> None:
         _watchdog = None
 
 
-def _start_ray() -> bool:
+def local_cpus(actors: int | None) -> int:
+    """The CPUs a local cluster declares: one per Ray actor the run will create, within the machine's cores.
+
+    Ray prestarts one idle worker process per declared CPU as the driver connects, and an actor takes one of
+    them instead of waiting for a process to start (about 1 s here); an idle one left over holds ~80 MiB and
+    its start-up CPU for nothing. rlhf's actors ask for no whole CPU (their bundles take 0.01; the ranks
+    share the cores by threads, :func:`rlhf.runtime.cluster.liveness.use_cpu_share`), so the declared
+    count decides nothing else."""
+    cores = os.cpu_count() or 1
+    return cores if actors is None else max(1, min(cores, actors))
+
+
+def _start_ray(cpus: int) -> bool:
     import ray
     from ray._private import ray_constants
 
@@ -97,9 +110,9 @@ def _start_ray() -> bool:
         # "local": a cluster of the run's own. With no address, ray.init() joins the cluster named in Ray's
         # ray_current_cluster file (left by any earlier `ray start` here, its cluster live or long gone), and
         # then refuses num_cpus ("When connecting to an existing cluster, num_cpus and num_gpus must not be provided")
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False,
                  object_store_memory=int(os.environ.get("RLHF_RAY_OBJECT_STORE_BYTES", str(1 << 30))))
-        _say_local_start(os.cpu_count())
+        _say_local_start(cpus)
 
         global _watchdog
         _watchdog = Watchdog(ray._private.worker._global_node.get_session_dir_path())
@@ -120,7 +133,7 @@ def _say_local_start(cpus: int | None) -> None:
         log.warning("started a Ray cluster of its own, not the one an earlier `ray start` recorded in %s (%s, live or "
                     "not): RAY_ADDRESS=auto (or its address) runs on that one", record, recorded)
     else:
-        log.info("started a Ray cluster of its own (%s CPUs), stopped when the run ends; RAY_ADDRESS runs on an "
+        log.info("started a Ray cluster of its own (%s CPUs declared: one per Ray actor), stopped when the run ends; RAY_ADDRESS runs on an "
                  "existing one", cpus)
 
 

@@ -22,6 +22,7 @@ from rlhf.models.loading import check_model_source, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
 from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
+from rlhf.runtime.cluster.capacity import node_gpus
 from rlhf.runtime.cluster.liveness import wait, write_whereabouts
 from rlhf.runtime.cluster.local import in_process_ranks, ranks_in_process
 from rlhf.runtime.cluster.placement import Placement, ranks_of
@@ -111,8 +112,10 @@ class PPOController:
             check_model_source(path, "--reward.model_name_or_path")
         if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
             checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
+        # ranks beside engine processes need a transport that serves them there, and a cluster without GPUs (_run)
+        serves = getattr(self.plugins.registry.get(K.WEIGHT_SYNC_TRANSPORT, transport), "serves_in_process_actor", False)
         self.in_process = ranks_in_process(cfg, self.engine_in_rank, critic=self.estimator.needs_critic,
-                                           reward_models=bool(self.rewards.reward_model_paths))
+                                           reward_models=bool(self.rewards.reward_model_paths), beside_engines=serves)
 
     def _check_data(self) -> None:
         """The tokenizer and every prompt row (the CLI process; the rows' errors name file and row)."""
@@ -132,6 +135,16 @@ class PPOController:
             self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
                                               cfg.eval.dataset, processor=processor)
 
+    def _ray_actors(self) -> int:
+        """How many Ray actors the run creates: its engine processes, and its ranks unless they live in this process."""
+        cfg = self.config
+        engines = 0 if self.engine_in_rank else max(1, cfg.vllm.num_engines or 0)
+        if self.in_process:
+            return engines
+        sections = [cfg.actor, cfg.ref if cfg.algo.kl.init_coef > 0 else None, cfg.critic if self.estimator.needs_critic else None,
+                    *[cfg.reward for _ in self.rewards.reward_model_paths]]
+        return engines + sum(ranks_of(section) for section in sections if section is not None)
+
     def _launch(self) -> None:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
         in their own processes while the controller goes on. Needs only the checked sources."""
@@ -139,9 +152,11 @@ class PPOController:
         cfg = self.config
         dumped = cfg.model_dump(mode="json")
         with_ref, with_critic, reward_paths = cfg.algo.kl.init_coef > 0, self.estimator.needs_critic, self.rewards.reward_model_paths
-        self.placement = None if self.in_process else Placement.for_run(
-            cfg, with_ref=with_ref, with_critic=with_critic, reward_models=len(reward_paths),
-            engines_in_rank=self.engine_in_rank)
+        if self.in_process:  # engine processes, if any, beside ranks in this process
+            self.placement = None if self.engine_in_rank else Placement.for_engines(cfg)
+        else:
+            self.placement = Placement.for_run(cfg, with_ref=with_ref, with_critic=with_critic,
+                                               reward_models=len(reward_paths), engines_in_rank=self.engine_in_rank)
         if not self.engine_in_rank:  # first: vLLM boots longest
             self.engines: RolloutEngines | InRankEngines = RolloutEngines(cfg, cfg.actor.model_name_or_path, self.placement,
                                                                           self.plugins.registry)
@@ -150,7 +165,8 @@ class PPOController:
         together = None if self.placement is None else self.placement.cpu_sharers(cfg, engine=False)
 
         def group(worker: type, role: str, section: Any, tensor_parallel: int = 1) -> WorkerGroup:
-            return WorkerGroup(worker, role, ranks_of(section), dumped, placement=self.placement, cpu_sharers=together,
+            return WorkerGroup(worker, role, ranks_of(section), dumped, placement=None if self.in_process else self.placement,
+                               cpu_sharers=together,
                                tensor_parallel=tensor_parallel)
 
         trained_tp = cfg.ds.tensor_parallel_size  # AutoTP splits the trained models; evaluated ones stay whole
@@ -353,17 +369,24 @@ class PPOController:
 
     def run(self) -> None:
         self._check_sources()
-        with in_process_ranks() if self.in_process else contextlib.nullcontext():
-            self._run()
+        with contextlib.ExitStack() as in_process:
+            self._run(in_process)
 
-    def _run(self) -> None:
+    def _run(self, in_process: contextlib.ExitStack) -> None:
         import yaml
 
         cfg = self.config
         # with ranks in Ray workers, they boot while the controller reads the data (start-up in parallel, not in turn)
-        started_ray = not self.in_process and start_ray(import_meanwhile=("transformers.models.auto.tokenization_auto",
-                                                                          "torch"))  # for _check_data
+        needs_ray = not self.in_process or not self.engine_in_rank
+        started_ray = needs_ray and start_ray(import_meanwhile=("transformers.models.auto.tokenization_auto", "torch"),
+                                              actors=self._ray_actors())  # the imports: for _check_data
         try:
+            if self.in_process and not self.engine_in_rank and sum(node_gpus()) > 0:
+                # a GPU rank needs the device Ray gives its worker: Ray workers (or `--train.in_process on`'s refusal)
+                self.in_process = ranks_in_process(cfg, False, critic=self.estimator.needs_critic,
+                                                   reward_models=bool(self.rewards.reward_model_paths))
+            if self.in_process:
+                in_process.enter_context(in_process_ranks())
             self._launch()
             self._check_data()
         except BaseException:

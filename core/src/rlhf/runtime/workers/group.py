@@ -82,8 +82,8 @@ class WorkerGroup:
         for one rank in this process (:mod:`rlhf.runtime.cluster.local`); ``tensor_parallel``: ranks per AutoTP
         group; :meth:`call_split_async` gives them the same share."""
         self.role, self.tensor_parallel = role, tensor_parallel
-        if placement is None:
-            self.workers: list[Any] = [LocalHandle(worker_class(0, 1, config, 1), role)]
+        if placement is None:  # beside engine processes in async mode the controller's process shares the cores
+            self.workers: list[Any] = [LocalHandle(worker_class(0, 1, config, cpu_sharers or 1), role)]
         else:
             import ray
 

@@ -67,9 +67,13 @@ def broadcast_blocker(config: Any) -> str | None:
 
 
 class _Broadcast:
-    """The transport: the group forms on :meth:`connect`; each sync is one broadcast per bucket."""
+    """The transport: the group forms on :meth:`connect`; each sync is one broadcast per bucket.
+
+    Each exchange starts the engines' side first: actor ranks in the controller's process run their call at once
+    (``serves_in_process_actor``), and would wait there for engines not yet asked to join."""
 
     backend: str
+    serves_in_process_actor = True
 
     def connect(self, actor: Any, engines: list[Any]) -> None:
         import ray
@@ -77,15 +81,15 @@ class _Broadcast:
         address, port, layout = ray.get(actor.workers[0].weight_sync_call.remote(self, "address"))
         world = 1 + len(engines)
         # every member at once: forming the group blocks each of them until all have joined
-        ray.get([*actor.call_async("weight_sync_call", self, "join", address, port, world),
-                 *[e.weight_sync_call.remote(self, "engine_join", address, port, 1 + i, world, layout)
-                   for i, e in enumerate(engines)]])
+        joining = [e.weight_sync_call.remote(self, "engine_join", address, port, 1 + i, world, layout)
+                   for i, e in enumerate(engines)]
+        ray.get([*joining, *actor.call_async("weight_sync_call", self, "join", address, port, world)])
 
     def sync(self, actor: Any, engines: list[Any]) -> None:
         import ray
 
-        ray.get([*actor.call_async("weight_sync_call", self, "send"),
-                 *[e.weight_sync_call.remote(self, "engine_receive") for e in engines]])
+        receiving = [e.weight_sync_call.remote(self, "engine_receive") for e in engines]
+        ray.get([*receiving, *actor.call_async("weight_sync_call", self, "send")])
 
     def address(self, source: Any) -> tuple[str, int, list[Entry]]:
         """Rank 0's host, a free port for the group's TCP store, and the layout the engines will receive."""

@@ -10,6 +10,7 @@ class ObjectStoreTransport:
     object store. Runs everywhere, LoRA (merged adapters) and AutoTP included: ``auto``'s last resort."""
 
     auto_preference = 10
+    serves_in_process_actor = True  # rank 0's state reaches the engines as a reference, whichever process made it
 
     @classmethod
     def unavailable_reason(cls, config: Any, cuda: bool) -> str | None:
