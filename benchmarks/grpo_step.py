@@ -20,6 +20,8 @@ sampled from /proc: CPU-seconds per steady step and peak resident memory
 under ``--quiet_load`` (at most ``--quiet_wait`` seconds) and prints the load beside the figures,
 with ``!`` where the machine never got quiet.
 
+- ``rlhf-vllm-ray`` is ``rlhf-vllm`` with every rank in a Ray worker (``--train.in_process off``), the layout a GPU
+  cluster gets; on a CPU cluster ``rlhf-vllm`` keeps the ranks in the controller's process.
 - ``rlhf-hf`` is ``--vllm.num_engines 0``: HF generate inside the actor's rank (``hf-inprocess``);
   ``rlhf-hf-actor`` puts it in an engine process of its own (``--rollout.engine hf``). ``rlhf-vllm``
   is one vLLM engine in its own process, ``rlhf-vllm-inproc`` vLLM inside the actor's rank.
@@ -60,6 +62,9 @@ HERE = Path(__file__).resolve().parent
 #: system -> (workload of grpo_workloads.py, rollout engine family, extra `rlhf train ppo` flags)
 SYSTEMS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "rlhf-vllm": ("rlhf", "vllm", ()),  # --vllm.num_engines 1: a vLLM engine in its own process
+    # the GPU layout on any machine: the ranks in Ray workers beside the engine process (on a CPU cluster they
+    # otherwise share the controller's process)
+    "rlhf-vllm-ray": ("rlhf", "vllm", ("--train.in_process", "off")),
     "rlhf-vllm-inproc": ("rlhf", "vllm", ("--rollout.engine", "vllm-inprocess")),  # vLLM inside the actor's rank
     "rlhf-hf": ("rlhf", "hf", ()),  # --vllm.num_engines 0: HF generate inside the actor's rank (hf-inprocess)
     "rlhf-hf-actor": ("rlhf", "hf", ("--rollout.engine", "hf")),  # HF generate in an engine process of its own

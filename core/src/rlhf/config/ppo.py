@@ -56,8 +56,8 @@ class TrainSection(Section):
         "PACK", "Ray placement-group strategy of every model group's bundles: PACK fills a node first (OpenRLHF's), "
         "SPREAD puts the ranks on different nodes where it can")
     in_process: Literal["auto", "on", "off"] = flag(
-        "auto", "Model ranks in the controller's own process, without Ray: auto where the run fits one process (one "
-        "rank per model, the rollout engine in the actor's rank, no RAY_ADDRESS); off: every rank a Ray actor")
+        "auto", "Model ranks in the controller's own process, outside Ray: auto where the run fits one process (one "
+        "rank per model, no RAY_ADDRESS; engine processes only on a Ray cluster without GPUs); off: every rank a Ray actor")
     async_enable: bool = flag(False, "Enable async training", switch=True)
     rollout_scheduler: str = flag("auto", "Rollout scheduler by name (rlhf plugins lists them): sync generates each "
                                   "step's batch in turn, async ahead of training; auto: async with --train.async_enable")
