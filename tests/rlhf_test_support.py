@@ -107,6 +107,10 @@ def base_flags(model: Path, prompts: Path, run: Path, engine: str, steps: int) -
         "--actor.num_gpus_per_node", "1", "--critic.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
         "--reward.num_gpus_per_node", "1", "--vllm.num_engines", "1" if engine == "vllm" else "0",
         "--ckpt.output_dir", str(run / "out"), "--ckpt.path", str(run / "ckpt"),
+        # beside an engine process the ranks would share the test's own process (a CPU cluster): keep each test's
+        # DeepSpeed state (ZeRO-3's global HF config) out of the next one. tests/test_weight_sync.py and the
+        # subprocess runs cover that layout.
+        *(["--train.in_process", "off"] if engine == "vllm" else []),
     ]
 
 

@@ -100,8 +100,6 @@ CASES = {
     "gloo sync with LoRA": (["--vllm.sync_backend", "gloo", "--ds.lora.rank", "4"], ["--vllm.sync_backend gloo", "--ds.lora.rank"]),
     "nccl sync without CUDA": (["--vllm.sync_backend", "nccl"], ["--vllm.sync_backend nccl", "no CUDA", "object_store"]),
     "ipc sync without CUDA": (["--vllm.sync_backend", "ipc"], ["--vllm.sync_backend ipc", "no CUDA", "object_store"]),
-    "in-process ranks with an engine process": (["--train.in_process", "on", "--rollout.engine", "hf"],
-                                                ["--train.in_process on", "process of its own"]),
     "in-process ranks with two reference ranks": (["--train.in_process", "on", "--algo.kl.init_coef", "0.01",
                                                    "--ref.num_gpus_per_node", "2"], ["--train.in_process on", "ref has 2 ranks"]),
 }
@@ -270,7 +268,8 @@ def test_a_worker_dying_in_the_middle_of_a_weight_sync_is_named_not_its_peers_er
     plugin = tmp_path / "dies_in_sync.py"
     plugin.write_text(DIES_IN_SYNC)
     result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin),
-                   "--rollout.engine", "hf", "--vllm.sync_backend", "gloo")  # an engine process to sync into
+                   "--rollout.engine", "hf", "--vllm.sync_backend", "gloo",  # an engine process to sync into
+                   "--train.in_process", "off")  # the actor rank in a Ray worker of its own, to die there
     assert_user_error(result, "Ray worker 'actor' rank 0", "died", "--ckpt.load_enable")
 
 
