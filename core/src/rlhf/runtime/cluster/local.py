@@ -107,6 +107,16 @@ def ranks_in_process(config: PPOConfig, engine_in_rank: bool, *, critic: bool, r
     return not why
 
 
+def ray_actor_count(config: PPOConfig, in_process: bool, engine_in_rank: bool, critic: bool, reward_models: int) -> int:
+    """How many Ray actors a run creates: its engine processes, and its ranks unless they live in this process."""
+    engines = 0 if engine_in_rank else max(1, config.vllm.num_engines or 0)
+    if in_process:
+        return engines
+    sections = [config.actor, config.ref if config.algo.kl.init_coef > 0 else None, config.critic if critic else None,
+                *[config.reward] * reward_models]
+    return engines + sum(s.num_nodes * s.num_gpus_per_node for s in sections if s is not None)
+
+
 @contextlib.contextmanager
 def in_process_ranks() -> Iterator[None]:
     """Around a run whose ranks live in this process: afterwards the environment (``RANK``, ``MASTER_PORT``, a

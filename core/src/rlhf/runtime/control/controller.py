@@ -24,7 +24,7 @@ from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.capacity import node_gpus
 from rlhf.runtime.cluster.liveness import wait, write_whereabouts
-from rlhf.runtime.cluster.local import in_process_ranks, ranks_in_process
+from rlhf.runtime.cluster.local import in_process_ranks, ranks_in_process, ray_actor_count
 from rlhf.runtime.cluster.placement import Placement, ranks_of
 from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
 from rlhf.runtime.control.experience import compute_advantages
@@ -134,16 +134,6 @@ class PPOController:
                                                      "prompt_probs": None})
             self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
                                               cfg.eval.dataset, processor=processor)
-
-    def _ray_actors(self) -> int:
-        """How many Ray actors the run creates: its engine processes, and its ranks unless they live in this process."""
-        cfg = self.config
-        engines = 0 if self.engine_in_rank else max(1, cfg.vllm.num_engines or 0)
-        if self.in_process:
-            return engines
-        sections = [cfg.actor, cfg.ref if cfg.algo.kl.init_coef > 0 else None, cfg.critic if self.estimator.needs_critic else None,
-                    *[cfg.reward for _ in self.rewards.reward_model_paths]]
-        return engines + sum(ranks_of(section) for section in sections if section is not None)
 
     def _launch(self) -> None:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
@@ -379,7 +369,9 @@ class PPOController:
         # with ranks in Ray workers, they boot while the controller reads the data (start-up in parallel, not in turn)
         needs_ray = not self.in_process or not self.engine_in_rank
         started_ray = needs_ray and start_ray(import_meanwhile=("transformers.models.auto.tokenization_auto", "torch"),
-                                              actors=self._ray_actors())  # the imports: for _check_data
+                                              actors=ray_actor_count(cfg, self.in_process, self.engine_in_rank,
+                                                                     self.estimator.needs_critic,
+                                                                     len(self.rewards.reward_model_paths)))
         try:
             if self.in_process and not self.engine_in_rank and sum(node_gpus()) > 0:
                 # a GPU rank needs the device Ray gives its worker: Ray workers (or `--train.in_process on`'s refusal)
