@@ -93,10 +93,8 @@ def ranks_in_process(config: PPOConfig, engine_in_rank: bool, *, critic: bool, r
     serves ranks in this process)."""
     if config.train.in_process == "off":
         return False
-    sections = {"actor": config.actor, "ref": config.ref if config.algo.kl.init_coef > 0 else None,
-                "critic": config.critic if critic else None, "reward": config.reward if reward_models else None}
-    why = [f"{role} has {ranks} ranks" for role, section in sections.items()
-           if section is not None and (ranks := section.num_nodes * section.num_gpus_per_node) > 1]
+    why = [f"{role} has {ranks} ranks" for role, section in _model_groups(config, critic, int(reward_models > 0))
+           if (ranks := section.num_nodes * section.num_gpus_per_node) > 1]
     if not engine_in_rank and not beside_engines:
         why.insert(0, "the rollout engine runs in a process of its own (--rollout.engine, --vllm.num_engines) on a "
                       "Ray cluster with GPUs, or with a --vllm.sync_backend that needs the ranks in Ray workers")
@@ -112,9 +110,18 @@ def ray_actor_count(config: PPOConfig, in_process: bool, engine_in_rank: bool, c
     engines = 0 if engine_in_rank else max(1, config.vllm.num_engines or 0)
     if in_process:
         return engines
-    sections = [config.actor, config.ref if config.algo.kl.init_coef > 0 else None, config.critic if critic else None,
-                *[config.reward] * reward_models]
-    return engines + sum(s.num_nodes * s.num_gpus_per_node for s in sections if s is not None)
+    return engines + sum(s.num_nodes * s.num_gpus_per_node for _, s in _model_groups(config, critic, reward_models))
+
+
+def _model_groups(config: PPOConfig, critic: bool, reward_models: int) -> list[tuple[str, Any]]:
+    """(role, config section) of every model group a run creates: the reference with a KL coefficient, the critic
+    where the estimator needs one, one reward group per reward model."""
+    groups = [("actor", config.actor)]
+    if config.algo.kl.init_coef > 0:
+        groups.append(("ref", config.ref))
+    if critic:
+        groups.append(("critic", config.critic))
+    return groups + [("reward", config.reward)] * reward_models
 
 
 @contextlib.contextmanager
