@@ -32,7 +32,8 @@ FLAGS: dict[str, list[str]] = json.loads((Path(__file__).parent / "data" / "open
 TRAINERS = {"train_sft": "sft", "train_rm": "rm", "train_dpo": "dpo"}
 #: every trainer on the supervised config takes the 0.11 spellings, not only the three whose parsers were swept
 SUPERVISED_TRAINERS = ["sft", "rm", "dpo", "kto", "kd", "prm"]
-BASE = ["--model.model_name_or_path", "m", "--data.dataset", "d.jsonl"]
+#: the run name is pinned because its default is the clock's minute, which two dumps a moment apart can straddle
+BASE = ["--model.model_name_or_path", "m", "--data.dataset", "d.jsonl", "--logger.wandb.run_name", "pinned"]
 REQUIRED = {"kd": ["--teacher.model_name_or_path", "t"]}
 
 
