@@ -108,6 +108,19 @@ def test_a_placement_group_not_placed_in_time_ends_with_one_line_naming_it(one_g
     assert elapsed < 30, f"the run took {elapsed:.0f} s to give up"
 
 
+@pytest.mark.parametrize("flags", [["--vllm.sync_backend", "nccl"], ["--ds.load_in_4bit", "--ds.lora.rank", "4"]],
+                         ids=["nccl", "4-bit"])
+def test_a_driver_without_cuda_leaves_the_gpu_choices_to_the_cluster_it_joins(flags, one_gpu_cluster, task_files,
+                                                                              tiny_causal_lm_path, tmp_path) -> None:
+    """This process has no CUDA and the cluster it joins has a GPU (a head node without GPUs): NCCL and 4-bit
+    loading are the cluster's to run, so the run goes on to the placement, which a vLLM engine process beside the
+    actor cannot fit, instead of refusing them for want of CUDA here."""
+    result = run_rlhf("train", "ppo", *_grpo(tiny_causal_lm_path, task_files, tmp_path), "--vllm.num_engines", "1",
+                      *flags, env=one_gpu_cluster.env, timeout=120)
+    assert_user_error(result, "needs 2 GPUs", "has 1 (1 node with 1 GPU)", "rollout engines 1 = --vllm.num_engines 1")
+    assert "CUDA" not in result.stderr
+
+
 def _gpus(what: str, bundles: int, gpus: float, strategy: str = "PACK") -> Request:
     return Request(what, f"--{what}.flags", bundles, {"GPU": gpus}, strategy)
 

@@ -150,7 +150,9 @@ class WeightSyncTransport(Protocol):
     @classmethod
     def unavailable_reason(cls, config: RunConfig, cuda: bool) -> str | None:
         """Why this transport cannot run for ``config`` (a :class:`rlhf.config.ppo.PPOConfig`) on a
-        machine with or without CUDA, naming the flag to change; None when it can. In the CLI process."""
+        machine with or without CUDA, naming the flag to change; None when it can. In the CLI process, before
+        Ray starts and again once it has: ``cuda`` is then whether the Ray cluster has GPUs, which a driver on
+        a head node without any does not see itself."""
         ...
 
     def connect(self, actor: Any, engines: list[Any]) -> None:

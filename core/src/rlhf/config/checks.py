@@ -66,11 +66,13 @@ def check_optimizer(optimizer: Any, section: Any, flag: Callable[[str], str]) ->
         check(section, flag)
 
 
-def check_4bit(ds: Any) -> None:
-    """``--ds.load_in_4bit`` needs a GPU, LoRA adapters to train, and ZeRO below 3: a clear error otherwise."""
+def check_4bit(ds: Any, devices_here: bool = True) -> None:
+    """``--ds.load_in_4bit`` needs a GPU, LoRA adapters to train, and ZeRO below 3: a clear error otherwise.
+    ``devices_here``: whether this process sees the devices the model will load on; a driver that joins a Ray
+    cluster (``RAY_ADDRESS``) may have no GPU while the cluster has, and the ranks check it as they load."""
     import torch
 
-    if not torch.cuda.is_available():
+    if devices_here and not torch.cuda.is_available():
         raise ConfigError("--ds.load_in_4bit needs a CUDA GPU (bitsandbytes 4-bit kernels); "
                           "drop the flag on CPU machines (plain --ds.lora.rank still works)")
     if ds.lora.rank <= 0:

@@ -8,6 +8,7 @@ estimator plugin gets the right checks by declaring its traits.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from rlhf.components import build
@@ -143,8 +144,7 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
     if cfg.vllm.sync_backend != "auto":  # whether it can run for this config: the controller's input check
         host.registry.registration(ComponentKind.WEIGHT_SYNC_TRANSPORT, cfg.vllm.sync_backend, flag="--vllm.sync_backend")
     if cfg.ds.load_in_4bit:
-
-        check_4bit(cfg.ds)
+        check_4bit(cfg.ds, devices_here=not os.environ.get("RAY_ADDRESS"))
     kl = cfg.algo.kl
     if kl.init_coef > 0:
         if not kl.use_loss and kl.estimator != "k1":

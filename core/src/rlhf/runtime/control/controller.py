@@ -33,7 +33,7 @@ from rlhf.runtime.control.rewarding import RewardStage
 from rlhf.runtime.control.steering import prompt_mix_metrics, steer
 from rlhf.runtime.rollout.agents import generate_samples
 from rlhf.runtime.rollout.engines import InRankEngines, RolloutEngines
-from rlhf.runtime.sync.weights import WeightSync, backend_for
+from rlhf.runtime.sync.weights import WeightSync, backend_for, transport_before_ray
 from rlhf.runtime.workers.batch import Sample, worker_payload
 from rlhf.runtime.workers.group import WorkerGroup
 from rlhf.runtime.workers.policy import PolicyWorker, ReferenceWorker
@@ -94,10 +94,10 @@ class PPOController:
         # an engine that is not installed fails before Ray starts, and so does a --vllm.sync_backend that cannot run here
         self.engine_class = rollout_engine_class(cfg, self.plugins.registry)
         self.engine_in_rank = self.engine_class.in_training_rank
-        transport = backend_for(cfg, registry=self.plugins.registry)
+        self.transport = transport = transport_before_ray(cfg, self.plugins.registry)
         if self.engine_in_rank and cfg.vllm.sync_backend != "auto":
             log.warning("--vllm.sync_backend %s is not used: the rollout engine generates inside the actor's ranks with "
-                        "the trained weights, so there is nothing to sync", transport)
+                        "the trained weights, so there is nothing to sync", cfg.vllm.sync_backend)
         actor_path = cfg.actor.model_name_or_path
         if not actor_path:
             raise ConfigError("--actor.model_name_or_path is required")
@@ -113,7 +113,8 @@ class PPOController:
         if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
             checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
         # ranks beside engine processes need a transport that serves them there, and a cluster without GPUs (_run)
-        serves = getattr(self.plugins.registry.get(K.WEIGHT_SYNC_TRANSPORT, transport), "serves_in_process_actor", False)
+        serves = transport is not None and getattr(self.plugins.registry.get(K.WEIGHT_SYNC_TRANSPORT, transport),
+                                                   "serves_in_process_actor", False)
         self.in_process = ranks_in_process(cfg, self.engine_in_rank, critic=self.estimator.needs_critic,
                                            reward_models=bool(self.rewards.reward_model_paths), beside_engines=serves)
 
@@ -213,7 +214,7 @@ class PPOController:
 
         in_rank = self.engine_in_rank
         if not in_rank and getattr(self, "weight_sync", None) is None:  # formed on first use: every group is set up by then
-            self.weight_sync = WeightSync(self.config, self.actor, self.engines, self.plugins.registry)
+            self.weight_sync = WeightSync(self.config, self.actor, self.engines, self.plugins.registry, self.transport)
         with self.engine_lock, self.engines.sleep.awake(tags=["weights"]):  # --vllm.enable_sleep: weights only
             if in_rank:  # no transport: each rank's engine reads that rank's own weights (if it keeps a copy at all)
                 self.engines.refresh()
@@ -373,10 +374,13 @@ class PPOController:
                                                                      self.estimator.needs_critic,
                                                                      len(self.rewards.reward_model_paths)))
         try:
-            if self.in_process and not self.engine_in_rank and sum(node_gpus()) > 0:
-                # a GPU rank needs the device Ray gives its worker: Ray workers (or `--train.in_process on`'s refusal)
-                self.in_process = ranks_in_process(cfg, False, critic=self.estimator.needs_critic,
-                                                   reward_models=bool(self.rewards.reward_model_paths))
+            if not self.engine_in_rank:  # the cluster's GPUs decide the transport, not this process's torch
+                gpus = sum(node_gpus()) > 0
+                self.transport = backend_for(cfg, cuda=gpus, registry=self.plugins.registry)
+                if self.in_process and gpus:
+                    # a GPU rank needs the device Ray gives its worker: Ray workers (or `--train.in_process on`'s refusal)
+                    self.in_process = ranks_in_process(cfg, False, critic=self.estimator.needs_critic,
+                                                       reward_models=bool(self.rewards.reward_model_paths))
             if self.in_process:
                 in_process.enter_context(in_process_ranks())
             self._launch()

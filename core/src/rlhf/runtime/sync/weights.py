@@ -11,6 +11,7 @@ time, so no rank ever holds the whole model unsharded.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +32,10 @@ def _transports(registry: Any) -> dict[str, type]:
 
 
 def backend_for(config: PPOConfig, cuda: bool | None = None, registry: Any = None) -> str:
-    """The transport a run uses (``cuda``: whether this machine has CUDA; asked of torch when None;
-    ``registry``: the run's components, the plugins loaded by default when None).
+    """The transport a run uses (``cuda``: whether the ranks and engines have CUDA GPUs, which the controller
+    reads from the Ray cluster's resources, since a driver on a node without GPUs may run a GPU cluster; asked
+    of torch in this process when None; ``registry``: the run's components, the plugins loaded by default
+    when None).
 
     ``auto`` (the default) is the installed transport with the highest ``auto_preference`` whose
     ``unavailable_reason`` is None; with the first-party ones that is ``ipc`` when the vLLM engines
@@ -61,6 +64,19 @@ def backend_for(config: PPOConfig, cuda: bool | None = None, registry: Any = Non
         raise ConfigError(f"--vllm.sync_backend {choice} cannot run: {reason}; "
                           "use --vllm.sync_backend object_store (or leave it unset: auto picks what runs)")
     return choice
+
+
+def transport_before_ray(config: PPOConfig, registry: Any) -> str | None:
+    """The transport as far as it can be chosen before Ray starts, so that a wrong choice fails first. A local
+    cluster's devices are this machine's; a cluster joined at ``RAY_ADDRESS`` may have GPUs that this driver
+    lacks (a head node without any), so there a choice that needs them is None here, settled by
+    :func:`backend_for` with the cluster's GPUs once joined."""
+    if not os.environ.get("RAY_ADDRESS"):
+        return backend_for(config, registry=registry)
+    try:
+        return backend_for(config, cuda=False, registry=registry)
+    except ConfigError:
+        return None
 
 
 def _sync_tensors(module: Any) -> dict[str, Any]:
@@ -103,11 +119,12 @@ class ActorWeights:
 class WeightSync:
     """The controller's handle: builds the chosen transport, connects it once, runs one sync per call."""
 
-    def __init__(self, config: PPOConfig, actor: Any, engines: Any, registry: Any = None) -> None:
+    def __init__(self, config: PPOConfig, actor: Any, engines: Any, registry: Any = None, backend: str | None = None) -> None:
+        """``backend``: the transport the controller chose (:func:`backend_for`); chosen here when None."""
         if registry is None:
 
             registry = PluginHost.load().registry
-        self.backend = backend_for(config, registry=registry)
+        self.backend = backend or backend_for(config, registry=registry)
         self.actor, self.engines = actor, engines
         self.transport = build(registry.get(ComponentKind.WEIGHT_SYNC_TRANSPORT, self.backend), config)
         with self._naming_dead_workers():
