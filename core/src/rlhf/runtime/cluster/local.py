@@ -44,10 +44,12 @@ class Ready:
 
 
 class LocalHandle:
-    """A worker object in this process, called through the Ray handle's ``method.remote(...)`` shape."""
+    """A worker object in this process, called through the Ray handle's ``method.remote(...)`` shape.
+    ``ray_refs``: its calls return finished Ray ``ObjectRef`` s, which Ray actors beside it (rollout engines)
+    can be handed; else a :class:`Ready`, with no serialisation."""
 
-    def __init__(self, worker: Any, group: str) -> None:
-        self.worker, self.group = worker, group
+    def __init__(self, worker: Any, group: str, ray_refs: bool = False) -> None:
+        self.worker, self.group, self.ray_refs = worker, group, ray_refs
         self.lock = threading.Lock()  # one call at a time, as a Ray actor runs them (the async producer calls too)
 
     def __getattr__(self, method: str) -> _LocalMethod:
@@ -64,10 +66,10 @@ class _LocalMethod:
         self.handle, self.name = handle, name
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        """The call's :class:`Ready`; with Ray running in this process a finished ``ObjectRef`` of its result (the
-        call's exception is then raised here: Ray offers no reference that raises when read)."""
+        """The call's :class:`Ready`; with ``ray_refs`` a finished ``ObjectRef`` of its result (the call's
+        exception is then raised here: Ray offers no reference that raises when read)."""
         with self.handle.lock:
-            ray = _ray_in_this_process()
+            ray = _ray() if self.handle.ray_refs else None
             try:
                 value = getattr(self.handle.worker, self.name)(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - raised where the caller waits, as ray.get raises it
@@ -77,12 +79,10 @@ class _LocalMethod:
             return ray.put(value) if ray is not None else Ready(value)
 
 
-def _ray_in_this_process() -> Any:
-    """The ``ray`` module where this process runs Ray (rollout engines in Ray actors beside ranks in this process)."""
-    import sys
+def _ray() -> Any:
+    import ray  # only where engines run in Ray actors beside this process's ranks: a run without Ray never imports it
 
-    ray = sys.modules.get("ray")  # a run without Ray never imports it
-    return ray if ray is not None and ray.is_initialized() else None
+    return ray
 
 
 def ranks_in_process(config: PPOConfig, engine_in_rank: bool, *, critic: bool, reward_models: bool,

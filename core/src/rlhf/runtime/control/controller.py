@@ -157,8 +157,8 @@ class PPOController:
 
         def group(worker: type, role: str, section: Any, tensor_parallel: int = 1) -> WorkerGroup:
             return WorkerGroup(worker, role, ranks_of(section), dumped, placement=None if self.in_process else self.placement,
-                               cpu_sharers=together,
-                               tensor_parallel=tensor_parallel)
+                               cpu_sharers=together, tensor_parallel=tensor_parallel,
+                               beside_ray_actors=self.in_process and not self.engine_in_rank)
 
         trained_tp = cfg.ds.tensor_parallel_size  # AutoTP splits the trained models; evaluated ones stay whole
         self.actor = group(PolicyWorker, "actor", cfg.actor, trained_tp)

@@ -77,13 +77,15 @@ class WorkerGroup:
     """``num_workers`` Ray actors of ``worker_class`` forming one distributed group, or its one rank in this process."""
 
     def __init__(self, worker_class: type, role: str, num_workers: int, config: dict[str, Any], *,
-                 placement: Any = None, cpu_sharers: int | None = None, tensor_parallel: int = 1) -> None:
+                 placement: Any = None, cpu_sharers: int | None = None, tensor_parallel: int = 1,
+                 beside_ray_actors: bool = False) -> None:
         """``placement``: the run's :class:`rlhf.runtime.cluster.placement.Placement` (bundle of each rank), or None
         for one rank in this process (:mod:`rlhf.runtime.cluster.local`); ``tensor_parallel``: ranks per AutoTP
-        group; :meth:`call_split_async` gives them the same share."""
+        group; :meth:`call_split_async` gives them the same share. ``beside_ray_actors``: the rank in this process
+        answers with Ray references, which the run's engine actors can be handed."""
         self.role, self.tensor_parallel = role, tensor_parallel
         if placement is None:  # beside engine processes in async mode the controller's process shares the cores
-            self.workers: list[Any] = [LocalHandle(worker_class(0, 1, config, cpu_sharers or 1), role)]
+            self.workers: list[Any] = [LocalHandle(worker_class(0, 1, config, cpu_sharers or 1), role, beside_ray_actors)]
         else:
             import ray
 
