@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rlhf.errors import ConfigError
+from rlhf.runtime.cluster.placement import ranks_of
 
 if TYPE_CHECKING:
     from rlhf.config.ppo import PPOConfig
@@ -69,7 +70,10 @@ class _LocalMethod:
         """The call's :class:`Ready`; with ``ray_refs`` a finished ``ObjectRef`` of its result (the call's
         exception is then raised here: Ray offers no reference that raises when read)."""
         with self.handle.lock:
-            ray = _ray() if self.handle.ray_refs else None
+            if self.handle.ray_refs:  # a run without Ray never imports it
+                import ray
+            else:
+                ray = None
             try:
                 value = getattr(self.handle.worker, self.name)(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - raised where the caller waits, as ray.get raises it
@@ -77,12 +81,6 @@ class _LocalMethod:
                     raise
                 return Ready(error=exc)
             return ray.put(value) if ray is not None else Ready(value)
-
-
-def _ray() -> Any:
-    import ray  # only where engines run in Ray actors beside this process's ranks: a run without Ray never imports it
-
-    return ray
 
 
 def ranks_in_process(config: PPOConfig, engine_in_rank: bool, *, critic: bool, reward_models: bool,
@@ -94,7 +92,7 @@ def ranks_in_process(config: PPOConfig, engine_in_rank: bool, *, critic: bool, r
     if config.train.in_process == "off":
         return False
     why = [f"{role} has {ranks} ranks" for role, section in _model_groups(config, critic, int(reward_models > 0))
-           if (ranks := section.num_nodes * section.num_gpus_per_node) > 1]
+           if (ranks := ranks_of(section)) > 1]
     if not engine_in_rank and not beside_engines:
         why.insert(0, "the rollout engine runs in a process of its own (--rollout.engine, --vllm.num_engines) on a "
                       "Ray cluster with GPUs, or with a --vllm.sync_backend that needs the ranks in Ray workers")
@@ -110,7 +108,7 @@ def ray_actor_count(config: PPOConfig, in_process: bool, engine_in_rank: bool, c
     engines = 0 if engine_in_rank else max(1, config.vllm.num_engines or 0)
     if in_process:
         return engines
-    return engines + sum(s.num_nodes * s.num_gpus_per_node for _, s in _model_groups(config, critic, reward_models))
+    return engines + sum(ranks_of(section) for _, section in _model_groups(config, critic, reward_models))
 
 
 def _model_groups(config: PPOConfig, critic: bool, reward_models: int) -> list[tuple[str, Any]]:
