@@ -67,16 +67,19 @@ def backend_for(config: PPOConfig, cuda: bool | None = None, registry: Any = Non
 
 
 def transport_before_ray(config: PPOConfig, registry: Any) -> str | None:
-    """The transport as far as it can be chosen before Ray starts, so that a wrong choice fails first. A local
-    cluster's devices are this machine's; a cluster joined at ``RAY_ADDRESS`` may have GPUs that this driver
-    lacks (a head node without any), so there a choice that needs them is None here, settled by
-    :func:`backend_for` with the cluster's GPUs once joined."""
-    if not os.environ.get("RAY_ADDRESS"):
-        return backend_for(config, registry=registry)
+    """The transport as far as it can be chosen before Ray starts, so that a wrong choice fails first.
+
+    It is chosen first as for devices without CUDA, which needs no torch import: that import takes seconds, and
+    Ray starts only after this returns (torch then imports while Ray starts). Only a choice that needs CUDA goes
+    further. A local cluster's devices are this machine's, so torch is asked. A cluster joined at ``RAY_ADDRESS``
+    may have GPUs that this driver lacks (a head node without any), so there the choice is None here. Either way
+    the controller settles it with :func:`backend_for` and the cluster's GPUs once Ray is up."""
     try:
         return backend_for(config, cuda=False, registry=registry)
     except ConfigError:
-        return None
+        if os.environ.get("RAY_ADDRESS"):
+            return None
+        return backend_for(config, registry=registry)
 
 
 def _sync_tensors(module: Any) -> dict[str, Any]:
