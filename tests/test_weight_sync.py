@@ -178,7 +178,7 @@ def test_auto_picks_ipc_when_vllm_engines_share_the_actors_gpus(colocate_all, nu
 
 
 @pytest.mark.parametrize("change,cuda,reason", [
-    ({}, False, "this machine has no CUDA"),
+    ({}, False, "no CUDA GPU where the run's ranks and engines run"),
     ({"colocate_all": False}, True, "--train.colocate_all"),
     ({"num_engines": 0}, True, "--vllm.num_engines 0"),
     ({"async_enable": True}, True, "--train.async_enable"),

@@ -137,7 +137,7 @@ class NcclBroadcast(_Broadcast):
     @classmethod
     def unavailable_reason(cls, config: Any, cuda: bool) -> str | None:
         if not cuda:
-            return "this machine has no CUDA"
+            return "no CUDA GPU where the run's ranks and engines run (this machine, or the Ray cluster at RAY_ADDRESS)"
         if config.train.colocate_all:  # engine 0 shares actor rank 0's GPU: NCCL refuses two ranks on one device
             return "--train.colocate_all puts the engines on the actor's GPUs, and NCCL refuses two ranks on one GPU"
         return broadcast_blocker(config)

@@ -37,7 +37,7 @@ class IpcTransport:
     @classmethod
     def unavailable_reason(cls, config: Any, cuda: bool) -> str | None:
         if not cuda:
-            return "this machine has no CUDA"
+            return "no CUDA GPU where the run's ranks and engines run (this machine, or the Ray cluster at RAY_ADDRESS)"
         if config.ds.lora.rank > 0:
             return "--ds.lora.rank syncs LoRA-merged weights"
         if config.ds.tensor_parallel_size > 1:
