@@ -46,6 +46,10 @@ results=$(cd "$(dirname "$results")" && pwd)/$(basename "$results")
 cd "$repo"
 : >"$results"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rlhf-gpu-check.XXXXXX")
+# the parts' scratch (lane logs, benchmark work folders) goes with the check, however it ends
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 failed=$work/failed
 : >"$failed"
 say() { printf '%s\n' "$*" | tee -a "$results"; }
@@ -92,8 +96,13 @@ install_from_wheelhouse() {
     --no-compile --target "$site" "${files[@]}"
   touch "$site/.rlhf-gpu-site"  # marks the folder as this script's to empty next time
   echo "installed ${#files[@]} files into $site"
-  echo "requirements of rlhf's distributions this environment does not meet (pip check; the host's torch may be one):"
-  "$py" -m pip check 2>&1 | grep -i '^rlhf' || echo "  none"
+  # every distribution this folder brought, not rlhf's alone: a library's missing dependency (fastapi 0.165 needs
+  # opentelemetry-api) would otherwise show only when the reward server fails to start
+  local brought
+  brought=$(find "$site" -maxdepth 1 -name '*.dist-info' -printf '%f\n' | sed 's/-[^-]*\.dist-info$//; s/[-_.]\+/[-_.]/g' |
+            paste -sd'|')
+  echo "requirements of the installed distributions this environment does not meet (pip check; the host's torch may be one):"
+  "$py" -m pip check 2>&1 | grep -iE "^($brought) " || echo "  none"
 }
 
 # From an index: .venv with the pinned CUDA torch, CUDA vLLM, DeepSpeed, Liger, TRL; flash-attn only where a prebuilt

@@ -38,7 +38,8 @@ def test_this_machine_is_reported_as_it_is(tmp_path: Path) -> None:
     assert report["plugin_api"] == 3
     records = {p["name"]: p for p in report["plugins"]}
     assert records["doctor"]["status"] == "ok" and records["grpo"]["version"] == metadata.version("rlhf-plugin-grpo")
-    assert set(by_check(report)) >= {"torch build", "torchvision", "vllm", "plugins", "code sandbox", "ray cluster"}
+    assert set(by_check(report)) >= {"torch build", "torchvision", "vllm", "library versions", "plugins", "code sandbox",
+                                     "ray cluster"}
     assert status == 0  # this machine is set up by scripts/install.sh
     shown = RlhfCli()("doctor").stdout
     assert "healthy" in shown and "plugin API" in shown
@@ -105,6 +106,22 @@ def test_bracketed_text_reaches_the_console_as_written(needs_vllm_site: Path) ->
     assert_user_error(cli("--plugins", "needs-vllm", "doctor", check=False), BRACKETED_FIX)
     assert_user_error(cli("train", "ppo", "--algo.advantage.estimator", "group_norm[gpu]", check=False),
                       "--algo.advantage.estimator 'group_norm[gpu]'")
+
+
+def test_a_library_below_an_rlhf_distributions_floor_is_named_with_its_fix(tmp_path: Path) -> None:
+    """rlhf's published requirements have floors and no caps, so pip keeps an image's older library: doctor names it."""
+    info = tmp_path / "rlhf_plugin_floor-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlhf-plugin-floor\nVersion: 0.1.0\n"
+                                   "Requires-Dist: pluggy>=99.1\nRequires-Dist: packaging>=1\n"
+                                   "Requires-Dist: pyyaml>=99; extra == 'fancy'\n")
+    status, report = doctor(RlhfCli(tmp_path))
+    assert status == 1
+    assert by_check(report)["pluggy version"] == {
+        "check": "pluggy version", "status": "fail",
+        "detail": f"rlhf-plugin-floor needs pluggy>=99.1, but pluggy {metadata.version('pluggy')} is installed",
+        "fix": "pip install 'pluggy>=99.1'"}
+    assert "packaging version" not in by_check(report) and "pyyaml version" not in by_check(report)
 
 
 @pytest.mark.slow

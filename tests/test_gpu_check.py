@@ -21,9 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 
-def gpu_check(*args: str, python: Path | None = None) -> subprocess.CompletedProcess[str]:
+def gpu_check(*args: str, python: Path | None = None, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in child_env().items() if not k.startswith(("RLHF_", "PYTHON", "VIRTUAL_ENV"))}
-    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", **({"PYTHON": str(python)} if python else {}))
+    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", **({"PYTHON": str(python)} if python else {}),
+               **({"TMPDIR": str(tmpdir)} if tmpdir else {}))
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -36,13 +37,16 @@ def test_the_install_step_installs_from_a_wheelhouse_without_an_index(tmp_path: 
     venv = venv_sharing_this_environment(tmp_path)
     site, results = tmp_path / "site", tmp_path / "out" / "results.txt"
 
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     done = gpu_check("--wheelhouse", str(wheelhouse), "--install-only", "--site", str(site), "--results", str(results),
-                     python=venv / "bin" / "python")
+                     python=venv / "bin" / "python", tmpdir=scratch)
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = results.read_text()
     assert "skipped torch-2.99.0" in text and "installed 2 files" in text, text
     assert re.search(rf"rlhf \d+\.\d+\.\d+ from {re.escape(str(site))}/rlhf/__init__.py", text), text
+    assert not list(scratch.glob("rlhf-gpu-check.*")), "the check left its scratch folder behind"
     env = {**child_env(), "PYTHONPATH": str(site), "PIP_NO_INDEX": "1"}
     listed = subprocess.run([str(site / "bin" / "rlhf"), "plugins", "--json"], capture_output=True, text=True, env=env,
                             timeout=120)  # the console script the install wrote, on the venv's interpreter
@@ -52,6 +56,47 @@ def test_the_install_step_installs_from_a_wheelhouse_without_an_index(tmp_path: 
     imported = subprocess.run([str(venv / "bin" / "python"), "-c", "import rlhf_plugin_grpo; print(rlhf_plugin_grpo.__file__)"],
                               capture_output=True, text=True, env=env, timeout=120)
     assert imported.stdout.startswith(str(site)), imported.stdout + imported.stderr
+
+
+def write_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    """A minimal valid pure-Python wheel: one module and its dist-info."""
+    import zipfile
+
+    dist_info = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": "",
+             f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                      + "".join(f"Requires-Dist: {r}\n" for r in requires),
+             f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{dist_info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{dist_info}/RECORD"])
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as wheel:
+        for path, text in files.items():
+            wheel.writestr(path, text)
+
+
+def test_an_unmet_requirement_of_any_brought_library_is_named_and_no_scratch_is_left(tmp_path: Path) -> None:
+    """A library in the wheelhouse that needs what neither the folder nor the host has (fastapi 0.165 and
+    opentelemetry-api) is named by the install step, not only rlhf's own; the check's scratch folder goes with it."""
+    wheelhouse, scratch = tmp_path / "wheelhouse", tmp_path / "tmp"
+    wheelhouse.mkdir(), scratch.mkdir()
+    write_wheel(wheelhouse, "rlhf_core", "0.0.1")
+    write_wheel(wheelhouse, "web_lib", "1.0", ("telemetry-lib-not-here>=1.4",))
+    results = tmp_path / "results.txt"
+    gpu_check("--wheelhouse", str(wheelhouse), "--install-only", "--site", str(tmp_path / "site"), "--results",
+              str(results), python=Path(sys.executable), tmpdir=scratch)
+    text = results.read_text()
+    assert "installed 2 files" in text, text
+    assert re.search(r"web.lib 1\.0 requires telemetry-lib-not-here", text, re.IGNORECASE), text
+    assert list(scratch.iterdir()) == []
+
+
+def test_the_wheelhouse_brings_what_fastapi_imports_at_start_up() -> None:
+    """fastapi 0.165 imports opentelemetry (its telemetry middleware) and annotated_doc; the H100 image had neither,
+    so the reward server and the OpenAI agent server could not start from a wheelhouse."""
+    from packaging.requirements import Requirement
+
+    lines = (line.split("#")[0].strip() for line in (ROOT / "scripts" / "gpu_wheelhouse.txt").read_text().splitlines())
+    listed = {Requirement(line).name for line in lines if line}
+    assert {"fastapi", "uvicorn", "starlette", "opentelemetry-api", "annotated-doc"} <= listed
 
 
 def test_a_folder_without_rlhf_wheels_is_one_error_line(tmp_path: Path) -> None:

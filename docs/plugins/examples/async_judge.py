@@ -11,7 +11,7 @@ import asyncio
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs
 
 
 async def judge(response: str, label: str) -> float:

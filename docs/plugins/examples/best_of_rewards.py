@@ -7,7 +7,7 @@ Load it with ``--plugins docs/plugins/examples/best_of_rewards.py --reward.manag
 import rlhf
 from rlhf.components import RewardResult
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs
 
 
 class BestOf:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs
 
 
 class CurriculumOptions(BaseModel):

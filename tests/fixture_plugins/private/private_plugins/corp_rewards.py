@@ -2,7 +2,7 @@
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs
 
 
 @rlhf.hookimpl

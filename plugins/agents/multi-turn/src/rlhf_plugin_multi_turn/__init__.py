@@ -20,7 +20,7 @@ stage applies ``--reward.on_error`` (``raise``: an error naming the agent file; 
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

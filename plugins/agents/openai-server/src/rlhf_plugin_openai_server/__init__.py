@@ -18,7 +18,7 @@ its session, an agent that raises, returns no ``reward`` or runs past
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 class OpenAIServerAgent:

@@ -17,7 +17,7 @@ registers the command lazily; nothing heavy is imported here.
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

@@ -11,7 +11,7 @@ Beyond OpenRLHF: ``--dapo.drop_zero_variance`` also drops groups whose scores ar
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 DAPO_PRESET = {
     "algo.advantage.estimator": "group_norm",

@@ -7,7 +7,7 @@ no whitening. Only the advantage changes: aggregation stays ``--actor.loss_agg_m
 import rlhf
 from rlhf.estimators import GroupMeanBaselineEstimator
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 class DrGRPO(GroupMeanBaselineEstimator):

@@ -7,7 +7,7 @@ import rlhf
 from rlhf.estimators import ReturnToGoEstimator
 from rlhf.ops import as_float
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 class FlashReinforce(ReturnToGoEstimator):

@@ -6,7 +6,7 @@ default) and the ``ppo`` clipped policy loss (``--actor.policy_loss_type ppo``).
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

@@ -12,7 +12,7 @@ from typing import ClassVar
 import rlhf
 from rlhf.estimators import GroupMeanBaselineEstimator, ReturnToGoEstimator
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 class Reinforce(ReturnToGoEstimator):

@@ -9,7 +9,7 @@ whose ``config.json`` carries the ``mean``/``std`` of its rewards for
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

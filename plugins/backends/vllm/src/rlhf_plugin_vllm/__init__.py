@@ -8,7 +8,7 @@ engines colocated on their GPUs, ``--train.colocate_all``).
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

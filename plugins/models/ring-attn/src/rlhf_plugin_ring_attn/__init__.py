@@ -13,7 +13,7 @@ naming the flag. ``pip install rlhf-plugin-ring-attn[gpu]`` brings ring-flash-at
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

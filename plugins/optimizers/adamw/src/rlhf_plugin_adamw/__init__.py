@@ -8,7 +8,7 @@ linear warmup over ``ceil(lr_warmup_ratio · steps)`` steps, then cosine decay t
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

@@ -9,7 +9,7 @@ ZeRO-1/2/3; ZeRO-3 gets ``reduce_scatter: false`` (DeepSpeed refuses Muon with r
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

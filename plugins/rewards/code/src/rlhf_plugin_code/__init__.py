@@ -13,7 +13,7 @@ Options: ``--code.wall_s``, ``--code.cpu_s``, ``--code.memory_mb``, ``--code.out
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

@@ -10,7 +10,7 @@ ProRL stop-properly (``--reward.stop_properly_penalty_coef c``), for truncated r
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 class OverlongPenalty:

@@ -19,7 +19,7 @@ raised by ``reward_func`` under ``--reward.on_error raise`` (the default).
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

@@ -20,7 +20,7 @@ import math
 import rlhf
 from rlhf.errors import ConfigError
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 #: the folder under --ckpt.path
 BEST_DIR = "best"

@@ -3,7 +3,7 @@ plugin with its compatibility, the code sandbox, a Ray cluster, and the known br
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl

@@ -25,7 +25,7 @@ def report(host: Any, address: str | None) -> dict[str, Any]:
     cuda = _cuda()
     plugins = [{k: r.to_dict()[k] for k in ("name", "distribution", "version", "status", "reason", "api_version")}
                for r in host.records]
-    findings = [*_torch_build(cuda), *_companions(), *_vllm_pins(), *_plugins(plugins), _sandbox(),
+    findings = [*_torch_build(cuda), *_companions(), *_vllm_pins(), *_floors(), *_plugins(plugins), _sandbox(),
                 _ray(address or os.environ.get("RAY_ADDRESS"))]
     return {"versions": versions, "plugin_api": rlhf.PLUGIN_API_VERSION, "cuda": cuda, "plugins": plugins,
             "findings": findings, "healthy": not any(f["status"] == "fail" for f in findings)}
@@ -88,6 +88,35 @@ def _vllm_pins() -> list[dict[str, str]]:
                             f"but torch {torch_version} is installed",
                             f"pip install 'torch{requirement.specifier}' (or the {name} release built for torch {torch_version})")]
     return [finding("vllm", "ok", f"{name} {_version(name)} matches torch {torch_version}")]
+
+
+def _floors() -> list[dict[str, str]]:
+    """rlhf's distributions declare the oldest release of each library they are known to work with, and no cap: pip
+    keeps an image's own torch, so an older one installed first is met here, not at install time."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    found, checked = [], set()
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if not name.startswith("rlhf") or name in checked:
+            continue
+        checked.add(name)
+        for line in dist.requires or []:
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue  # an extra's, or another platform's
+            installed = _version(requirement.name)
+            if installed is None or requirement.specifier.contains(installed.split("+")[0], prereleases=True):
+                continue  # a missing library is the plugin's own import error (rlhf plugins names it)
+            found.append(finding(f"{requirement.name} version", "fail",
+                                 f"{name} needs {requirement.name}{requirement.specifier}, but {requirement.name} "
+                                 f"{installed} is installed", f"pip install '{requirement.name}{requirement.specifier}'"))
+    unique = {f["detail"]: f for f in found}
+    return list(unique.values()) or [finding("library versions", "ok", f"every requirement of {len(checked)} rlhf "
+                                              "distributions is met")]
 
 
 def _plugins(plugins: list[dict[str, Any]]) -> list[dict[str, str]]:

@@ -6,7 +6,7 @@ Takes OpenRLHF ``lora_combiner``'s flags as they are (``--model_path --lora_path
 
 import rlhf
 
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
 
 @rlhf.hookimpl
