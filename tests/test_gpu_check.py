@@ -117,7 +117,7 @@ def test_a_site_folder_it_did_not_make_is_left_alone(tmp_path: Path) -> None:
     assert (site / "precious.txt").read_text() == "keep"
 
 
-@pytest.mark.parametrize("script", ["gpu_check.sh", "make_wheelhouse.sh"])
+@pytest.mark.parametrize("script", ["gpu_check.sh", "make_wheelhouse.sh", "check_floors.sh"])
 def test_the_scripts_parse_and_refuse_an_unknown_option(script: str) -> None:
     path = ROOT / "scripts" / script
     assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0

@@ -243,7 +243,8 @@ def test_an_unsupported_sampling_param_fails_the_episode_naming_it(engine, tiny_
 
 def test_sampling_params_objects_count_only_fields_changed_from_their_defaults() -> None:
     from rlhf_agents.executors import UnsupportedSampling, turn_sampling
-    from vllm import SamplingParams
+
+    SamplingParams = pytest.importorskip("vllm").SamplingParams  # vLLM is an extra (rlhf-core[cpu] or [gpu])
 
     assert turn_sampling(SamplingParams(max_tokens=3, temperature=0.5, seed=1), "x") == \
         {"max_tokens": 3, "temperature": 0.5, "top_p": 1.0}
