@@ -38,6 +38,7 @@ def test_the_trained_and_frozen_models_use_the_chosen_experts_implementation(tin
     assert default.config._experts_implementation != "batched_mm"
 
 
+@pytest.mark.slow
 def test_local_rank_sets_the_device_index_when_the_launcher_did_not() -> None:
     import os
     import subprocess

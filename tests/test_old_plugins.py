@@ -47,6 +47,7 @@ def test_the_fixtures_are_the_templates_of_api_1_and_2_with_their_cap() -> None:
         assert f'dependencies = ["{CAP.replace("<0.2,>=0.1", ">=0.1,<0.2")}"]' in (package / "pyproject.toml").read_text()
 
 
+@pytest.mark.slow
 def test_old_plugins_load_with_one_warning_line_each(old_site: Path) -> None:
     result = assert_ok(run_rlhf("plugins", "--json", env=on_path(old_site)))
     records = {r["name"]: r for r in json.loads(result.stdout)}

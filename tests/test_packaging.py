@@ -39,6 +39,7 @@ def test_there_are_first_party_plugins_of_several_kinds() -> None:
     assert {p.parent.name for p in PLUGIN_DIRS} >= {"algorithms", "optimizers"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plugin_dir", PLUGIN_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_plugin_builds_a_wheel_with_its_entry_point(plugin_dir: Path, first_party_wheels: Path) -> None:
     library = plugin_dir in LIBRARY_DIRS
@@ -80,6 +81,7 @@ def test_the_core_minor_version_is_the_plugin_api_version() -> None:
     assert _project(ROOT / "core")["version"] == rlhf.__version__
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("directory", DISTRIBUTION_DIRS, ids=lambda p: str(p.relative_to(ROOT)) or "rlhf")
 def test_every_wheel_carries_what_an_index_page_shows(directory: Path, first_party_wheels: Path) -> None:
     """A README as the long description (naming the distribution), a licence, project URLs and classifiers."""
@@ -99,6 +101,7 @@ def test_every_wheel_carries_what_an_index_page_shows(directory: Path, first_par
         assert any(r.startswith("rlhf-core") and f">=0.{API}" in r for r in metadata.get_all("Requires-Dist")), name
 
 
+@pytest.mark.slow
 def test_every_distribution_builds_an_sdist_with_its_readme(tmp_path: Path, source_tree_lock) -> None:
     """One process builds them all (setuptools' PEP 517 hook), as `python -m build --sdist` would."""
     script = ("import os, sys\nfrom setuptools import build_meta\nout, dirs = sys.argv[1], sys.argv[2:]\n"

@@ -69,6 +69,7 @@ def _grpo(tiny_causal_lm_path: Path, task_files: dict[str, Path], tmp_path: Path
             "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.kl.init_coef", "0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--ds.zero_stage", "3"], ["--train.backend", "fsdp2"]], ids=["zero3", "fsdp2"])
 def test_a_run_that_needs_two_gpus_on_one_ends_at_once_naming_the_flag_that_fits(
         flags, one_gpu_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
@@ -91,6 +92,7 @@ def test_the_named_flags_colocate_the_engine_on_the_one_gpu_and_trains(one_gpu_c
     assert [m["step"] for m in read_metrics(tmp_path / "out")] == [1]
 
 
+@pytest.mark.slow
 def test_a_placement_group_not_placed_in_time_ends_with_one_line_naming_it(one_gpu_cluster, task_files,
                                                                            tiny_causal_lm_path, tmp_path) -> None:
     """The run fits the cluster (one rank, the engine in it), but another job holds the GPU."""
@@ -108,6 +110,7 @@ def test_a_placement_group_not_placed_in_time_ends_with_one_line_naming_it(one_g
     assert elapsed < 30, f"the run took {elapsed:.0f} s to give up"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--vllm.sync_backend", "nccl"], ["--ds.load_in_4bit", "--ds.lora.rank", "4"]],
                          ids=["nccl", "4-bit"])
 def test_a_driver_without_cuda_leaves_the_gpu_choices_to_the_cluster_it_joins(flags, one_gpu_cluster, task_files,

@@ -42,6 +42,7 @@ def with_site(site: Path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
 
 
+@pytest.mark.slow
 def test_generated_packages_pass_their_own_tests(new_plugins: dict[str, Path]) -> None:
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *map(str, sorted(new_plugins["src"].glob("*/tests")))],
                             capture_output=True, text=True, timeout=600, cwd=new_plugins["root"],
@@ -50,6 +51,7 @@ def test_generated_packages_pass_their_own_tests(new_plugins: dict[str, Path]) -
     assert " passed" in result.stdout and "failed" not in result.stdout and "skipped" not in result.stdout
 
 
+@pytest.mark.slow
 def test_generated_packages_name_the_lowest_core_they_need_and_no_upper_cap(new_plugins: dict[str, Path]) -> None:
     import tomllib
     from packaging.requirements import Requirement
@@ -63,6 +65,7 @@ def test_generated_packages_name_the_lowest_core_they_need_and_no_upper_cap(new_
         assert f"rlhf_plugin_api = {rlhf.PLUGIN_API_VERSION}  #" in init  # the number, not whatever core runs it
 
 
+@pytest.mark.slow
 def test_rlhf_plugins_lists_every_generated_plugin(new_plugins: dict[str, Path]) -> None:
     records = json.loads(assert_ok(run_rlhf("plugins", "--json", env=with_site(new_plugins["site"]))).stdout)
     by_name = {record["name"]: record for record in records}
@@ -75,6 +78,7 @@ def test_rlhf_plugins_lists_every_generated_plugin(new_plugins: dict[str, Path])
             assert {"rlhf_train_start", "rlhf_step_end"} <= set(record["hooks"])
 
 
+@pytest.mark.slow
 def test_generated_trainer_and_command_run_from_the_cli(new_plugins: dict[str, Path], tmp_path: Path) -> None:
     env = with_site(new_plugins["site"])
     out = assert_ok(run_rlhf("demo_command", "--who", "tests", env=env)).stdout
@@ -122,6 +126,7 @@ def test_one_tiny_ppo_run_selects_every_generated_rl_component(new_plugins: dict
     assert [entry["step"] for entry in logged] == [1, 2]
 
 
+@pytest.mark.slow
 def test_into_adds_components_of_other_kinds_to_one_package(tmp_path: Path) -> None:
     """One package, three kinds: each component gets its module, its kit test and its registration; the kits
     pass, `rlhf plugins` lists all of them, and `--kind` finds the package under every kind it registers."""

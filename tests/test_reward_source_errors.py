@@ -177,6 +177,7 @@ def post_slowly(url: str, body: bytes, seconds: float) -> tuple[int, dict[str, s
     return int(status_line.split()[1]), headers, payload
 
 
+@pytest.mark.slow
 def test_a_fifty_mib_body_sent_slowly_gets_the_413_not_a_reset(server_url: str) -> None:
     """The server knows the answer from the headers while the client has ~6 s of body left to send (longer than
     uvicorn's keep-alive wait): the client still gets the whole 413, then the server closes the connection."""

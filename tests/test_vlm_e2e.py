@@ -62,7 +62,8 @@ def test_colour_task_reads_the_image_through_the_hf_engine(blank, ray_cluster, t
 def test_colour_task_reads_the_image_through_vllm_with_an_idefics3_model(ray_cluster, tiny_idefics3_path, tmp_path) -> None:
     task = colour_squares_task(tmp_path / "task")
     held_out = colour_squares_task(tmp_path / "held-out", seed=1)
-    assert main(["train", "ppo", *vlm_flags(tiny_idefics3_path, task, held_out, tmp_path, episodes=16), "--vllm.num_engines", "1"]) == 0
+    flags = vlm_flags(tiny_idefics3_path, task, held_out, tmp_path, episodes=8, eval_steps=24)
+    assert main(["train", "ppo", *flags, "--vllm.num_engines", "1"]) == 0
     evaluations = held_out_rewards(tmp_path)
     assert evaluations[-1] >= task["blind_level"] + 0.4, evaluations
 

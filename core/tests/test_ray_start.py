@@ -29,6 +29,7 @@ print("imported", AutoTokenizer.__name__)
 """
 
 
+@pytest.mark.slow
 def test_the_tokenizer_import_after_start_ray_never_meets_a_half_imported_transformers() -> None:
     for delay in (0.2, 0.5):
         done = subprocess.run([sys.executable, "-c", STARTUP.format(delay=delay)], capture_output=True, text=True, timeout=300)
@@ -46,6 +47,7 @@ ray.shutdown()
 """
 
 
+@pytest.mark.slow
 def test_a_local_clusters_workers_run_at_normal_priority_unless_the_user_says_otherwise() -> None:
     """Ray's own default would start them at niceness 15, behind every other process on the machine."""
     for given, expected in ((None, 0), ("7", 7)):
@@ -70,6 +72,7 @@ stop_ray()
 """
 
 
+@pytest.mark.slow
 def test_a_cluster_recorded_by_an_earlier_ray_start_is_not_joined_by_accident(tmp_path: Path) -> None:
     """A bare ray.init() joins the cluster in Ray's ray_current_cluster file (here a dead one), and then refuses the
     num_cpus rlhf gives a cluster it starts: a run starts its own and says so in one line."""
@@ -147,6 +150,7 @@ def driver(tmp_path: Path) -> Iterator[Callable[[str], tuple[subprocess.Popen, s
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_nothing_of_a_local_cluster_outlives_its_driver_killed_with_sigkill(driver) -> None:
     """Ray's DashboardAgent and RuntimeEnvAgent lived 60-80 s after their driver's SIGKILL (reporting the
     raylet's death to a GCS that is gone too); the run's watchdog ends them at once."""
@@ -160,6 +164,7 @@ def test_nothing_of_a_local_cluster_outlives_its_driver_killed_with_sigkill(driv
     assert left == []
 
 
+@pytest.mark.slow
 def test_stop_ray_leaves_nothing_of_the_local_cluster(driver) -> None:
     process, session = driver("stop")
     assert process.stdout.readline().strip() == "stopped"

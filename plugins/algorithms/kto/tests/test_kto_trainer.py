@@ -134,6 +134,7 @@ def rlhf(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return run_rlhf("train", "kto", *args, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_cli_bad_row_exits_2_naming_the_row(tmp_path, tiny_causal_lm_path):
     data = rows(8)
     del data[5]["label"]

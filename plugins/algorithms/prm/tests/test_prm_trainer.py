@@ -155,6 +155,7 @@ def base_flags(model: Path, data: Path, tmp_path: Path) -> list[str]:
             "--ckpt.path", str(tmp_path / "ckpt"), "--model.placeholder_token", STEP, "--model.reward_tokens", "+", "-"]
 
 
+@pytest.mark.slow
 def test_cli_label_count_mismatch_exits_2_naming_the_row(tmp_path, tiny_causal_lm_path):
     data = rows(8)
     data[6]["label"] = data[6]["label"][:-1]

@@ -120,6 +120,7 @@ def test_lora_sft_saves_an_adapter_that_merges_exactly(tmp_path, tiny_causal_lm_
     assert (adapted - base_logits).abs().max() > 1e-3  # the adapter learned something
 
 
+@pytest.mark.slow
 def test_missing_output_key_names_file_row_and_flag(tmp_path, tiny_causal_lm_path) -> None:
     data = tmp_path / "bad.jsonl"
     data.write_text(json.dumps({"input": "a", "output": "b"}) + "\n" + json.dumps({"input": "c", "answer": "d"}) + "\n")

@@ -87,6 +87,7 @@ def test_tensor_parallel_sft_trains_as_one_rank(tmp_path: Path, tiny_causal_lm_p
         assert (gathered[name] - tensor).abs().max() < 1e-5, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", [0, 1])
 def test_one_rank_at_zero0_skips_the_gradient_allreduce_and_trains_bit_identically(stage: int, tiny_causal_lm_path: Path) -> None:
     """At one data-parallel rank DeepSpeed's all-reduce divides by 1: off at stage 0, the weights after 3 optimizer

@@ -85,6 +85,7 @@ def _close(got: dict, expected: dict) -> None:
         torch.testing.assert_close(got[name], expected[name], rtol=RTOL, atol=ATOL, msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fixed", "dynamic"])
 def test_each_step_matches_plain_torch_on_the_mean_loss_of_all_micro_batches(out, model_dir, kind) -> None:
     reference = ranks.reference(model_dir, kind, 2)

@@ -35,6 +35,7 @@ def test_patched_model_gives_the_same_logits(tiny_causal_lm_path: Path) -> None:
         torch.testing.assert_close(patched(ids).logits, plain(ids).logits, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-machine error")
 def test_sft_with_liger_on_cpu_exits_2_naming_the_flag(tmp_path: Path, tiny_causal_lm_path: Path) -> None:
     from rlhf.testing.cli import run_rlhf

@@ -44,6 +44,7 @@ def test_serves_a_registered_reward_function(served) -> None:
     assert bad.status_code == 422
 
 
+@pytest.mark.slow
 def test_serves_a_reward_model(served, tiny_reward_model_path) -> None:
     base = served("--model", str(tiny_reward_model_path))
     answer = httpx.post(f"{base}/get_reward", json={"query": ["hello world", "what is 1+1"]}).json()
