@@ -72,6 +72,8 @@ SYSTEMS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "raw-vllm": ("raw-vllm", "vllm", ()),
     "raw-hf": ("raw-hf", "hf", ()),
 }
+#: the phases of a step that a system's lines may time (grpo_workloads.py), in the table's order
+PHASES = ("generation", "train", "sync")
 DEFAULT_SYSTEMS = ("rlhf-vllm", "rlhf-vllm-inproc", "rlhf-hf", "trl", "raw-vllm", "raw-hf")
 DEFAULT_GPU_SYSTEMS = ("rlhf-hf", "trl", "raw-hf")  # vLLM is often absent from a GPU image; name its rows to add them
 #: --model_shape -> the LlamaConfig sizes of the random model (``demo``: the demo's own ~0.4 M-parameter Llama)
@@ -98,12 +100,16 @@ class Run:
     gpu_alloc: int = 0  # bytes, torch.cuda.max_memory_allocated() of the system's own process, 0 where unknown
 
 
-def prepare(work: Path, max_positions: int, warm_start: bool, shape: str = "demo") -> Path:
+def prepare(work: Path, max_positions: int, warm_start: bool, shape: str = "demo", full_length: bool = False) -> Path:
     """The model every system starts from: the demo's tokenizer and Llama (supervised until 30 % greedy accuracy
-    when ``warm_start``), or a random Llama of another ``shape`` (SHAPES) with the same tokenizer."""
+    when ``warm_start``), or a random Llama of another ``shape`` (SHAPES) with the same tokenizer.
+
+    ``full_length``: a random model that never emits EOS (:func:`never_ends`), so that every system's responses run
+    to the token limit and the systems compare on the same work."""
     from rlhf_plugin_demo import task
 
-    model_dir = work / (f"model-{max_positions}" if shape == "demo" else f"model-{shape}-{max_positions}")
+    name = f"model-{max_positions}" if shape == "demo" else f"model-{shape}-{max_positions}"
+    model_dir = work / (f"{name}-full" if full_length else name)
     if (model_dir / "config.json").exists():
         return model_dir
     tokenizer = task.build_tokenizer(model_dir)
@@ -112,8 +118,30 @@ def prepare(work: Path, max_positions: int, warm_start: bool, shape: str = "demo
     if warm_start:
         train_pairs, held_out = task.split_problems(0)
         task.supervised_warm_start(model, tokenizer, train_pairs, held_out, target=0.3, seed=0, max_seconds=60)
+    if full_length:
+        never_ends(model, tokenizer)
     model.save_pretrained(model_dir)
     return model_dir
+
+
+def never_ends(model: Any, tokenizer: Any) -> None:
+    """Unties the output layer and points the EOS (and pad) row against the direction the final hidden states share,
+    so that EOS's logit sits far below every other (e^-30 or less at temperature 1) while the other tokens keep the
+    random model's distribution. The same weights in every engine and trainer: no system's sampler needs a setting
+    to suppress EOS (HF's ``min_new_tokens``, vLLM's ``ignore_eos`` and TRL's ``generation_kwargs`` differ)."""
+    import torch
+
+    ids = torch.randint(0, len(tokenizer), (8, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        hidden = model.model(input_ids=ids).last_hidden_state.reshape(-1, model.config.hidden_size)
+    shared = hidden.mean(0)
+    floor = (hidden @ shared).min() / shared.norm()  # every state's projection on the shared direction is at least this
+    if floor <= 0:
+        raise SystemExit("grpo_step.py: the random model's final hidden states share no direction; try another seed")
+    model.config.tie_word_embeddings = False
+    head = model.get_input_embeddings().weight.detach().clone()
+    head[[tokenizer.eos_token_id, tokenizer.pad_token_id]] = -shared / shared.norm() * (60.0 / floor)
+    model.lm_head.weight = torch.nn.Parameter(head)
 
 
 def shaped_model(tokenizer: Any, sizes: dict[str, int], max_positions: int) -> Any:
@@ -174,7 +202,7 @@ def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: i
         step_times = [line["generation"] + line["train"] for line in lines[1:]]
     else:
         step_times = [b - a for a, b in zip(stamps, stamps[1:])]
-    phases = {key: statistics.median(line[key] for line in lines[1:]) for key in ("generation", "train", "sync")
+    phases = {key: statistics.median(line[key] for line in lines[1:]) for key in PHASES
               if len(lines) > 1 and key in lines[0]}
     lengths = [line["response_length"] for line in lines if "response_length" in line]
     steady = stamps[1 + warmup:]  # the CPU of the steps the wall-clock median covers
@@ -242,7 +270,7 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str, device:
     out = Table(title=title)
     gpu_columns = ("GPU MiB", "alloc MiB") if device == "cuda" else ()
     for column in ("system", "s/step median", "CPU-s/step", "peak MiB", *gpu_columns, "load", "samples/s", "start-up s",
-                   "resp. tokens", "phases (median s)", "vs TRL", "vs raw floor", "CPU vs raw"):
+                   "resp. tokens", *(f"{phase} s" for phase in PHASES), "vs TRL", "vs raw floor", "CPU vs raw"):
         out.add_column(column)
     trl = median("trl")
     for system, system_runs in runs.items():
@@ -251,20 +279,35 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str, device:
         engine = SYSTEMS[system][1]
         floor = floor_of(engine) if system.startswith("rlhf") else None
         raw_cpu = cpu_of(f"raw-{engine}") if system.startswith("rlhf") and f"raw-{engine}" in runs else None
-        phases = " ".join(f"{k[:3]} {statistics.median(r.phases[k] for r in system_runs):.3f}" for k in system_runs[0].phases)
+        phases = [f"{statistics.median(r.phases[k] for r in system_runs):.3f}" if k in system_runs[0].phases else "-"
+                  for k in PHASES]
         loads = "/".join(f"{r.load:.1f}{'' if r.quiet else '!'}" for r in system_runs)
         out.add_row(system, f"{mid:.3f}", f"{cpu_of(system):.3f}", f"{max(r.peak_rss for r in system_runs) / 2**20:.0f}",
                     *gpu_of(system_runs), loads, f"{samples_per_step / mid:.0f}", f"{statistics.median(r.startup for r in system_runs):.1f}",
-                    f"{statistics.mean(r.response_length for r in system_runs):.1f}", phases,
+                    f"{statistics.mean(r.response_length for r in system_runs):.1f}", *phases,
                     f"{trl / mid:.2f}x" if trl else "", f"{100 * (mid / floor - 1):+.0f} %" if floor else "",
                     f"{100 * (cpu_of(system) / raw_cpu - 1):+.0f} %" if raw_cpu else "")
     Console(width=220).print(out)
     print("vs TRL: samples/s relative to TRL's (2.00x = twice as fast); vs raw floor: step time above the same "
           "engine's raw generate plus the fastest plain-torch update of the same batch; CPU vs raw: CPU-seconds per "
           "step of the whole process tree above the same engine's raw floor; load: 1-minute load average per run "
-          "(! = never under --quiet_load)" + ("; GPU MiB: the GPU's memory.used at its peak above the run's start "
+          "(! = never under --quiet_load); resp. tokens: mean response length (the systems must agree within "
+          "--length_tolerance); generation/train/sync s: median seconds per step of each phase (TRL's train: its step "
+          "less its generation and scoring; the floor has no sync)" + ("; GPU MiB: the GPU's memory.used at its peak above the run's start "
           "(nvidia-smi, every process of the run); alloc MiB: torch.cuda.max_memory_allocated() in the system's own "
           "process (- where the model lives in another process)" if device == "cuda" else ""))
+
+
+def length_mismatch(runs: dict[str, list[Run]], tolerance: float) -> str | None:
+    """Where the systems' mean response lengths differ by more than ``tolerance`` (0.10: 10 %), what differs: a
+    step time is only comparable on the same number of tokens."""
+    lengths = {system: statistics.mean(r.response_length for r in system_runs) for system, system_runs in runs.items()}
+    shortest, longest = min(lengths.values()), max(lengths.values())
+    if longest <= shortest * (1 + tolerance):
+        return None
+    listed = ", ".join(f"{system} {length:.1f}" for system, length in lengths.items())
+    return (f"the systems' mean response lengths differ by more than {100 * tolerance:.0f} % ({listed} tokens), so "
+            "their step times are not comparable; run them on responses that reach the limit (--responses full)")
 
 
 def main() -> None:
@@ -284,6 +327,11 @@ def main() -> None:
     parser.add_argument("--grid", action="store_true", help="prompts/step 8/32/128 x new tokens 8/32/128, 1 repeat")
     parser.add_argument("--grid_prompts", default="8,32,128", help="--grid's prompts/step values (comma-separated)")
     parser.add_argument("--grid_tokens", default="8,32,128", help="--grid's new-token values (comma-separated)")
+    parser.add_argument("--responses", choices=("early", "full"), help="early: the demo's model, whose responses stop "
+                        "early (the table's default: 6-20 tokens); full: a random model that never emits EOS, so every "
+                        "response runs to --new_tokens (--smoke's default); --grid runs both grids unless this is given")
+    parser.add_argument("--length_tolerance", type=float, default=0.10, help="the run fails where the systems' "
+                        "mean response lengths differ by more than this fraction (default 0.10)")
     parser.add_argument("--smoke", action="store_true", help="2 steps of each system, 1 repeat (CI)")
     parser.add_argument("--rlhf_flags", default="", help="extra `rlhf train ppo` flags for the rlhf systems "
                         "(one string, split like a shell), e.g. '--vllm.sync_backend gloo' for an A/B")
@@ -306,27 +354,39 @@ def main() -> None:
     quiet = (args.quiet_load, args.quiet_wait)
     flags = tuple(shlex.split(args.rlhf_flags))
     on = f" on {device_name()}, bf16, the {shape} model" if cuda else ""
+    mismatches = []
     with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
         work = args.work or Path(tmp)
         if not args.grid:  # only the demo's model is warm-started; a random one's responses run to the token budget
-            model = prepare(work, 512 if cuda else 64, warm_start=shape == "demo" and not (args.smoke or cuda), shape=shape)
+            full = (args.responses or ("full" if args.smoke else "early")) == "full"
+            positions = 512 if cuda else max(64, min(256, args.new_tokens + 16))
+            model = prepare(work, positions, warm_start=shape == "demo" and not (args.smoke or cuda or full), shape=shape,
+                            full_length=full)
             sizes = {"prompts": args.prompts, "samples": args.samples, "new_tokens": args.new_tokens, "steps": args.steps}
             runs = measure(work, model, systems, args.repeats, args.warmup, quiet, flags, args.device, **sizes)
             table(runs, args.prompts * args.samples, f"GRPO step{on}, {args.prompts} prompts x {args.samples} samples, "
-                  f"{args.new_tokens} new tokens ({args.repeats} repeats x {args.steps} steps, first {args.warmup + 1} "
-                  "left out)", args.device)
-            save([shape_record(runs, **sizes)], device_name() if cuda else cpu_machine(), args.results, args.chart)
-            return
-        model = prepare(work, 512 if cuda else 256, warm_start=False, shape=shape)  # random weights: to the token budget
-        shapes = []
-        for prompts in map(int, args.grid_prompts.split(",")):
-            for new_tokens in map(int, args.grid_tokens.split(",")):
-                sizes = {"prompts": prompts, "samples": args.samples, "new_tokens": new_tokens, "steps": 5}
-                runs = measure(work, model, systems, 1, 1, quiet, flags, args.device, **sizes)
-                table(runs, prompts * args.samples, f"grid{on}: {prompts} prompts x {args.samples} samples, "
-                      f"{new_tokens} new tokens", args.device)
-                shapes.append(shape_record(runs, **sizes))
+                  f"{args.new_tokens} new tokens, responses {'to the limit' if full else 'stopping early'} "
+                  f"({args.repeats} repeats x {args.steps} steps, first {args.warmup + 1} left out)", args.device)
+            mismatches.append(length_mismatch(runs, args.length_tolerance))
+            shapes = [shape_record(runs, responses="full" if full else "early", **sizes)]
+        else:
+            shapes = []
+            for responses in [args.responses] if args.responses else ["early", "full"]:
+                # random weights: the early grid's responses stop after 6-20 tokens, the full grid's never do
+                model = prepare(work, 512 if cuda else 256, warm_start=False, shape=shape, full_length=responses == "full")
+                for prompts in map(int, args.grid_prompts.split(",")):
+                    for new_tokens in map(int, args.grid_tokens.split(",")):
+                        sizes = {"prompts": prompts, "samples": args.samples, "new_tokens": new_tokens, "steps": 5}
+                        runs = measure(work, model, systems, 1, 1, quiet, flags, args.device, **sizes)
+                        table(runs, prompts * args.samples, f"grid{on}, responses {responses}: {prompts} prompts x "
+                              f"{args.samples} samples, {new_tokens} new tokens", args.device)
+                        shapes.append(shape_record(runs, responses=responses, **sizes))
+                        mismatches.append(length_mismatch(runs, args.length_tolerance))
         save(shapes, device_name() if cuda else cpu_machine(), args.results, args.chart)
+    for mismatch in filter(None, mismatches):
+        print(f"grpo_step.py: error: {mismatch}", file=sys.stderr)
+    if any(mismatches):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

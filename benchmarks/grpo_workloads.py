@@ -102,12 +102,29 @@ def run_trl(spec: dict[str, Any]) -> None:
     data = load_dataset("json", data_files=spec["prompt_file"], split="train").rename_column("input", "prompt")
     data = data.select(range(spec["prompts"] * spec["steps"]))
 
-    def reward(prompts, completions, label, **kwargs):
+    step: dict[str, float] = {}  # what this step's generation took and produced, for its line
+
+    def reward(prompts, completions, label, completion_ids, **kwargs):
+        step["response_length"] = sum(map(len, completion_ids)) / len(completion_ids)
         return exact_match(completions, label)
 
+    class TimedGRPOTrainer(GRPOTrainer):
+        # the generation phase: TRL 1.16's rollout and scoring of a batch (the benchmark pins trl==1.16.0)
+        def _generate_and_score_completions(self, inputs):
+            started = time.perf_counter()
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                step["generation"] = step.get("generation", 0.0) + time.perf_counter() - started
+
     class StepTimes(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            step.clear()
+            step["begin"] = time.perf_counter()
+
         def on_step_end(self, args, state, control, **kwargs):
-            record(spec, **gpu_alloc(spec))
+            train = time.perf_counter() - step.pop("begin") - step.get("generation", 0.0)
+            record(spec, **step, train=train, **gpu_alloc(spec))
 
     samples = spec["prompts"] * spec["samples"]
     # on the GPU, rlhf's micro-batches (one optimizer step per rollout batch, accumulated); on CPU the whole batch at once
@@ -120,7 +137,7 @@ def run_trl(spec: dict[str, Any]) -> None:
         report_to="none", save_strategy="no", logging_steps=10**6, lr_scheduler_type="constant", seed=0,
         disable_tqdm=True, dataloader_num_workers=0,
     )
-    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(spec["model"]), reward_funcs=reward, args=config,
+    trainer = TimedGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(spec["model"]), reward_funcs=reward, args=config,
                           train_dataset=data, processing_class=AutoTokenizer.from_pretrained(spec["model"]),
                           callbacks=[StepTimes()])
     trainer.train()

@@ -41,12 +41,18 @@ def cpu_machine() -> str:
     return f"{os.cpu_count()}-core {model}"
 
 
-def shape_record(runs: dict[str, list[Any]], *, prompts: int, samples: int, new_tokens: int, **_: Any) -> dict:
-    """One shape's figures from grpo_step.py's ``measure`` (system -> its runs, each with ``steps`` and ``load``)."""
-    return {"prompts": prompts, "samples": samples, "new_tokens": new_tokens,
-            "systems": {system: {"s_per_step": round(statistics.median(t for run in system_runs for t in run.steps), 4),
-                                 "load": [round(run.load, 2) for run in system_runs]}
-                        for system, system_runs in runs.items()}}
+def shape_record(runs: dict[str, list[Any]], *, prompts: int, samples: int, new_tokens: int, responses: str = "early",
+                 **_: Any) -> dict:
+    """One shape's figures from grpo_step.py's ``measure`` (system -> its runs, each with ``steps``, ``load``,
+    ``response_length`` and ``phases``); ``responses``: ``early`` or ``full`` (to the token limit)."""
+    def system_record(system_runs: list[Any]) -> dict:
+        phases = {k: round(statistics.median(r.phases[k] for r in system_runs), 4) for k in system_runs[0].phases}
+        return {"s_per_step": round(statistics.median(t for run in system_runs for t in run.steps), 4),
+                "response_length": round(statistics.mean(r.response_length for r in system_runs), 1),
+                "phases": phases, "load": [round(run.load, 2) for run in system_runs]}
+
+    return {"prompts": prompts, "samples": samples, "new_tokens": new_tokens, "responses": responses,
+            "systems": {system: system_record(system_runs) for system, system_runs in runs.items()}}
 
 
 def save(shapes: list[dict], machine: str, results: Path | None, chart: Path | None) -> None:
@@ -73,29 +79,37 @@ def load_range(document: dict) -> str:
     return f"load {low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"load {low:.1f}-{high:.1f}"
 
 
+#: how the chart names the two kinds of shape (a results file from before they were told apart holds early ones)
+RESPONSES = {"early": "responses stop early (random model)", "full": "responses reach the token limit"}
+
+
 def draw(document: dict, out: Path) -> None:
-    """Seconds per step (log scale) against the shapes, one line per system; the title names the machine and load."""
+    """Seconds per step (log scale) against the shapes, one line per system, one panel per kind of response length
+    (:data:`RESPONSES`); the title names the machine and load."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shapes = document["shapes"]
-    names = [f"{s['prompts']}x{s['new_tokens']}" for s in shapes]
-    systems = list(dict.fromkeys(system for shape in shapes for system in shape["systems"]))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for system in systems:
-        points = [(i, shape["systems"][system]["s_per_step"]) for i, shape in enumerate(shapes)
-                  if system in shape["systems"]]
-        style = "--" if system.startswith("raw") else "-"  # the floors dashed, beneath the systems set against them
-        ax.plot(*zip(*points), style, marker="o", label=LABELS.get(system, system))
-    ax.set_xticks(range(len(shapes)), names)
-    ax.set_yscale("log")
-    ax.set_xlabel(f"prompts per step x new tokens ({shapes[0]['samples']} samples per prompt)")
-    ax.set_ylabel("seconds per GRPO step (median)")
-    ax.set_title(f"GRPO step time: {document['machine']}, {load_range(document)} ({document['date']})", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    kinds = list(dict.fromkeys(shape.get("responses", "early") for shape in document["shapes"]))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(8 * len(kinds), 4.5), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        shapes = [shape for shape in document["shapes"] if shape.get("responses", "early") == kind]
+        names = [f"{s['prompts']}x{s['new_tokens']}" for s in shapes]
+        systems = list(dict.fromkeys(system for shape in shapes for system in shape["systems"]))
+        for system in systems:
+            points = [(i, shape["systems"][system]["s_per_step"]) for i, shape in enumerate(shapes)
+                      if system in shape["systems"]]
+            style = "--" if system.startswith("raw") else "-"  # the floors dashed, beneath the systems set against them
+            ax.plot(*zip(*points), style, marker="o", label=LABELS.get(system, system))
+        ax.set_xticks(range(len(shapes)), names)
+        ax.set_yscale("log")
+        ax.set_xlabel(f"prompts per step x new tokens ({shapes[0]['samples']} samples per prompt)")
+        ax.set_ylabel("seconds per GRPO step (median)")
+        ax.set_title(RESPONSES.get(kind, kind), fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"GRPO step time: {document['machine']}, {load_range(document)} ({document['date']})", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)

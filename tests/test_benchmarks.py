@@ -36,7 +36,29 @@ def test_grpo_step_benchmark_smoke(tmp_path: Path) -> None:
     assert "core" in saved["machine"] and [(s["prompts"], s["samples"]) for s in saved["shapes"]] == [(8, 4)]
     assert sorted(saved["shapes"][0]["systems"]) == sorted(systems.split(","))
     assert all(f["s_per_step"] > 0 and f["load"] for f in saved["shapes"][0]["systems"].values()), saved
+    # --smoke compares like with like: a model that never emits EOS, so every system's responses reach the limit
+    # (8 new tokens), and every system's training phase is timed
+    assert saved["shapes"][0]["responses"] == "full"
+    for system, figures in saved["shapes"][0]["systems"].items():
+        assert figures["response_length"] == 8.0 and figures["phases"]["train"] > 0, (system, figures)
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_grid_point_whose_systems_generated_different_lengths_is_refused() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from grpo_step import Run, length_mismatch
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def runs(**lengths: list[float]) -> dict:
+        return {system: [Run(1.0, [0.5], length) for length in values] for system, values in lengths.items()}
+
+    # the mean of each system's runs is compared, the longest against the shortest
+    assert length_mismatch(runs(trl=[100.0, 120.0], rlhf=[108.0]), 0.10) is None  # 110 against 108
+    refused = length_mismatch(runs(trl=[100.0], rlhf=[111.0], raw=[105.0]), 0.10)
+    assert refused is not None and "trl 100.0" in refused and "rlhf 111.0" in refused and "--responses full" in refused
+    assert length_mismatch(runs(trl=[100.0], rlhf=[111.0]), 0.12) is None
 
 
 def test_the_step_chart_redraws_from_a_saved_results_file(tmp_path: Path) -> None:
@@ -71,3 +93,19 @@ def test_a_gpu_benchmark_on_a_machine_without_a_gpu_is_one_error_line(script: st
     assert done.returncode == 2
     assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(f"{name}: error: ") and "sees no CUDA GPU" in done.stderr
+
+
+def test_the_step_chart_draws_each_kind_of_response_length_in_a_panel_of_its_own(tmp_path: Path) -> None:
+    def shape(responses: str, seconds: float) -> dict:
+        return {"prompts": 8, "samples": 8, "new_tokens": 8, "responses": responses,
+                "systems": {"trl": {"s_per_step": seconds, "load": [1.0]}}}
+
+    document = {"machine": "2-core test", "date": "2026-11-28", "shapes": [shape("early", 0.5), shape("full", 1.5)]}
+    (tmp_path / "grid.json").write_text(json.dumps(document))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "step_chart.py"), str(tmp_path / "grid.json"),
+                           str(tmp_path / "chart.png")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import matplotlib.image
+
+    height, width, _ = matplotlib.image.imread(tmp_path / "chart.png").shape
+    assert (width, height) == (1600, 450)  # two 8 x 4.5 inch panels side by side
