@@ -99,6 +99,15 @@ class CudaOnlyEngineKit(RolloutEngineKit):  # a plugin author's kit class, run b
     registered_name = "cuda-only"
 
 
+class CudaOnlyWithoutHint(CudaOnlyEngine):
+    error_hint = None
+
+
+class CudaOnlyWithoutHintKit(RolloutEngineKit):
+    component = CudaOnlyWithoutHint
+    registered_name = "cuda-only"
+
+
 def test_the_kit_names_a_third_party_engine_that_fails_to_build(tiny_causal_lm_path) -> None:
     import torch
 
@@ -111,6 +120,10 @@ def test_the_kit_names_a_third_party_engine_that_fails_to_build(tiny_causal_lm_p
     assert re.search(rf"rollout engine 'cuda-only'{OPTIONAL_DISTRIBUTION} cannot serve this run: while it was built",
                      message), message
     assert "use --rollout.engine hf on CPU machines" in message  # the engine's own hint
+    with pytest.raises(ConformanceFailure) as failure:  # without one: the engines that are installed
+        CudaOnlyWithoutHintKit().test_contract(tiny_causal_lm_path)
+    assert "; choose another rollout engine: --rollout.engine hf | hf-inprocess | vllm | vllm-inprocess" in \
+        str(failure.value), str(failure.value)
 
 
 class CheckedOptions(BaseModel):
@@ -151,15 +164,6 @@ def test_a_plugins_own_option_check_is_not_reported_as_a_library_refusal(tiny_ca
     assert re.search(rf"rollout engine 'checked'{OPTIONAL_DISTRIBUTION} raised ValidationError: .*cache_tokens must be at "
                      "most 32", message), message
     assert "library under it" not in message and "none other is installed" not in message
-
-
-def test_a_refusal_whose_other_engines_are_unknown_says_how_to_list_them() -> None:
-    """The kit and an engine actor built without the run's label do not know what else is installed."""
-    unknown = ComponentLabel("rollout engine", "mine", "--rollout.engine")
-    assert unknown.way_out() == ("choose another rollout engine with --rollout.engine (rlhf plugins --kind rollout-engine "
-                                 "lists the installed ones)")
-    alone = ComponentLabel.among("rollout engine", "mine", "--rollout.engine", ["mine"])
-    assert alone.way_out() == "choose another rollout engine with --rollout.engine (none other is installed)"
 
 
 def _raised(call) -> BaseException:

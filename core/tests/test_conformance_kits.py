@@ -4,6 +4,7 @@ and the smallest input that shows it (the first-party plugins' own tests show th
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from rlhf.estimators import GroupMeanBaselineEstimator
 from rlhf.ops import as_float
 from rlhf.testing.conformance import (
     ConformanceFailure,
+    RewardFunctionKit,
     check_advantage_estimator,
     check_agent_executor,
     check_import_is_light,
@@ -201,3 +203,41 @@ def test_a_plugin_importing_torch_at_module_top_fails_registration_cheapness(tmp
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "light_plugin.py").write_text("import rlhf\n")
     check_import_is_light("reward function", "light_plugin")
+
+
+BATCH_SIZED_REWARD_TESTS = '''
+from rlhf.testing.conformance import RewardFunctionKit
+
+
+def batch_sized(queries, prompts, labels, **kwargs):  # finite everywhere, but a sample's reward is its batch's size
+    return [float(len(queries))] * len(queries)
+
+
+class TestBatchSized(RewardFunctionKit):
+    component = staticmethod(batch_sized)
+'''
+
+
+def test_a_kit_reports_each_property_as_its_own_test(tmp_path: Path) -> None:
+    """pytest shows which properties hold: one test_property[...] per property, the broken one failing with its
+    one-line finding and the others passing; the one-pass test_contract is kept for callers but not collected."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_batch_sized.py").write_text(BATCH_SIZED_REWARD_TESTS)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-n", "0", "-p", "no:cacheprovider",
+                             "-k", "property or contract", "test_batch_sized.py"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    outcomes = {m[2]: m[1] for m in re.finditer(r"^(PASSED|FAILED) \S+::(test_\w+\[[^\]]+\])", result.stdout, re.M)}
+    assert outcomes == {"test_property[one finite reward per sample]": "PASSED",
+                        "test_property[empty responses]": "PASSED",
+                        "test_property[batch equals per-sample and deterministic]": "FAILED",
+                        "test_property[picklable for Ray]": "PASSED"}, result.stdout[-3000:]
+    assert ("reward function conformance: batch equals per-sample and deterministic failed on 5 samples: the batch gives "
+            "[5.0, 5.0, 5.0, 5.0, 5.0] but the samples one by one give [1.0, 1.0, 1.0, 1.0, 1.0]") in result.stdout
+    with pytest.raises(ConformanceFailure, match="batch equals per-sample"):  # still there for a plugin that calls it
+        RewardFunctionKit.test_contract(type("Kit", (RewardFunctionKit,), {"component": staticmethod(_batch_sized)})())
+
+
+def _batch_sized(queries, prompts, labels, **kwargs):
+    return [float(len(queries))] * len(queries)

@@ -37,9 +37,8 @@ class ComponentLabel:
     name: str
     #: the flag that selects another one
     flag: str
-    #: the other installed components of this kind, for the way out; None where they are not known (a kit, an
-    #: engine actor built without the run's label)
-    others: tuple[str, ...] | None = None
+    #: the other installed components of this kind, for the way out
+    others: tuple[str, ...] = ()
 
     @classmethod
     def among(cls, kind: str, name: str, flag: str, installed: list[str]) -> ComponentLabel:
@@ -52,9 +51,6 @@ class ComponentLabel:
         return f"{self.kind} {self.name!r}" + (f" ({distribution})" if distribution else "")
 
     def way_out(self) -> str:
-        if self.others is None:
-            kind = self.kind.replace(" ", "-")
-            return f"choose another {self.kind} with {self.flag} (rlhf plugins --kind {kind} lists the installed ones)"
         if not self.others:
             return f"choose another {self.kind} with {self.flag} (none other is installed)"
         return f"choose another {self.kind}: {self.flag} {' | '.join(self.others)}"
