@@ -13,11 +13,14 @@ from rlhf_plugin_kl import K3
 from rlhf_plugin_length_penalties import OverlongPenalty
 from rlhf_plugin_ppo.loss import PPOClipLoss
 
+from rlhf.components import RewardResult
 from rlhf.estimators import GroupMeanBaselineEstimator
 from rlhf.ops import as_float
+from rlhf.runtime.control.in_turn import InTurn
 from rlhf.testing.conformance import (
     ConformanceFailure,
     RewardFunctionKit,
+    RolloutSchedulerKit,
     check_advantage_estimator,
     check_agent_executor,
     check_import_is_light,
@@ -25,7 +28,12 @@ from rlhf.testing.conformance import (
     check_policy_loss,
     check_reward_function,
     check_reward_shaper,
+    check_reward_manager,
+    check_rollout_correction,
+    check_rollout_scheduler,
     check_sample_filter,
+    kit_reward_sources,
+    ppo_config,
 )
 
 
@@ -241,3 +249,38 @@ def test_a_kit_reports_each_property_as_its_own_test(tmp_path: Path) -> None:
 
 def _batch_sized(queries, prompts, labels, **kwargs):
     return [float(len(queries))] * len(queries)
+
+
+class TestInTurn(RolloutSchedulerKit):  # the core's own `sync` scheduler
+    component = InTurn
+    plugin_module = "rlhf.host.builtin"
+    registered_name = "sync"
+
+
+class DropsLastBatch(InTurn):
+    def batches(self, loop):
+        batches = list(super().batches(loop))
+        yield from batches[:-1]
+
+
+class SkipsHalfAGroup:
+    def __init__(self, sources):
+        self.length = sources.function("kit_length", "--reward.functions")
+
+    def __call__(self, batch):
+        out = self.length(batch.queries, batch.prompts, batch.labels, **batch.columns)
+        return RewardResult(out.rewards, out.scores, skipped={0})
+
+
+class NonZeroOnPadding:
+    active = True
+
+    def __call__(self, old_log_probs, rollout_log_probs, action_mask):
+        return (old_log_probs - rollout_log_probs).exp(), {}
+
+
+def test_the_step_kits_name_what_a_broken_component_breaks() -> None:
+    assert "one item per batch, in order failed" in failure(check_rollout_scheduler, DropsLastBatch())
+    assert "sample 0 is skipped without the rest of its group" in \
+        failure(check_reward_manager, SkipsHalfAGroup(kit_reward_sources(ppo_config())))
+    assert "is not 0 on padding" in failure(check_rollout_correction, NonZeroOnPadding())
