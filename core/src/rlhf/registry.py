@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from rlhf.errors import ConfigError

@@ -16,7 +16,15 @@ from rlhf.components import build
 from rlhf.components.first_use import ComponentLabel, raised_by_library, refusal
 from rlhf.registry import ComponentKind
 from rlhf.testing.accelerator import put_on_accelerator, simulated_accelerator
-from rlhf.testing.conformance._core import ComponentKit, ContractProperties, not_collected, check_picklable, fail, first_failure, ppo_config
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_picklable,
+    fail,
+    first_failure,
+    not_collected,
+    ppo_config,
+)
 
 ENGINE = ComponentKind.ROLLOUT_ENGINE.label
 TRANSPORT = ComponentKind.WEIGHT_SYNC_TRANSPORT.label

@@ -7,7 +7,15 @@ from typing import Any
 
 from rlhf.registry import ComponentKind
 from rlhf.testing.conformance import tensors as tt
-from rlhf.testing.conformance._core import ComponentKit, ContractProperties, not_collected, check_picklable, fail, first_failure, show
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_picklable,
+    fail,
+    first_failure,
+    not_collected,
+    show,
+)
 
 LOSS = ComponentKind.POLICY_LOSS.label
 KL = ComponentKind.KL_ESTIMATOR.label

@@ -9,7 +9,16 @@ from typing import Any
 
 from rlhf.registry import ComponentKind
 from rlhf.testing.conformance import tensors as tt
-from rlhf.testing.conformance._core import ComponentKit, ContractProperties, not_collected, check_picklable, fail, first_failure, ppo_config, show
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_picklable,
+    fail,
+    first_failure,
+    not_collected,
+    ppo_config,
+    show,
+)
 
 FILTER = ComponentKind.SAMPLE_FILTER.label
 AGENT = ComponentKind.AGENT_EXECUTOR.label

@@ -10,7 +10,15 @@ from typing import Any, ClassVar
 
 from rlhf.config.loading import ConfigParser
 from rlhf.registry import ComponentKind
-from rlhf.testing.conformance._core import ComponentKit, ContractProperties, not_collected, check_import_is_light, fail, load_plugin, ppo_config
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_import_is_light,
+    fail,
+    load_plugin,
+    not_collected,
+    ppo_config,
+)
 
 TRAINER = ComponentKind.TRAINER.label
 COMMAND = ComponentKind.COMMAND.label

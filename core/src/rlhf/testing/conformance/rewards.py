@@ -9,7 +9,15 @@ from rlhf.errors import RewardSourceError
 from rlhf.registry import ComponentKind
 from rlhf.reward_terms import call_reward
 from rlhf.testing.conformance import tensors as tt
-from rlhf.testing.conformance._core import ComponentKit, ContractProperties, not_collected, check_picklable, fail, first_failure, show
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_picklable,
+    fail,
+    first_failure,
+    not_collected,
+    show,
+)
 
 REWARD = ComponentKind.REWARD_FUNCTION.label
 SHAPER = ComponentKind.REWARD_SHAPER.label

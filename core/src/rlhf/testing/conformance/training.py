@@ -21,7 +21,14 @@ from rlhf.components import build
 from rlhf.errors import CheckpointError
 from rlhf.registry import ComponentKind
 from rlhf.testing.accelerator import put_on_accelerator, simulated_accelerator
-from rlhf.testing.conformance._core import ComponentKit, ContractProperties, not_collected, check_picklable, first_failure, ppo_config
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_picklable,
+    first_failure,
+    not_collected,
+    ppo_config,
+)
 
 BACKEND = ComponentKind.TRAINING_BACKEND.label
 #: fp32 tolerance between a backend's weights and plain torch's after the same steps
