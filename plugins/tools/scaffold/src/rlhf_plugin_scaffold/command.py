@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlhf_plugin_scaffold.scaffold import KINDS, add_component, write_plugin
-
 from rlhf.errors import ConfigError
+from rlhf_plugin_scaffold.scaffold import KINDS, add_component, write_plugin
 
 
 class PluginCommand:
