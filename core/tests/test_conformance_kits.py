@@ -214,7 +214,7 @@ def test_a_plugin_importing_torch_at_module_top_fails_registration_cheapness(tmp
 
 
 BATCH_SIZED_REWARD_TESTS = '''
-from rlhf.testing.conformance import RewardFunctionKit
+from rlhf.testing.conformance import RewardFunctionKit, RewardShaperKit
 
 
 def batch_sized(queries, prompts, labels, **kwargs):  # finite everywhere, but a sample's reward is its batch's size
@@ -223,6 +223,17 @@ def batch_sized(queries, prompts, labels, **kwargs):  # finite everywhere, but a
 
 class TestBatchSized(RewardFunctionKit):
     component = staticmethod(batch_sized)
+
+
+class Orderless:  # no `order` trait: the contract stops at its first property
+    active = True
+
+    def apply(self, rewards, info):
+        return rewards
+
+
+class TestOrderless(RewardShaperKit):
+    component = Orderless
 '''
 
 
@@ -236,11 +247,17 @@ def test_a_kit_reports_each_property_as_its_own_test(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-n", "0", "-p", "no:cacheprovider",
                              "-k", "property or contract", "test_batch_sized.py"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    outcomes = {m[2]: m[1] for m in re.finditer(r"^(PASSED|FAILED) \S+::(test_\w+\[[^\]]+\])", result.stdout, re.M)}
-    assert outcomes == {"test_property[one finite reward per sample]": "PASSED",
-                        "test_property[empty responses]": "PASSED",
-                        "test_property[batch equals per-sample and deterministic]": "FAILED",
-                        "test_property[picklable for Ray]": "PASSED"}, result.stdout[-3000:]
+    outcomes = {m[2]: m[1] for m in re.finditer(r"^(PASSED|FAILED) \S+?::(\w+::test_\w+\[[^\]]+\])", result.stdout, re.M)}
+    assert outcomes == {"TestBatchSized::test_property[one finite reward per sample]": "PASSED",
+                        "TestBatchSized::test_property[empty responses]": "PASSED",
+                        "TestBatchSized::test_property[batch equals per-sample and deterministic]": "FAILED",
+                        "TestBatchSized::test_property[picklable for Ray]": "PASSED",
+                        # a check that stops the pass: that property fails, and the later ones were never checked
+                        "TestOrderless::test_property[declares its traits]": "FAILED",
+                        "TestOrderless::test_property[shape/dtype/finite]": "FAILED",
+                        "TestOrderless::test_property[picklable for Ray]": "FAILED"}, result.stdout[-3000:]
+    assert "shape/dtype/finite: not checked, the contract stopped first: reward shaper conformance: declares its " \
+           "traits failed: order must be an int, got None" in result.stdout
     assert ("reward function conformance: batch equals per-sample and deterministic failed on 5 samples: the batch gives "
             "[5.0, 5.0, 5.0, 5.0, 5.0] but the samples one by one give [1.0, 1.0, 1.0, 1.0, 1.0]") in result.stdout
     with pytest.raises(ConformanceFailure, match="batch equals per-sample"):  # still there for a plugin that calls it
