@@ -14,6 +14,8 @@ from typing import Any
 
 from rlhf.components import build
 from rlhf.components.first_use import ComponentLabel, raised_by_library, refusal
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind
 from rlhf.testing.accelerator import put_on_accelerator, simulated_accelerator
 from rlhf.testing.conformance._core import (
@@ -65,9 +67,6 @@ def _built(engine_class: type, model_path: Any, config: dict[str, Any], name: st
 
 def _installed_engines() -> list[str]:
     """The rollout engines the installed plugins register, as a run's way out names them."""
-    from rlhf.host.plugin_host import PluginHost
-    from rlhf.host.selection import PluginSelection
-
     return PluginHost.load(PluginSelection(origin="conformance kit")).registry.names(ComponentKind.ROLLOUT_ENGINE)
 
 

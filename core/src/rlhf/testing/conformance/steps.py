@@ -13,8 +13,12 @@ import contextlib
 import math
 from typing import Any
 
+from rlhf.components import RewardBatch, RewardSources
+from rlhf.data.prompts import PromptSchedule
 from rlhf.errors import ConfigError
 from rlhf.registry import ComponentKind
+from rlhf.reward_terms import call_reward
+from rlhf.runtime.workers.batch import Sample
 from rlhf.testing.conformance import tensors as tt
 from rlhf.testing.conformance._core import (
     ComponentKit,
@@ -49,8 +53,6 @@ KIT_REWARD_FUNCTIONS = {"kit_length": _length_reward, "kit_label": _label_reward
 def kit_reward_sources(config: Any) -> Any:
     """:class:`rlhf.components.RewardSources` as the run builds them, its reward functions those of
     :data:`KIT_REWARD_FUNCTIONS` (another name is one error line naming the flag, as in a run)."""
-    from rlhf.components import RewardSources
-    from rlhf.reward_terms import call_reward
 
     def function(name: str, flag: str) -> Any:
         if name not in KIT_REWARD_FUNCTIONS:
@@ -63,7 +65,6 @@ def kit_reward_sources(config: Any) -> Any:
 
 
 def _reward_batch(prompts: int, n: int, seed: int) -> Any:
-    from rlhf.components import RewardBatch
 
     responses = [" 42", "", " the answer is 7", " 7 7", " no", " seven"]
     rows = [(f"question {p}?", responses[(seed + p * n + i) % len(responses)], str(7 * (p % 2)))
@@ -204,7 +205,6 @@ class KitRolloutLoop:
     given, with ``--rollout.batch_size`` and ``--rollout.n_samples_per_prompt`` set to ``batch_size`` and ``n``."""
 
     def __init__(self, config: Any, prompts: int = 10, batch_size: int = 3, n: int = 2) -> None:
-        from rlhf.data.prompts import PromptSchedule
 
         self.config, self.n = config.model_copy(deep=True), n
         self.config.rollout.batch_size, self.config.rollout.n_samples_per_prompt = batch_size, n
@@ -215,7 +215,6 @@ class KitRolloutLoop:
 
     def rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float],
                 step: int | None = None) -> tuple[list[Any], dict[str, float]]:
-        from rlhf.runtime.workers.batch import Sample
 
         samples = [Sample(prompt_ids=p["prompt_ids"], response_ids=[7], rollout_logprobs=[-1.0], prompt=p["prompt"],
                           label=p["label"], group=g, data_state=p.get("data_state"))
@@ -224,7 +223,6 @@ class KitRolloutLoop:
 
     def expected_batches(self) -> list[list[str]]:
         """The prompts of every batch, in the order a fresh schedule hands them out."""
-        from rlhf.data.prompts import PromptSchedule
 
         fresh = PromptSchedule(self.schedule.prompts, self.schedule.batch_size, 1, 3)
         return [[row["prompt"] for row in batch] for batch in iter(fresh.next_batch, None)]
