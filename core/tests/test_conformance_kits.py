@@ -237,6 +237,7 @@ class TestOrderless(RewardShaperKit):
 '''
 
 
+@pytest.mark.slow  # an inner pytest run
 def test_a_kit_reports_each_property_as_its_own_test(tmp_path: Path) -> None:
     """pytest shows which properties hold: one test_property[...] per property, the broken one failing with its
     one-line finding and the others passing; the one-pass test_contract is kept for callers but not collected."""
