@@ -35,13 +35,13 @@ def test_rlhf_plugins_lists_the_engines_and_transports() -> None:
 
 
 @pytest.mark.parametrize("flags,names", [
-    (["--vllm.num_engines", "1", "--plugins", "no:vllm"], ["--rollout.engine", "'vllm'", "pip install rlhf-plugin-vllm"]),
-    (["--rollout.engine", "hf", "--plugins", "no:hf-generate"], ["--rollout.engine", "'hf'", "pip install rlhf-plugin-hf-generate"]),
-    (["--plugins", "no:hf-generate"], ["--rollout.engine", "'hf'", "pip install rlhf-plugin-hf-generate"]),
+    (["--vllm.num_engines", "1", "--plugins", "no:vllm"], ["--rollout.engine", "'vllm'", "installed (plugin 'vllm', rlhf-plugin-vllm) but blocked by --plugins no:vllm"]),
+    (["--rollout.engine", "hf", "--plugins", "no:hf-generate"], ["--rollout.engine", "'hf'", "rlhf-plugin-hf-generate) but blocked by --plugins no:hf-generate"]),
+    (["--plugins", "no:hf-generate"], ["--rollout.engine", "'hf'", "rlhf-plugin-hf-generate) but blocked by --plugins no:hf-generate"]),
     (["--rollout.engine", "sglang"], ["--rollout.engine", "'sglang'", "hf, hf-inprocess, vllm"]),
     (["--vllm.sync_backend", "gloo", "--plugins", "no:torch-sync"], ["--vllm.sync_backend", "'gloo'", "rlhf-plugin-torch-sync"]),
 ], ids=["vllm blocked", "hf blocked", "auto finds no hf engine", "unknown engine", "transport blocked"])
-def test_an_engine_or_transport_that_is_not_installed_is_one_line_naming_its_distribution(
+def test_an_engine_or_transport_that_is_blocked_or_not_installed_is_one_line_naming_its_distribution(
         flags, names, task_files, tiny_causal_lm_path, tmp_path) -> None:
     assert_user_error(run_rlhf("train", "ppo", *run_flags(task_files, tiny_causal_lm_path, tmp_path, 1), *flags), *names)
 

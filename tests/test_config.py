@@ -20,6 +20,7 @@ from rlhf.config.ppo import PPOConfig
 from rlhf.host.plugin_host import PluginHost, PluginLoadError
 from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind as K
+from rlhf.registry import ComponentRegistry
 from rlhf.runtime.control.trainer import PPOTrainer
 
 FLAGS = json.loads((Path(__file__).parent / "data" / "openrlhf_train_ppo_flags.json").read_text())
@@ -132,15 +133,17 @@ def test_printed_config_loads_back_identically(host: PluginHost, tmp_path: Path,
         (["--ds.param_dtype", "fp8"], "invalid choice: 'fp8'"),
         (["--algo.advantage.estimator", "group_nrom", "--rollout.n_samples_per_prompt", "4"],
          "Did you mean 'group_norm'? Installed: gae, group_norm."),
-        (["--algo.advantage.estimator", "rloo"], "no advantage estimator of that name is installed"),
-        (["--actor.optim", "muon"], "--actor.optim 'muon': no optimizer of that name is installed. Installed: adam."),
-        # every registrable kind is chosen by name; the hint comes from first_party.json
-        (["--algo.sample_filter", "dynamic_filtering"], "--algo.sample_filter 'dynamic_filtering': no sample filter of "
-         "that name is installed. Installed: (none). It is provided by rlhf-plugin-dapo: pip install rlhf-plugin-dapo"),
-        (["--data.processor", "vlm"], "--data.processor 'vlm': no processor of that name is installed. Installed: (none). "
-         "It is provided by rlhf-plugin-vlm"),
-        (["--train.model_loaders", "liger"], "--train.model_loaders 'liger': no model loader of that name is installed. "
-         "Installed: (none). It is provided by rlhf-plugin-liger"),
+        # installed, but out of this host's allow-list: the line says so and what to add
+        (["--algo.advantage.estimator", "rloo"], "--algo.advantage.estimator 'rloo': that advantage estimator is installed "
+         "(plugin 'rloo', rlhf-plugin-rloo) but not in the --plugins allow-list; add rloo to --plugins"),
+        (["--actor.optim", "muon"], "--actor.optim 'muon': that optimizer is installed (plugin 'muon', rlhf-plugin-muon)"),
+        # every registrable kind is chosen by name
+        (["--algo.sample_filter", "dynamic_filtering"], "--algo.sample_filter 'dynamic_filtering': that sample filter is "
+         "installed (plugin 'dapo', rlhf-plugin-dapo) but not in the --plugins allow-list"),
+        (["--data.processor", "vlm"], "--data.processor 'vlm': that processor is installed (plugin 'vlm', rlhf-plugin-vlm)"),
+        (["--train.model_loaders", "liger"], "--train.model_loaders 'liger': that model loader is installed (plugin "
+         "'liger', rlhf-plugin-liger)"),
+        (["--actor.optim", "adamw2"], "--actor.optim 'adamw2': no optimizer of that name is installed. Did you mean 'adam'?"),
     ],
 )
 def test_bad_flags_get_errors_that_name_them(host: PluginHost, argv: list[str], message: str) -> None:
@@ -150,9 +153,9 @@ def test_bad_flags_get_errors_that_name_them(host: PluginHost, argv: list[str], 
 
 
 def test_component_hint_names_the_first_party_package() -> None:
-    without_grpo = PluginHost.load(PluginSelection.parse("ppo,adamw,kl,deepspeed,weighted-rewards"))
-    with pytest.raises(ConfigError, match=r"It is provided by rlhf-plugin-grpo: pip install rlhf-plugin-grpo"):
-        parse(without_grpo, "--algo.advantage.estimator", "group_norm")
+    """A registry that no installed plugin fills (here: a bare one) names the first-party package to install."""
+    message = ComponentRegistry().unknown_message(K.ADVANTAGE_ESTIMATOR, "group_norm", flag="--algo.advantage.estimator")
+    assert "It is provided by rlhf-plugin-grpo: pip install rlhf-plugin-grpo" in message
 
 
 def test_unknown_yaml_key_names_the_file_and_suggests(host: PluginHost, tmp_path: Path) -> None:
@@ -308,7 +311,8 @@ def test_blocking_one_algorithm_plugin_removes_only_its_names(plugin: str) -> No
     kind, name, flag = ALGORITHM_PLUGINS[plugin]
     without = PluginHost.load(PluginSelection.parse(f"no:{plugin}"))
     assert name not in without.registry.names(kind)
-    with pytest.raises(ConfigError, match=rf"{flag} '{name}': no {kind.label} of that name is installed.*pip install rlhf-plugin-{plugin}"):
+    with pytest.raises(ConfigError, match=rf"{flag} '{name}': that {kind.label} is installed \(plugin '{plugin}', "
+                                          rf"rlhf-plugin-{plugin}\) but blocked by --plugins no:{plugin}; remove no:{plugin}"):
         parse(without, flag, name, "--rollout.n_samples_per_prompt", "4", "--reward.remote_url", "r.py")
     assert parse(without).algo.advantage.estimator == "gae"  # everything else still works
 

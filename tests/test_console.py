@@ -60,3 +60,21 @@ def test_a_run_prints_only_its_own_lines_and_logs_the_libraries(tiny_causal_lm_p
                   "NUMA binding",  # torch's C++ warning in that worker
                   "vllm.config"):  # vLLM's own log records
         assert noise in log, noise
+
+
+@pytest.mark.slow
+def test_library_prints_of_ranks_in_the_controllers_process_stay_in_the_run_log(tiny_causal_lm_path, task_files,
+                                                                                 tmp_path) -> None:
+    """The ranks in the CLI's own process (--train.in_process on, no Ray worker to hold their stdout): DeepSpeed's
+    bf16 wrapper of the reference model prints its memory report with print(); it lands in rlhf.log, not on the
+    console."""
+    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", 1)
+    done = subprocess.run([sys.executable, "-m", "rlhf", "train", "ppo", *flags, "--reward.remote_url",
+                           str(task_files["reward"]), *GRPO[:-2], "--algo.kl.init_coef", "0.01", "--train.in_process", "on",
+                           "--ds.param_dtype", "bf16"],
+                          capture_output=True, text=True, timeout=600, env=child_env(RLHF_PROGRESS_INTERVAL_S="0"))
+    assert_ok(done)
+    foreign = [line for line in (done.stdout + done.stderr).splitlines() if not RLHF_LINE.match(line)]
+    assert not foreign, "\n".join(foreign)
+    log = (tmp_path / "out" / "rlhf.log").read_text()
+    assert "begin bf16_optimizer" in log and "CPU Virtual Memory" in log  # DeepSpeed's print()s, kept

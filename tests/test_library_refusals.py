@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, model_validator
 from rlhf_test_support import base_flags, wait_until_none_left
 
 from rlhf.components.first_use import ComponentLabel, FirstUse, library_refusals, raised_by_library
@@ -98,6 +99,15 @@ class CudaOnlyEngineKit(RolloutEngineKit):  # a plugin author's kit class, run b
     registered_name = "cuda-only"
 
 
+class CudaOnlyWithoutHint(CudaOnlyEngine):
+    error_hint = None
+
+
+class CudaOnlyWithoutHintKit(RolloutEngineKit):
+    component = CudaOnlyWithoutHint
+    registered_name = "cuda-only"
+
+
 def test_the_kit_names_a_third_party_engine_that_fails_to_build(tiny_causal_lm_path) -> None:
     import torch
 
@@ -110,6 +120,50 @@ def test_the_kit_names_a_third_party_engine_that_fails_to_build(tiny_causal_lm_p
     assert re.search(rf"rollout engine 'cuda-only'{OPTIONAL_DISTRIBUTION} cannot serve this run: while it was built",
                      message), message
     assert "use --rollout.engine hf on CPU machines" in message  # the engine's own hint
+    with pytest.raises(ConformanceFailure) as failure:  # without one: the engines that are installed
+        CudaOnlyWithoutHintKit().test_contract(tiny_causal_lm_path)
+    assert "; choose another rollout engine: --rollout.engine hf | hf-inprocess | vllm | vllm-inprocess" in \
+        str(failure.value), str(failure.value)
+
+
+class CheckedOptions(BaseModel):
+    """A third-party engine's own options, with a check of its own (as rlhf-plugin-staticcache had)."""
+
+    cache_tokens: int = 64
+
+    @model_validator(mode="after")
+    def _fits(self) -> CheckedOptions:
+        if self.cache_tokens > 32:
+            raise ValueError("cache_tokens must be at most 32")
+        return self
+
+
+class OptionCheckingEngine:
+    """Validates its options as it is built: the ValidationError is its own finding, not the library's."""
+
+    in_training_rank = False
+
+    def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict) -> None:
+        self.options = CheckedOptions.model_validate(config.get("plugins", {}).get("checked", {}))
+
+
+class OptionCheckingEngineKit(RolloutEngineKit):
+    component = OptionCheckingEngine
+    registered_name = "checked"
+
+
+def test_a_plugins_own_option_check_is_not_reported_as_a_library_refusal(tiny_causal_lm_path) -> None:
+    """pydantic only checks its caller's data: a ValidationError of the plugin's own options model is the plugin's,
+    so neither "the library under it raised" nor a way out that claims no other engine is installed."""
+    raised = _raised(lambda: OptionCheckingEngine("m", "fp32", 128, 0, {}))
+    assert type(raised).__name__ == "ValidationError" and not raised_by_library(raised, OptionCheckingEngine)
+    with pytest.raises(ConformanceFailure) as failure:
+        OptionCheckingEngineKit().test_contract(tiny_causal_lm_path)
+    message = str(failure.value)
+    assert message.startswith("rollout engine conformance: construction failed")
+    assert re.search(rf"rollout engine 'checked'{OPTIONAL_DISTRIBUTION} raised ValidationError: .*cache_tokens must be at "
+                     "most 32", message), message
+    assert "library under it" not in message and "none other is installed" not in message
 
 
 def _raised(call) -> BaseException:

@@ -9,6 +9,7 @@ import pytest
 from rlhf_test_support import PRIVATE, RlhfCli, pip_install_target
 
 import rlhf
+from rlhf.errors import ConfigError
 from rlhf.host.plugin_host import PluginHost, PluginLoadError
 from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind
@@ -93,8 +94,8 @@ def test_no_prefix_blocks_a_plugin_and_its_components(rlhf_cli: RlhfCli) -> None
     assert records["ppo"]["status"] == "ok"
     blocked_grpo = rlhf_cli("train", "ppo", "--plugins", "no:grpo", "--algo.advantage.estimator", "group_norm", check=False)
     assert blocked_grpo.returncode == 2
-    assert "'group_norm': no advantage estimator of that name is installed" in blocked_grpo.stderr
-    assert "rlhf-plugin-grpo" in blocked_grpo.stderr
+    assert ("'group_norm': that advantage estimator is installed (plugin 'grpo', rlhf-plugin-grpo) but blocked by "
+            "--plugins no:grpo" in blocked_grpo.stderr)
 
 
 @pytest.mark.parametrize(
@@ -170,6 +171,45 @@ def test_kind_filter(rlhf_cli: RlhfCli) -> None:
     assert set(records) == {"adamw", "muon"}
     models = rlhf_cli.plugins("--kind", "models")
     assert {"liger", "ring-attn", "vlm"} <= set(models) and all(r["kind"] == "models" for r in models.values())
+
+
+def test_kind_filter_takes_component_kinds_and_refuses_a_name(rlhf_cli: RlhfCli) -> None:
+    """--kind matches what a plugin registers, spelled as a component kind (singular or plural, - or _); a name
+    that is no kind is one error line, never an empty table."""
+    from rlhf.cli.plugins_cmd import matches_kind
+
+    host = PluginHost.load()  # the first-party plugins of this environment, in this process
+
+    def listed(kind: str) -> set[str]:
+        return {record.name for record in host.records if matches_kind(record, kind, host)}
+
+    for spelling in ("rollout_engine", "rollout-engine", "rollout_engines", "Rollout-Engines"):
+        assert listed(spelling) == {"hf-generate", "vllm"}, spelling
+    assert "reward-func" in listed("reward-function") and "reward-func" not in listed("policy-loss")
+    assert listed("backend") == listed("backends") >= {"vllm", "deepspeed", "core"}  # core registers `sync`
+    assert_user_error(rlhf_cli("plugins", "--kind", "hf", check=False), "--kind hf", "rollout engine",
+                      "rlhf plugins --kind rollout-engine")
+    with pytest.raises(ConfigError, match="--kind engines: not a kind; .*backends.*rollout-engine"):
+        listed("engines")
+
+
+def test_a_component_of_a_blocked_plugin_is_named_installed_and_blocked(rlhf_cli: RlhfCli, tmp_path: Path) -> None:
+    """A third-party plugin's component, asked for while --plugins keeps the plugin out: the line says it is installed,
+    by which plugin and distribution, and what to change in --plugins (not "no ... of that name is installed")."""
+    reward = tmp_path / "r.py"
+    reward.write_text("def reward_func(queries, prompts, labels, **kwargs):\n    return [0.0] * len(queries)\n")
+    run = ["train", "ppo", "--actor.model_name_or_path", "m", "--reward.functions", "echo_length"]
+    line = assert_user_error(rlhf_cli("--plugins", "no:echo,no:echo_shadow", *run, check=False),
+                             "--reward.functions 'echo_length': that reward function is installed (plugin 'echo', "
+                             "rlhf-plugin-echo) but blocked by --plugins no:echo; remove no:echo from --plugins")
+    assert "no reward function of that name is installed" not in line
+    assert_user_error(rlhf_cli("--plugins", "ppo,weighted-rewards", *run, check=False),  # an allow-list without a backend
+                      "--train.backend 'deepspeed': that training backend is installed (plugin 'deepspeed', "
+                      "rlhf-plugin-deepspeed) but not in the --plugins allow-list; add deepspeed to --plugins")
+    assert_user_error(rlhf_cli("--plugins", "no:vllm", "train", "ppo", "--actor.model_name_or_path", "m",
+                               "--reward.remote_url", str(reward), "--rollout.engine", "vllm", check=False),
+                      "--rollout.engine 'vllm': that rollout engine is installed (plugin 'vllm', rlhf-plugin-vllm) but "
+                      "blocked by --plugins no:vllm")
 
 
 @pytest.mark.parametrize(("flag", "plugin"), [(["--ds.use_liger_kernel"], "liger"), (["--ds.ring_attn_size", "2"], "ring-attn"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +31,11 @@ def new_plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("new-plugins")
     for kind in KINDS:  # in-process for speed; the error test below runs the command as a user would
         assert main(["plugin", "new", kind, demo_name(kind), "--dir", str(root / "src")]) == 0
+    # the issue-49 engine, shipped under a distribution name of its own
+    assert main(["plugin", "new", "rollout-engine", "hf_static", "--distribution", "rlhf-plugin-staticcache",
+                 "--dir", str(root / "src")]) == 0
     packages = sorted((root / "src").iterdir())
-    assert len(packages) == len(KINDS)
+    assert len(packages) == len(KINDS) + 1
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
                     "--target", str(root / "site"), *map(str, packages)],
                    check=True, timeout=600, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
@@ -79,12 +83,55 @@ def test_rlhf_plugins_lists_every_generated_plugin(new_plugins: dict[str, Path])
 
 
 @pytest.mark.slow
+def test_a_package_under_a_chosen_distribution_name_is_listed_and_blocked_by_its_plugin_name(new_plugins: dict[str, Path]) -> None:
+    env = with_site(new_plugins["site"])
+    record = {r["name"]: r for r in json.loads(assert_ok(run_rlhf("plugins", "--json", env=env)).stdout)}["staticcache"]
+    assert record["distribution"] == "rlhf-plugin-staticcache" and record["kind"] == "backends"
+    assert record["components"] == {"rollout_engine": ["hf_static"]} and record["status"] == "ok"
+    listed = json.loads(assert_ok(run_rlhf("plugins", "--json", "--kind", "rollout-engine", env=env)).stdout)
+    assert "staticcache" in {r["name"] for r in listed}
+    assert_user_error(run_rlhf("--plugins", "no:staticcache", "train", "ppo", "--actor.model_name_or_path", "m",
+                               "--reward.functions", "demo_reward_function", "--data.label_key", "label",
+                               "--rollout.engine", "hf_static", env=env),
+                      "--rollout.engine 'hf_static': that rollout engine is installed (plugin 'staticcache', "
+                      "rlhf-plugin-staticcache) but blocked by --plugins no:staticcache; remove no:staticcache from --plugins")
+
+
+@pytest.mark.slow
 def test_generated_trainer_and_command_run_from_the_cli(new_plugins: dict[str, Path], tmp_path: Path) -> None:
     env = with_site(new_plugins["site"])
     out = assert_ok(run_rlhf("demo_command", "--who", "tests", env=env)).stdout
     assert out.startswith("hello tests from demo_command (")
     assert_ok(run_rlhf("train", "demo_trainer", "--message", "hi", "--ckpt.output_dir", str(tmp_path), env=env))
     assert json.loads((tmp_path / "demo_trainer.json").read_text()) == {"message": "hi"}
+
+
+def test_every_kind_of_the_plugin_pages_table_has_a_template() -> None:
+    """docs/plugins/README.md says `rlhf plugin new` takes any kind of its table: each page there is a KIND."""
+    table = (Path(__file__).parents[1] / "docs" / "plugins" / "README.md").read_text().split("## Start from")[0]
+    pages = set(re.findall(r"\]\(([a-z-]+\.md)\) \|$", table, re.M))
+    assert len(pages) >= 21 and pages == {spec.doc for spec in KINDS.values()}, pages ^ {spec.doc for spec in KINDS.values()}
+
+
+def test_a_chosen_distribution_name_names_the_folder_the_package_and_the_plugin(tmp_path: Path) -> None:
+    import tomllib
+
+    assert_ok(run_rlhf("plugin", "new", "rollout-engine", "hf_static", "--distribution", "rlhf-plugin-staticcache",
+                       "--dir", str(tmp_path)))
+    package = tmp_path / "rlhf-plugin-staticcache"
+    project = tomllib.loads((package / "pyproject.toml").read_text())
+    assert project["project"]["name"] == "rlhf-plugin-staticcache"
+    assert project["project"]["entry-points"] == {"rlhf.backends": {"staticcache": "rlhf_plugin_staticcache"}}
+    assert (package / "src" / "rlhf_plugin_staticcache" / "engine.py").is_file()
+    test = (package / "tests" / "test_hf_static.py").read_text()
+    assert 'plugin_module = "rlhf_plugin_staticcache"' in test and 'registered_name = "hf_static"' in test
+    assert main(["plugin", "new", "reward-function", "score", "--distribution", "Acme.Rewards", "--dir", str(tmp_path)]) == 0
+    acme = tomllib.loads((tmp_path / "Acme.Rewards" / "pyproject.toml").read_text())
+    assert acme["project"]["entry-points"] == {"rlhf.rewards": {"acme-rewards": "acme_rewards"}}
+    assert_user_error(run_rlhf("plugin", "new", "reward-function", "x", "--distribution", "acme rewards!", "--dir",
+                               str(tmp_path)), "--distribution 'acme rewards!'", "a distribution name is")
+    assert_user_error(run_rlhf("plugin", "new", "reward-function", "x", "--distribution", "acme-more", "--into",
+                               str(package)), "--into", "drop --distribution")
 
 
 def test_bad_kind_name_or_existing_directory_is_one_error_line(tmp_path: Path) -> None:
@@ -107,16 +154,22 @@ def test_one_tiny_ppo_run_selects_every_generated_rl_component(new_plugins: dict
              "--algo.kl.estimator", "demo_kl_estimator", "--algo.kl.init_coef", "0.01",
              "--reward.functions", "demo_reward_function", "--demo_reward_shaper.per_token", "0.01",
              "--actor.optim", "demo_optimizer", "--demo_optimizer.lr_scale", "0.5",
-             "--actor.lr_scheduler", "demo_scheduler", "--demo_scheduler.final_scale", "0.5", "--actor.lr_warmup_ratio", "0"]
+             "--actor.lr_scheduler", "demo_scheduler", "--demo_scheduler.final_scale", "0.5", "--actor.lr_warmup_ratio", "0",
+             "--reward.manager", "demo_reward_manager", "--demo_reward_manager.functions", "demo_reward_function",
+             "--train.rollout_scheduler", "demo_rollout_scheduler", "--demo_rollout_correction.max_weight", "2.0"]
     assert_ok(run_rlhf("train", "ppo", *flags, env=with_site(new_plugins["site"]), timeout=600))
     out = tmp_path / "out"
     metrics = read_metrics(out)
     assert [m["step"] for m in metrics] == [1, 2]
     recorded = yaml.safe_load((out / "rlhf_config.yaml").read_text())
     assert {"demo_advantage_estimator", "demo_policy_loss", "demo_kl_estimator", "demo_reward_function", "demo_reward_shaper",
-            "demo_optimizer", "demo_scheduler", "demo_observer"} <= {p["name"] for p in recorded["plugin_set"]}
+            "demo_optimizer", "demo_scheduler", "demo_observer", "demo_reward_manager", "demo_rollout_scheduler",
+            "demo_rollout_correction"} <= {p["name"] for p in recorded["plugin_set"]}
     for m in metrics:
         assert "demo_policy_loss/clipped_share" in m and "kl" in m  # the loss's own metric; the KL term ran
+        # the scheduler generated the batch and timed it; the correction weighed the loss
+        assert m["demo_rollout_scheduler/generate_seconds"] > 0 and 0 <= m["demo_rollout_correction/clipped_share"] <= 1
+        # the manager's best of one reward function is that function's reward
         # the reward term scored, then the shaper took 0.01 per response token off
         assert m["reward"] == pytest.approx(m["reward/demo_reward_function"] - 0.01 * m["response_length"], abs=1e-5)
     # the optimizer's lr_scale 0.5 of --actor.adam.lr 1e-3, times the schedule's 0.5 at the last of 2 optimizer

@@ -4,6 +4,7 @@ and the smallest input that shows it (the first-party plugins' own tests show th
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from pathlib import Path
 
@@ -12,18 +13,27 @@ from rlhf_plugin_kl import K3
 from rlhf_plugin_length_penalties import OverlongPenalty
 from rlhf_plugin_ppo.loss import PPOClipLoss
 
+from rlhf.components import RewardResult
 from rlhf.estimators import GroupMeanBaselineEstimator
 from rlhf.ops import as_float
+from rlhf.runtime.control.in_turn import InTurn
 from rlhf.testing.conformance import (
     ConformanceFailure,
+    RewardFunctionKit,
+    RolloutSchedulerKit,
     check_advantage_estimator,
     check_agent_executor,
     check_import_is_light,
     check_kl_estimator,
     check_policy_loss,
     check_reward_function,
+    check_reward_manager,
     check_reward_shaper,
+    check_rollout_correction,
+    check_rollout_scheduler,
     check_sample_filter,
+    kit_reward_sources,
+    ppo_config,
 )
 
 
@@ -201,3 +211,94 @@ def test_a_plugin_importing_torch_at_module_top_fails_registration_cheapness(tmp
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "light_plugin.py").write_text("import rlhf\n")
     check_import_is_light("reward function", "light_plugin")
+
+
+BATCH_SIZED_REWARD_TESTS = '''
+from rlhf.testing.conformance import RewardFunctionKit, RewardShaperKit
+
+
+def batch_sized(queries, prompts, labels, **kwargs):  # finite everywhere, but a sample's reward is its batch's size
+    return [float(len(queries))] * len(queries)
+
+
+class TestBatchSized(RewardFunctionKit):
+    component = staticmethod(batch_sized)
+
+
+class Orderless:  # no `order` trait: the contract stops at its first property
+    active = True
+
+    def apply(self, rewards, info):
+        return rewards
+
+
+class TestOrderless(RewardShaperKit):
+    component = Orderless
+'''
+
+
+@pytest.mark.slow  # an inner pytest run
+def test_a_kit_reports_each_property_as_its_own_test(tmp_path: Path) -> None:
+    """pytest shows which properties hold: one test_property[...] per property, the broken one failing with its
+    one-line finding and the others passing; the one-pass test_contract is kept for callers but not collected."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_batch_sized.py").write_text(BATCH_SIZED_REWARD_TESTS)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-n", "0", "-p", "no:cacheprovider",
+                             "-k", "property or contract", "test_batch_sized.py"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    outcomes = {m[2]: m[1] for m in re.finditer(r"^(PASSED|FAILED) \S+?::(\w+::test_\w+\[[^\]]+\])", result.stdout, re.M)}
+    assert outcomes == {"TestBatchSized::test_property[one finite reward per sample]": "PASSED",
+                        "TestBatchSized::test_property[empty responses]": "PASSED",
+                        "TestBatchSized::test_property[batch equals per-sample and deterministic]": "FAILED",
+                        "TestBatchSized::test_property[picklable for Ray]": "PASSED",
+                        # a check that stops the pass: that property fails, and the later ones were never checked
+                        "TestOrderless::test_property[declares its traits]": "FAILED",
+                        "TestOrderless::test_property[shape/dtype/finite]": "FAILED",
+                        "TestOrderless::test_property[picklable for Ray]": "FAILED"}, result.stdout[-3000:]
+    assert "shape/dtype/finite: not checked, the contract stopped first: reward shaper conformance: declares its " \
+           "traits failed: order must be an int, got None" in result.stdout
+    assert ("reward function conformance: batch equals per-sample and deterministic failed on 5 samples: the batch gives "
+            "[5.0, 5.0, 5.0, 5.0, 5.0] but the samples one by one give [1.0, 1.0, 1.0, 1.0, 1.0]") in result.stdout
+    with pytest.raises(ConformanceFailure, match="batch equals per-sample"):  # still there for a plugin that calls it
+        RewardFunctionKit.test_contract(type("Kit", (RewardFunctionKit,), {"component": staticmethod(_batch_sized)})())
+
+
+def _batch_sized(queries, prompts, labels, **kwargs):
+    return [float(len(queries))] * len(queries)
+
+
+class TestInTurn(RolloutSchedulerKit):  # the core's own `sync` scheduler
+    component = InTurn
+    plugin_module = "rlhf.host.builtin"
+    registered_name = "sync"
+
+
+class DropsLastBatch(InTurn):
+    def batches(self, loop):
+        batches = list(super().batches(loop))
+        yield from batches[:-1]
+
+
+class SkipsHalfAGroup:
+    def __init__(self, sources):
+        self.length = sources.function("kit_length", "--reward.functions")
+
+    def __call__(self, batch):
+        out = self.length(batch.queries, batch.prompts, batch.labels, **batch.columns)
+        return RewardResult(out.rewards, out.scores, skipped={0})
+
+
+class NonZeroOnPadding:
+    active = True
+
+    def __call__(self, old_log_probs, rollout_log_probs, action_mask):
+        return (old_log_probs - rollout_log_probs).exp(), {}
+
+
+def test_the_step_kits_name_what_a_broken_component_breaks() -> None:
+    assert "one item per batch, in order failed" in failure(check_rollout_scheduler, DropsLastBatch())
+    assert "sample 0 is skipped without the rest of its group" in \
+        failure(check_reward_manager, SkipsHalfAGroup(kit_reward_sources(ppo_config())))
+    assert "is not 0 on padding" in failure(check_rollout_correction, NonZeroOnPadding())

@@ -157,6 +157,10 @@ def test_the_import_scan_sees_every_form_of_import() -> None:
     ("(a) -> int", "(a, b=1) -> str", False),  # another return type
     ("classmethod(cls, x)", "classmethod(cls, x, y=None)", True),
     ("(self, coefficients: 'dict' = <factory>)", "(self, coefficients: 'dict' = <factory>, keep: 'int' = 1)", True),
+    # a class that keeps its bases and gains a mixin (the kits' ContractProperties) still serves every subclass
+    ("class(ComponentKit)", "class(ContractProperties, ComponentKit)", True),
+    ("class(object)", "class(ContractProperties)", True),
+    ("class(ComponentKit)", "class(ContractProperties)", False),  # a base dropped
 ])
 def test_only_added_optional_parameters_extend_a_signature(old: str, new: str, compatible: bool) -> None:
     from rlhf.testing.api_surface import compare

@@ -13,16 +13,23 @@ Done where the noise starts, not by filtering text:
   ``worker_process_setup_hook``): a worker's stdout and stderr, C++ output included (torch's NUMA
   binding warning), go to the run's log file, and its ``rlhf.*`` records and errors to the stream
   Ray forwards to the driver. A worker's failure still reaches the driver as the exception of the
-  call that failed.
+  call that failed;
+- model ranks in the driver's own process (``--train.in_process``) run each call inside
+  :func:`rank_prints_to_run_log`: what the libraries ``print()`` there (DeepSpeed's memory reports) goes to
+  the run's log file as a worker's stdout would, while the driver's other threads keep the console.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+import threading
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, TextIO
 
 RUN_LOG_NAME = "rlhf.log"
 ENV_VERBOSE = "RLHF_VERBOSE"
@@ -146,6 +153,49 @@ def configure_worker() -> None:
     run_log_handler = RunLog()
     run_log_handler.open(Path(run_log))  # type: ignore[arg-type]
     _route(console=forwarded, verbose=False, run_log=run_log_handler)
+
+
+#: the run log a thread of the driver prints to while it runs a rank's call (see :func:`rank_prints_to_run_log`)
+_rank_call = threading.local()
+
+
+class _ThreadRoutedStdout:
+    """The driver's ``sys.stdout`` once a rank ran in its process: a thread inside a rank's call writes to the run
+    log, every other thread (rlhf's own output) to the stream it replaced."""
+
+    def __init__(self, console: TextIO) -> None:
+        self.console = console
+
+    def _target(self) -> TextIO:
+        return getattr(_rank_call, "log", None) or self.console
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding…: the console's
+        return getattr(self.console, name)
+
+
+@contextlib.contextmanager
+def rank_prints_to_run_log() -> Iterator[None]:
+    """Around a call of a model rank that lives in the driver's process: the libraries' ``print()`` output (to
+    ``sys.stdout``) goes to the run log, as a Ray worker's stdout does. Unchanged with ``--verbose``, before the run
+    log is known, and inside a call already routed."""
+    run_log = os.environ.get(ENV_RUN_LOG)
+    if verbose_requested() or not run_log or getattr(_rank_call, "log", None) is not None:
+        yield
+        return
+    if not isinstance(sys.stdout, _ThreadRoutedStdout):
+        sys.stdout = _ThreadRoutedStdout(sys.stdout)
+    with open(run_log, "a", encoding="utf-8") as log:  # O_APPEND, as the log handler and the workers write it
+        _rank_call.log = log
+        try:
+            yield
+        finally:
+            _rank_call.log = None
 
 
 def _open_for_append(path: Path) -> int | None:

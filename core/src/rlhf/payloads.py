@@ -40,7 +40,7 @@ class GenerationResult(TypedDict):
     """One generated sample, in request order. Returned by a rollout engine (the first three keys) or an
     agent executor (any of them)."""
 
-    response_ids: list[int]  # at most max_tokens
+    response_ids: list[int]  # at most max_tokens; a rollout engine gives at least one
     logprobs: list[float]  # one per response token, under the distribution actually sampled
     finish_reason: Literal["stop", "length"]  # "stop" at EOS
     action_mask: NotRequired[list[int]]  # one 0/1 per response token; 0: environment tokens, never trained on

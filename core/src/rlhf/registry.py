@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -154,6 +155,8 @@ class ComponentRegistry:
             (kinds[kind], name): distribution for (kind, name), distribution in first_party_providers().items() if kind in kinds}
         #: distribution -> why it is installed but did not load (``incompatible: …`` or ``failed: …``), set by the host
         self.unavailable: dict[str, str] = {}
+        #: (kind, name) -> the installed plugin that --plugins blocks and that registers it, set by the host
+        self.blocked_provider: Callable[[ComponentKind, str], Any] | None = None
 
     def add(self, registration: Registration) -> None:
         table = self._by_kind[registration.kind]
@@ -194,6 +197,12 @@ class ComponentRegistry:
     def unknown_message(self, kind: ComponentKind, name: str, *, flag: str | None = None) -> str:
         installed = sorted(self.names(kind))
         where = f"{flag} " if flag else ""
+        blocked = self.blocked_provider(kind, name) if self.blocked_provider is not None else None
+        if blocked is not None:
+            origin, _, _ = blocked.reason.removeprefix("blocked by ").removeprefix("not in the ").partition(" ")
+            fix = f"remove no:{blocked.name} from {origin}" if " no:" in blocked.reason else f"add {blocked.name} to {origin}"
+            provider = f"plugin {blocked.name!r}" + (f", {blocked.distribution}" if blocked.distribution else "")
+            return f"{where}{name!r}: that {kind.label} is installed ({provider}) but {blocked.reason}; {fix}"
         msg = f"{where}{name!r}: no {kind.label} of that name is installed."
         close = difflib.get_close_matches(name, installed, n=1)
         if close:

@@ -70,7 +70,8 @@ def build_parser(commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentP
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     plugins = sub.add_parser("plugins", help="list installed plugins, their components and status")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
-    plugins.add_argument("--kind", help="only plugins of this kind (algorithms, rewards, agents, models, optimizers, …)")
+    plugins.add_argument("--kind", help="only plugins of this kind (algorithms, rewards, agents, models, optimizers, "
+                         "backends, tools) or that register this component kind (rollout-engine, reward-function, …)")
     train = sub.add_parser("train", help="run a trainer: rlhf train NAME [flags] (rlhf train NAME --help)", add_help=False)
     train.add_argument("trainer", nargs="?", help="trainer name")
     for name, help_text in commands:  # listed in `rlhf --help`; run by run_plugin_command

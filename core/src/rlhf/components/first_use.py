@@ -67,18 +67,26 @@ def _package(module_name: str) -> str:
     return module_name.split(".", 1)[0]
 
 
+#: Libraries that only check their caller's data: what they raise (a pydantic ``ValidationError`` of a plugin's own
+#: options model) is the caller's finding, so it is blamed on the frame that called them.
+CHECKING_LIBRARIES = frozenset({"pydantic", "pydantic_core"})
+
+
 def raised_by_library(exc: BaseException, component: type, callers: tuple[str, ...] = ()) -> bool:
     """Whether ``exc`` was raised inside a library the component calls, not by rlhf's, the component's or its
     ``callers``' (packages) own code: its type is a library's, or the deepest frame of its traceback outside the
-    standard library is in none of those packages."""
+    standard library is in none of those packages. A checking library (:data:`CHECKING_LIBRARIES`) counts as the
+    code that called it: a plugin validating its options with pydantic raised that error itself, while vLLM
+    validating its engine config with pydantic is vLLM refusing."""
     own = {"rlhf", _package(component.__module__), *callers}
-    if _package(type(exc).__module__) not in {*own, "builtins", *sys.stdlib_module_names}:
+    passed_over = {*own, "builtins", *sys.stdlib_module_names, *CHECKING_LIBRARIES}
+    if _package(type(exc).__module__) not in passed_over:
         return True  # a library's own exception type (torch.OutOfMemoryError), even when raised from C code
     origin = None
     frame = exc.__traceback__
     while frame is not None:
         package = _package(frame.tb_frame.f_globals.get("__name__", ""))
-        if package and package not in sys.stdlib_module_names:
+        if package and package not in sys.stdlib_module_names and package not in CHECKING_LIBRARIES:
             origin = package
         frame = frame.tb_next
     return origin is not None and origin not in own

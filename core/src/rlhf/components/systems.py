@@ -62,9 +62,10 @@ class RolloutEngine(Protocol):
 
         A request holds ``prompt_ids`` (list[int]), ``max_tokens`` (int), ``seed`` (int) and optionally
         ``media`` (a VLM's encoded images: ``{"images": [bytes, …]}``). A result holds ``response_ids``
-        (list[int], at most ``max_tokens``), ``logprobs`` (list[float], one per response token: the
+        (list[int], 1 to ``max_tokens`` tokens), ``logprobs`` (list[float], one per response token: the
         log-prob of the sampled token under the distribution actually sampled, i.e. the logits divided
-        by ``temperature``, before top-p) and ``finish_reason`` (``"stop"`` at EOS, else ``"length"``).
+        by ``temperature``, before top-p) and ``finish_reason`` (``"stop"`` at EOS, ``"length"`` after exactly
+        ``max_tokens`` tokens).
         """
         ...
 

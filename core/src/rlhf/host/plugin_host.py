@@ -66,6 +66,8 @@ class PluginHost:
         self._pm.add_hookspecs(hookspecs)
         self._ep_identities: set[str] = set()  # canonical entry-point and distribution names seen
         self._spec_names = sorted(n for n in dir(hookspecs) if n.startswith("rlhf_"))
+        self._blocked_entry_points: dict[str, metadata.EntryPoint] = {}  # record name -> entry point, for hints
+        self.registry.blocked_provider = self.blocked_provider
 
     # ------------------------------------------------------------------ loading
 
@@ -101,14 +103,38 @@ class PluginHost:
             record = PluginRecord(ep.name, kind, "entry-point", ep.value, dist, version)
             if sel.is_blocked(ep.name, dist):
                 record.status, record.reason = BLOCKED, f"blocked by {sel.origin} no:{ep.name}"
-                self.records.append(record)
+                self._blocked(record, ep)
                 continue
             if sel.names is not None and not sel.explicitly_named(ep.name, dist):
                 record.status, record.reason = BLOCKED, f"not in the {sel.origin} allow-list"
-                self.records.append(record)
+                self._blocked(record, ep)
                 continue
             explicit = sel.explicitly_named(ep.name, dist)
             self._load_one(record, lambda ep=ep: ep.load(), explicit)
+
+    def _blocked(self, record: PluginRecord, ep: metadata.EntryPoint) -> None:
+        self.records.append(record)
+        self._blocked_entry_points[record.name] = ep
+        if record.distribution:  # a first-party name it provides is then "installed but blocked", not "pip install"
+            self.registry.unavailable[record.distribution] = record.reason
+
+    def blocked_provider(self, kind: ComponentKind, name: str) -> PluginRecord | None:
+        """The installed plugin that ``--plugins`` keeps out and that registers ``name`` of ``kind``, or None.
+
+        Only for the message of an unknown name: each blocked plugin is loaded into a scratch host of its own
+        (registration only imports ``rlhf``), and one that fails to load there is passed over."""
+        for record in self.records:
+            ep = self._blocked_entry_points.get(record.name)
+            if ep is None:
+                continue
+            scratch = PluginHost(PluginSelection(names=(), origin="a hint"))
+            try:
+                scratch.add_module(ep.load(), name=record.name, kind=record.kind, explicit=True)
+            except Exception:  # noqa: BLE001 - a blocked plugin that does not load registers nothing
+                continue
+            if name in scratch.registry.names(kind):
+                return record
+        return None
 
     def _load_named_modules(self) -> None:
         """Dotted modules, and allow-list names that match no installed plugin, are imported as plugins."""

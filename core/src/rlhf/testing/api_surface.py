@@ -130,7 +130,8 @@ def compare(snapshot: dict[str, str], current: dict[str, str]) -> tuple[list[str
     removed = sorted(set(snapshot) - set(current))
     added = sorted(set(current) - set(snapshot))
     changed = sorted(name for name in set(snapshot) & set(current)
-                     if snapshot[name] != current[name] and not _extends(snapshot[name], current[name]))
+                     if snapshot[name] != current[name] and not _extends(snapshot[name], current[name])
+                     and not _adds_bases(snapshot[name], current[name]))
     return removed, changed, added
 
 
@@ -181,6 +182,15 @@ def snapshots() -> dict[int, dict[str, str]]:
     """Every recorded API snapshot, by plugin API version."""
     return {int(path.stem.rsplit("v", 1)[1]): json.loads(path.read_text())["surface"]
             for path in sorted(SNAPSHOT_DIR.glob("plugin_api_v*.json"))}
+
+
+def _adds_bases(old: str, new: str) -> bool:
+    """Whether class ``new`` keeps every base of ``old``, in order, and only adds some (a mixin such as the kits'
+    ``ContractProperties``): every subclass and ``isinstance`` written against ``old`` still works, no bump."""
+    if not (old.startswith("class(") and new.startswith("class(")):
+        return False
+    remaining = iter(new[len("class("):-1].split(", "))
+    return all(base in remaining for base in old[len("class("):-1].split(", ") if base not in ("", "object"))
 
 
 def _extends(old: str, new: str) -> bool:

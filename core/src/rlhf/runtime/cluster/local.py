@@ -23,6 +23,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from rlhf.console import rank_prints_to_run_log
 from rlhf.errors import ConfigError
 from rlhf.runtime.cluster.placement import ranks_of
 
@@ -75,7 +76,8 @@ class _LocalMethod:
             else:
                 ray = None
             try:
-                value = getattr(self.handle.worker, self.name)(*args, **kwargs)
+                with rank_prints_to_run_log():  # the libraries' print()s, where a Ray worker's stdout would put them
+                    value = getattr(self.handle.worker, self.name)(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - raised where the caller waits, as ray.get raises it
                 if ray is not None:
                     raise

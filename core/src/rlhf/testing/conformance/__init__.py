@@ -52,10 +52,30 @@ from rlhf.testing.conformance.programs import (
     check_trainer,
 )
 from rlhf.testing.conformance.rewards import RewardFunctionKit, RewardShaperKit, check_reward_function, check_reward_shaper
+from rlhf.testing.conformance.steps import (
+    KIT_REWARD_FUNCTIONS,
+    KitRolloutLoop,
+    RewardManagerKit,
+    RolloutCorrectionKit,
+    RolloutSchedulerKit,
+    check_reward_manager,
+    check_rollout_correction,
+    check_rollout_scheduler,
+    kit_reward_sources,
+)
 from rlhf.testing.conformance.training import TrainingBackendKit, check_training_backend
 
 __all__ = [
     "ppo_config",
+    "KIT_REWARD_FUNCTIONS",
+    "KitRolloutLoop",
+    "RewardManagerKit",
+    "RolloutCorrectionKit",
+    "RolloutSchedulerKit",
+    "check_reward_manager",
+    "check_rollout_correction",
+    "check_rollout_scheduler",
+    "kit_reward_sources",
     "RolloutEngineKit",
     "WeightSyncTransportKit",
     "WholeTrainedModel",

@@ -6,10 +6,12 @@ reported is the smallest input that shows it.
 
 from __future__ import annotations
 
+import inspect
 import pickle
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from typing import Any, ClassVar
 
 from rlhf.components import build
@@ -51,9 +53,15 @@ def _round(values: Any) -> Any:
     return round(values, 4) if isinstance(values, float) else values
 
 
+#: Set while :class:`ContractProperties` runs a contract: property -> its failure or None, instead of raising
+_recorded: ContextVar[dict[str, ConformanceFailure | None] | None] = ContextVar("rlhf_kit_recorded", default=None)
+
+
 def first_failure(kind: str, prop: str, cases: Iterable[tuple[str, Callable[[], str | None]]]) -> None:
     """Run ``(description, check)`` pairs smallest first; a check returns None or what went wrong.
-    An exception raised by the component counts as a failure of that case."""
+    An exception raised by the component counts as a failure of that case. While a kit records its
+    properties one by one (:class:`ContractProperties`) a failure is recorded and the contract goes on."""
+    recorded = _recorded.get()
     for description, check in cases:
         try:
             problem = check()
@@ -62,7 +70,12 @@ def first_failure(kind: str, prop: str, cases: Iterable[tuple[str, Callable[[], 
         except Exception as exc:  # noqa: BLE001 - the component's own error is the finding
             problem = f"raised {type(exc).__name__}: {exc}"
         if problem:
-            raise fail(kind, prop, problem, description)
+            if recorded is None:
+                raise fail(kind, prop, problem, description)
+            recorded[prop] = recorded.get(prop) or fail(kind, prop, problem, description)
+            return
+    if recorded is not None:
+        recorded.setdefault(prop, None)
 
 
 def check_picklable(kind: str, component: Any) -> Any:
@@ -123,6 +136,62 @@ def ppo_config(**fields: Any) -> Any:
     The result is mutable (``config.ds.zero_stage = 2``)."""
 
     return PPOConfig(**fields)
+
+
+def not_collected(method: Callable[..., None]) -> Callable[..., None]:
+    """A kit's ``test_contract``, kept for plugins that call it (``super().test_contract(...)``) or call a kit's
+    method directly, but not collected: :class:`ContractProperties` reports its properties one test each."""
+    method.__test__ = False  # type: ignore[attr-defined]
+    return method
+
+
+class ContractProperties:
+    """Mixin of a kit whose ``test_contract`` checks its contract in one pass: pytest shows one test per property,
+    ``test_property[<property>]``. The contract runs once per kit class (on the first property's fixtures), a
+    broken property is recorded and the rest still checked; a property the pass never reached fails as not checked.
+
+    ``contract_properties`` lists the properties in the order the contract checks them (a check that stops the
+    pass, such as a component that cannot be built, fails that property and leaves the later ones unchecked)."""
+
+    contract_properties: ClassVar[tuple[str, ...]] = ()
+
+    def properties(self) -> tuple[str, ...]:
+        """The properties of this component's contract (override where its traits add some)."""
+        return self.contract_properties
+
+    def pytest_generate_tests(self, metafunc: Any) -> None:
+        if metafunc.function.__name__ == "test_property":
+            metafunc.parametrize("contract_property", self.properties())
+
+    def test_property(self, contract_property: str, request: Any) -> None:
+        recorded, stop = self._contract_run(request)
+        declared = self.properties()
+        if recorded.get(contract_property) is not None:
+            raise recorded[contract_property]
+        if contract_property in recorded or stop is None:
+            return  # checked and held (a property checked directly has no record unless it failed)
+        stopped_at = getattr(stop, "prop", None)
+        if stopped_at == contract_property:
+            raise stop
+        if stopped_at in declared and declared.index(contract_property) < declared.index(stopped_at):
+            return  # checked before the pass stopped
+        raise AssertionError(f"{contract_property}: not checked, the contract stopped first: {stop}") from stop
+
+    def _contract_run(self, request: Any) -> tuple[dict[str, ConformanceFailure | None], BaseException | None]:
+        kit = type(self)
+        if "_contract_outcome" not in kit.__dict__:
+            fixtures = {name: request.getfixturevalue(name) for name in inspect.signature(self.test_contract).parameters}
+            recorded: dict[str, ConformanceFailure | None] = {}
+            token = _recorded.set(recorded)
+            stop = None
+            try:
+                self.test_contract(**fixtures)  # type: ignore[attr-defined]
+            except Exception as exc:  # noqa: BLE001 - reported by the properties it leaves unchecked
+                stop = exc
+            finally:
+                _recorded.reset(token)
+            kit._contract_outcome = (recorded, stop)  # type: ignore[attr-defined]
+        return kit.__dict__["_contract_outcome"]
 
 
 class ComponentKit:

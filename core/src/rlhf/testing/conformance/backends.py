@@ -13,11 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 from rlhf.components import build
-from rlhf.components.first_use import ComponentLabel, library_refusals
-from rlhf.errors import ComponentRefusedError
+from rlhf.components.first_use import ComponentLabel, raised_by_library, refusal
+from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind
 from rlhf.testing.accelerator import put_on_accelerator, simulated_accelerator
-from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, ppo_config
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_picklable,
+    fail,
+    first_failure,
+    not_collected,
+    ppo_config,
+)
 
 ENGINE = ComponentKind.ROLLOUT_ENGINE.label
 TRANSPORT = ComponentKind.WEIGHT_SYNC_TRANSPORT.label
@@ -45,15 +54,20 @@ def check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, 
 
 def _built(engine_class: type, model_path: Any, config: dict[str, Any], name: str) -> Any:
     """The engine, built as the core builds it: a construction that raises is a failure naming the engine by
-    ``name``, with the line a user would read when the library under it refuses (its ``error_hint`` included)."""
-    label = ComponentLabel(ENGINE, name, "--rollout.engine")
+    ``name``, with the line a user would read when the library under it refuses (its ``error_hint`` included, else
+    the other installed engines)."""
     try:
-        with library_refusals(label, engine_class, "while it was built"):
-            return engine_class(str(model_path), "fp32", 128, 0, config)
+        return engine_class(str(model_path), "fp32", 128, 0, config)
     except Exception as exc:  # noqa: BLE001 - the engine's own error is the finding
-        detail = str(exc) if isinstance(exc, ComponentRefusedError) else \
-            f"{label.describe(engine_class)} raised {type(exc).__name__}: {exc}"
+        label = ComponentLabel.among(ENGINE, name, "--rollout.engine", _installed_engines())
+        detail = str(refusal(exc, label, engine_class, "while it was built")) if raised_by_library(exc, engine_class) \
+            else f"{label.describe(engine_class)} raised {type(exc).__name__}: {exc}"
         raise fail(ENGINE, "construction", detail, "the tiny model, fp32, max_model_len 128") from None
+
+
+def _installed_engines() -> list[str]:
+    """The rollout engines the installed plugins register, as a run's way out names them."""
+    return PluginHost.load(PluginSelection(origin="conformance kit")).registry.names(ComponentKind.ROLLOUT_ENGINE)
 
 
 def _check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, Any] | None, name: str) -> None:
@@ -178,10 +192,22 @@ class WholeTrainedModel:
         return contextlib.nullcontext()
 
 
-class RolloutEngineKit(ComponentKit):
+class RolloutEngineKit(ContractProperties, ComponentKit):
     """``component``: the engine class. Uses the ``tiny_causal_lm_path`` fixture of ``rlhf.testing``."""
 
     kind = ComponentKind.ROLLOUT_ENGINE
+    contract_properties = ("traits", "picklable for Ray", "construction", "generate", "log-probs of the sampled distribution",
+                           "seeded sampling", "sequence_logprobs", "load_weights")
+
+    def properties(self) -> tuple[str, ...]:
+        """An engine in the training ranks is also checked on the trained model's device, and one that generates with
+        the rank's own weights follows them as they move."""
+        extra = ()
+        if getattr(self.component, "in_training_rank", False) is True:
+            extra += ("inputs on the trained model's device",)
+            if getattr(self.component, "shares_trained_weights", False):
+                extra += ("generates with the attached model's weights",)
+        return self.contract_properties + extra
 
     def engine_config(self) -> dict[str, Any]:
         """The dumped config the engine is built with; override to set its options."""
@@ -190,6 +216,7 @@ class RolloutEngineKit(ComponentKit):
     def test_picklable(self) -> None:
         check_picklable(self.kind.label, self.component)
 
+    @not_collected
     def test_contract(self, tiny_causal_lm_path: Any) -> None:
         _check_rollout_engine(self.component, tiny_causal_lm_path, self.engine_config(),
                               self.registered_name or self.component.__name__)
@@ -212,13 +239,15 @@ def check_weight_sync_transport(transport_class: type, config: Any = None) -> No
             raise fail(TRANSPORT, "methods", f"no {method}(actor, engines) method")
 
 
-class WeightSyncTransportKit(ComponentKit):
+class WeightSyncTransportKit(ContractProperties, ComponentKit):
     """``component``: the transport class. The sync itself is checked end to end by a run (docs/plugins)."""
 
     kind = ComponentKind.WEIGHT_SYNC_TRANSPORT
+    contract_properties = ("traits", "unavailable_reason", "picklable for Ray", "methods",)
 
     def test_picklable(self) -> None:
         check_picklable(self.kind.label, self.make_component())
 
+    @not_collected
     def test_contract(self) -> None:
         check_weight_sync_transport(self.component, self.run_config())

@@ -7,7 +7,15 @@ from typing import Any
 
 from rlhf.registry import ComponentKind
 from rlhf.testing.conformance import tensors as tt
-from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, show
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_picklable,
+    fail,
+    first_failure,
+    not_collected,
+    show,
+)
 
 LOSS = ComponentKind.POLICY_LOSS.label
 KL = ComponentKind.KL_ESTIMATOR.label
@@ -198,10 +206,12 @@ def check_kl_estimator(estimator: Any) -> None:
     check_picklable(KL, estimator)
 
 
-class KLEstimatorKit(ComponentKit):
+class KLEstimatorKit(ContractProperties, ComponentKit):
     """pytest kit: ``class TestMine(KLEstimatorKit): component = MyKL; plugin_module = …; registered_name = …``."""
 
     kind = ComponentKind.KL_ESTIMATOR
+    contract_properties = ("values/dtype/finite/zero at equal policies", "elementwise", "picklable for Ray",)
 
+    @not_collected
     def test_contract(self) -> None:
         check_kl_estimator(self.make_component())

@@ -9,7 +9,16 @@ from typing import Any
 
 from rlhf.registry import ComponentKind
 from rlhf.testing.conformance import tensors as tt
-from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, ppo_config, show
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_picklable,
+    fail,
+    first_failure,
+    not_collected,
+    ppo_config,
+    show,
+)
 
 FILTER = ComponentKind.SAMPLE_FILTER.label
 AGENT = ComponentKind.AGENT_EXECUTOR.label
@@ -42,9 +51,11 @@ def check_sample_filter(sample_filter: Any) -> None:
     check_picklable(FILTER, sample_filter)
 
 
-class SampleFilterKit(ComponentKit):
+class SampleFilterKit(ContractProperties, ComponentKit):
     kind = ComponentKind.SAMPLE_FILTER
+    contract_properties = ("keep shape/dtype", "picklable for Ray",)
 
+    @not_collected
     def test_contract(self) -> None:
         check_sample_filter(self.make_component())
 
@@ -163,9 +174,11 @@ def check_agent_executor(executor: Any) -> None:
     check_picklable(AGENT, executor)
 
 
-class AgentExecutorKit(ComponentKit):
+class AgentExecutorKit(ContractProperties, ComponentKit):
     kind = ComponentKind.AGENT_EXECUTOR
+    contract_properties = ("one trajectory per request", "picklable for Ray",)
 
+    @not_collected
     def test_contract(self) -> None:
         check_agent_executor(self.make_component())
 
@@ -239,16 +252,20 @@ def check_scheduler(factory: Any, section: Any = None, num_training_steps: int =
     check_picklable(SCHEDULER, factory)
 
 
-class OptimizerKit(ComponentKit):
+class OptimizerKit(ContractProperties, ComponentKit):
     kind = ComponentKind.OPTIMIZER
+    contract_properties = ("deepspeed_config", "build", "steps", "picklable for Ray",)
 
+    @not_collected
     def test_contract(self) -> None:
         check_optimizer(self.make_component())
 
 
-class SchedulerKit(ComponentKit):
+class SchedulerKit(ContractProperties, ComponentKit):
     kind = ComponentKind.SCHEDULER
+    contract_properties = ("finite non-negative rate", "checkpointable", "picklable for Ray",)
 
+    @not_collected
     def test_contract(self) -> None:
         check_scheduler(self.make_component())
 
@@ -290,22 +307,26 @@ def check_processor(processor: Any, rows: list[dict[str, Any]]) -> None:
     check_picklable(PROCESSOR, processor)
 
 
-class ModelLoaderKit(ComponentKit):
+class ModelLoaderKit(ContractProperties, ComponentKit):
     """Uses the ``tiny_causal_lm_path`` fixture of the testing kit (a random 2-layer Llama, built offline)."""
 
     kind = ComponentKind.MODEL_LOADER
+    contract_properties = ("load", "forward", "picklable for Ray",)
 
+    @not_collected
     def test_contract(self, tiny_causal_lm_path: Any) -> None:
         check_model_loader(self.make_component(), tiny_causal_lm_path)
 
 
-class ProcessorKit(ComponentKit):
+class ProcessorKit(ContractProperties, ComponentKit):
     """Override :meth:`rows` with dataset rows your processor understands."""
 
     kind = ComponentKind.PROCESSOR
+    contract_properties = ("process", "picklable for Ray",)
 
     def rows(self) -> list[dict[str, Any]]:
         return [{"input": "what is 2+3?"}, {"input": ""}, {"input": "a longer prompt with several words in it"}]
 
+    @not_collected
     def test_contract(self) -> None:
         check_processor(self.make_component(), self.rows())

@@ -10,7 +10,15 @@ from typing import Any, ClassVar
 
 from rlhf.config.loading import ConfigParser
 from rlhf.registry import ComponentKind
-from rlhf.testing.conformance._core import ComponentKit, check_import_is_light, fail, load_plugin, ppo_config
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_import_is_light,
+    fail,
+    load_plugin,
+    not_collected,
+    ppo_config,
+)
 
 TRAINER = ComponentKind.TRAINER.label
 COMMAND = ComponentKind.COMMAND.label
@@ -47,11 +55,12 @@ def check_trainer(trainer_cls: Any, module: str, argv: list[str] | None, run_dir
             raise fail(TRAINER, "runs", f"{type(exc).__name__}: {exc}", f"argv {argv}") from None
 
 
-class TrainerKit(ComponentKit):
+class TrainerKit(ContractProperties, ComponentKit):
     """Set ``component`` (the trainer class), ``plugin_module``, ``registered_name``; :meth:`argv` gives
     the flags of a run small enough for a test (None: only check that the flags parse)."""
 
     kind = ComponentKind.TRAINER
+    contract_properties = ("config_class", "plugin loads", "flags parse", "runs")
 
     def argv(self) -> list[str] | None:
         return []
@@ -61,6 +70,7 @@ class TrainerKit(ComponentKit):
 
     test_picklable = None  # trainers run in the CLI process only; Ray never ships them
 
+    @not_collected
     def test_contract(self, tmp_path: Path) -> None:
         check_trainer(self.component, self._module(), self.argv(), tmp_path)
 
@@ -84,10 +94,11 @@ def check_command(command_cls: Any, module: str, argv: list[str] | None) -> None
         raise fail(COMMAND, "run", f"returned {status!r}, expected an int exit status", f"argv {argv}")
 
 
-class CommandKit(ComponentKit):
+class CommandKit(ContractProperties, ComponentKit):
     """Set ``component`` (the command class); :meth:`argv` gives arguments for one quick run (None: no run)."""
 
     kind = ComponentKind.COMMAND
+    contract_properties = ("help", "add_arguments", "plugin loads", "run")
 
     def argv(self) -> list[str] | None:
         return []
@@ -97,6 +108,7 @@ class CommandKit(ComponentKit):
 
     test_picklable = None  # commands run in the CLI process only
 
+    @not_collected
     def test_contract(self) -> None:
         check_command(self.component, self._module(), self.argv())
 
@@ -136,10 +148,13 @@ def check_lifecycle_observer(module: str, run_dir: Path, config: Any = None) -> 
                 raise fail(OBSERVER, "checkpoint state is JSON", str(exc)) from None
 
 
-class LifecycleObserverKit:
+class LifecycleObserverKit(ContractProperties):
     """pytest kit for a plugin module of lifecycle hooks: ``class TestMine(LifecycleObserverKit): plugin_module = "pkg"``."""
 
     plugin_module: ClassVar[str | None] = None
+    contract_properties = ("implements a lifecycle hook", "plugin loads", "rlhf_worker_init", "rlhf_train_start",
+                           "rlhf_step_end", "rlhf_checkpoint_save", "checkpoint state is JSON", "rlhf_checkpoint_load",
+                           "rlhf_train_end")
 
     def _module(self) -> str:
         if not self.plugin_module:
@@ -152,5 +167,8 @@ class LifecycleObserverKit:
     def test_import_is_light(self) -> None:
         check_import_is_light(OBSERVER, self._module())
 
+    @not_collected
     def test_lifecycle(self, tmp_path: Path) -> None:
         check_lifecycle_observer(self._module(), tmp_path, self.run_config())
+
+    test_contract = test_lifecycle

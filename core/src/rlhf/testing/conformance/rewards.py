@@ -9,7 +9,15 @@ from rlhf.errors import RewardSourceError
 from rlhf.registry import ComponentKind
 from rlhf.reward_terms import call_reward
 from rlhf.testing.conformance import tensors as tt
-from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, show
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_picklable,
+    fail,
+    first_failure,
+    not_collected,
+    show,
+)
 
 REWARD = ComponentKind.REWARD_FUNCTION.label
 SHAPER = ComponentKind.REWARD_SHAPER.label
@@ -85,17 +93,19 @@ def check_reward_function(function: Any, samples: list[tuple[str, str, Any]] | N
     check_picklable(REWARD, function)
 
 
-class RewardFunctionKit(ComponentKit):
+class RewardFunctionKit(ContractProperties, ComponentKit):
     """pytest kit: ``class TestMine(RewardFunctionKit): component = my_reward; plugin_module = …; registered_name = …``.
 
     Override :meth:`samples` with ``(prompt, response, label)`` triples your reward understands.
     """
 
     kind = ComponentKind.REWARD_FUNCTION
+    contract_properties = ("one finite reward per sample", "empty responses", "batch equals per-sample and deterministic", "picklable for Ray",)
 
     def samples(self) -> list[tuple[str, str, Any]]:
         return list(DEFAULT_SAMPLES)
 
+    @not_collected
     def test_contract(self) -> None:
         check_reward_function(self.make_component(), self.samples())
 
@@ -150,12 +160,14 @@ def check_reward_shaper(shaper: Any, max_length: int = 16) -> None:
     check_picklable(SHAPER, shaper)
 
 
-class RewardShaperKit(ComponentKit):
+class RewardShaperKit(ContractProperties, ComponentKit):
     """pytest kit: ``class TestMine(RewardShaperKit): plugin_module = …; registered_name = …`` and a
     :meth:`make_component` returning an *active* shaper (``max_length``: the longest response it sees)."""
 
     kind = ComponentKind.REWARD_SHAPER
+    contract_properties = ("declares its traits", "shape/dtype/finite", "picklable for Ray",)
     max_length: int = 16
 
+    @not_collected
     def test_contract(self) -> None:
         check_reward_shaper(self.make_component(), self.max_length)

@@ -21,7 +21,14 @@ from rlhf.components import build
 from rlhf.errors import CheckpointError
 from rlhf.registry import ComponentKind
 from rlhf.testing.accelerator import put_on_accelerator, simulated_accelerator
-from rlhf.testing.conformance._core import ComponentKit, check_picklable, first_failure, ppo_config
+from rlhf.testing.conformance._core import (
+    ComponentKit,
+    ContractProperties,
+    check_picklable,
+    first_failure,
+    not_collected,
+    ppo_config,
+)
 
 BACKEND = ComponentKind.TRAINING_BACKEND.label
 #: fp32 tolerance between a backend's weights and plain torch's after the same steps
@@ -227,13 +234,15 @@ def check_training_backend(backend_class: type, model_path: Any, config: Any = N
     first_failure(BACKEND, "checkpoints", [("saved after step 1, resumed for step 2", resume)])
 
 
-class TrainingBackendKit(ComponentKit):
+class TrainingBackendKit(ContractProperties, ComponentKit):
     """``component``: the backend class. Uses the ``tiny_causal_lm_path`` fixture of ``rlhf.testing``."""
 
     kind = ComponentKind.TRAINING_BACKEND
+    contract_properties = ("accumulation", "training steps equal plain torch", "learning_rate", "full_tensors and full_shape", "evaluated", "device", "checkpoints",)
 
     def test_picklable(self) -> None:
         check_picklable(self.kind.label, self.component)
 
+    @not_collected
     def test_contract(self, tiny_causal_lm_path: Any) -> None:
         check_training_backend(self.component, tiny_causal_lm_path, kit_config(self.run_config()))

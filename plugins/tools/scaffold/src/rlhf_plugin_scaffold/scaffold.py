@@ -20,6 +20,10 @@ from rlhf.errors import ConfigError
 from rlhf.registry import ComponentKind
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
+#: a distribution name (PEP 508) whose import package, - and . read as _, is a Python identifier
+DISTRIBUTION_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9._-]*[A-Za-z0-9]|[A-Za-z]")
+#: the prefix of a first-party-style distribution name, left out of the plugin's name (--plugins no:NAME)
+DISTRIBUTION_PREFIX = "rlhf-plugin-"
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,13 @@ KINDS: dict[str, TemplateKind] = {k.name: k for k in (
                  "Transport", "weight-sync-transport.md", "rlhf train ppo --vllm.sync_backend {name} …"),
     TemplateKind("training-backend", ComponentKind.TRAINING_BACKEND, "backend", "TrainingBackendKit",
                  "Backend", "training-backend.md", "rlhf train ppo --train.backend {name} …   (and rlhf train sft|rm|dpo …)"),
-    TemplateKind("observer", None, "observer", "LifecycleObserverKit", "Observer", "observer.md", "every run calls its hooks once it is installed (rlhf --plugins no:{name} … leaves it out)"),
+    TemplateKind("rollout-scheduler", ComponentKind.ROLLOUT_SCHEDULER, "rollout_scheduler", "RolloutSchedulerKit",
+                 "RolloutScheduler", "rollout-scheduler.md", "rlhf train ppo --train.rollout_scheduler {name} …"),
+    TemplateKind("reward-manager", ComponentKind.REWARD_MANAGER, "manager", "RewardManagerKit", "Manager",
+                 "reward-manager.md", "rlhf train ppo --reward.manager {name} --{name}.functions math_answer,format --data.label_key label …"),
+    TemplateKind("rollout-correction", ComponentKind.ROLLOUT_CORRECTION, "correction", "RolloutCorrectionKit", "Correction",
+                 "rollout-correction.md", "rlhf train ppo --{name}.max_weight 2.0 …   (every installed correction is built; it applies when its option is set)"),
+    TemplateKind("observer", None, "observer", "LifecycleObserverKit", "Observer", "observer.md", "every run calls its hooks once it is installed (rlhf --plugins no:{plugin} … leaves it out)"),
 )}
 
 
@@ -85,6 +95,30 @@ def check_name(name: str) -> str:
         raise ConfigError(f"rlhf plugin new: name {name!r} must be lower case letters, digits and underscores, "
                           "starting with a letter (it names the component, the flag namespace and the package)")
     return name
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """The names of a new plugin package: its distribution (``pip install``), its import package and the plugin's
+    name (its entry point: ``--plugins no:NAME``, ``rlhf plugins``)."""
+
+    name: str
+    package: str
+    plugin: str
+
+    @classmethod
+    def of(cls, component: str, distribution: str | None = None) -> Distribution:
+        """``rlhf-plugin-<component>`` by default; a chosen ``distribution`` (``rlhf-plugin-staticcache``,
+        ``acme-rollout``) names the package after it (``rlhf_plugin_staticcache``) and the plugin after it less its
+        ``rlhf-plugin-`` prefix (``staticcache``)."""
+        if distribution is None:
+            return cls(f"{DISTRIBUTION_PREFIX}{component.replace('_', '-')}", f"rlhf_plugin_{component}", component)
+        if not DISTRIBUTION_PATTERN.fullmatch(distribution):
+            raise ConfigError(f"rlhf plugin new --distribution {distribution!r}: a distribution name is letters, digits, "
+                              "'-', '_' and '.', starting with a letter and ending with a letter or digit")
+        normalized = re.sub(r"[-_.]+", "-", distribution).lower()
+        plugin = normalized.removeprefix(DISTRIBUTION_PREFIX) or normalized
+        return cls(distribution, normalized.replace("-", "_"), plugin)
 
 
 def class_name(name: str, suffix: str) -> str:
@@ -115,20 +149,23 @@ def library_requirement(library: str) -> str:
         return library
 
 
-def render(kind: str, name: str, *, package: str | None = None, module: str | None = None) -> dict[str, str]:
+def render(kind: str, name: str, *, package: str | None = None, module: str | None = None,
+           distribution: str | None = None) -> dict[str, str]:
     """The files of a new plugin package, by path relative to the package directory; ``package`` and ``module``
-    name an existing import package and a new module in it (see :func:`add_component`)."""
+    name an existing import package and a new module in it (see :func:`add_component`); ``distribution`` the
+    new package's distribution name (see :meth:`Distribution.of`)."""
     spec, name = template_kind(kind), check_name(name)
-    package = package or f"rlhf_plugin_{name}"
+    names = Distribution.of(name, distribution)
+    package = package or names.package
     module = module or spec.module
     values = {
-        "name": name, "package": package, "distribution": f"rlhf-plugin-{name.replace('_', '-')}",
+        "name": name, "package": package, "distribution": names.name, "plugin": names.plugin,
         "group": spec.group, "module": module, "kit": spec.kit, "kind": spec.name,
         "label": spec.component.label if spec.component else "lifecycle observer",
         "hook": spec.component.hook_name if spec.component else "",
         "Class": class_name(name, spec.suffix), "Camel": "".join(part.capitalize() for part in name.split("_")),
         "core_range": core_range(), "libraries": "".join(f', "{library_requirement(lib)}"' for lib in spec.libraries), "api": str(PLUGIN_API_VERSION), "doc": spec.doc,
-        "select": spec.select.format(name=name),
+        "select": spec.select.format(name=name, plugin=names.plugin),
     }
     root = resources.files("rlhf_plugin_scaffold") / "templates" / "plugin"
     layout = {
@@ -149,12 +186,14 @@ def render(kind: str, name: str, *, package: str | None = None, module: str | No
     return files
 
 
-def write_plugin(kind: str, name: str, parent: Path) -> Path:
-    """Write ``rlhf-plugin-<name>/`` under ``parent``; an existing directory is never overwritten."""
-    files = render(kind, name)
-    directory = Path(parent) / f"rlhf-plugin-{name.replace('_', '-')}"
+def write_plugin(kind: str, name: str, parent: Path, distribution: str | None = None) -> Path:
+    """Write the package (``rlhf-plugin-<name>/``, or a folder named after ``distribution``) under ``parent``; an
+    existing directory is never overwritten."""
+    files = render(kind, name, distribution=distribution)
+    directory = Path(parent) / Distribution.of(check_name(name), distribution).name
     if directory.exists():
-        raise ConfigError(f"rlhf plugin new: {directory} already exists; choose another name or remove it")
+        raise ConfigError(f"rlhf plugin new: {directory} already exists; choose another name (or --distribution) "
+                          "or remove it")
     for relative, text in files.items():
         path = directory / relative
         path.parent.mkdir(parents=True, exist_ok=True)
