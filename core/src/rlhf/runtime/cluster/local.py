@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlhf.console import rank_prints_to_run_log
 from rlhf.errors import ConfigError
+from rlhf.runtime.cluster.host_memory import give_back_memory
 from rlhf.runtime.cluster.placement import ranks_of
 
 if TYPE_CHECKING:
@@ -140,3 +141,4 @@ def in_process_ranks() -> Iterator[None]:
             del os.environ[key]
         os.environ.update(environment)
         torch.set_num_threads(threads)
+        give_back_memory()

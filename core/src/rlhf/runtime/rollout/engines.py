@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rlhf.components.first_use import ComponentLabel, FirstUse, library_refusals
 from rlhf.config.rollout_engine import engine_label, rollout_engine_class
 from rlhf.host.plugin_host import PluginHost
+from rlhf.runtime.cluster.host_memory import keep_freed_memory
 from rlhf.runtime.cluster.liveness import track, use_cpu_share, wait
 from rlhf.runtime.rollout.sleep import SleepSchedule
 from rlhf.runtime.workers.group import split_evenly
@@ -37,6 +38,7 @@ class EngineActor:
         """``cpu_sharers``: how many worker processes compute at the same time as this engine (default: the engines);
         ``label``: how a refusal by the library under the engine names it (default: by its class)."""
         use_cpu_share(cpu_sharers or config.get("vllm", {}).get("num_engines") or 1)
+        keep_freed_memory()
         label = label or ComponentLabel("rollout engine", engine_class.__name__, "--rollout.engine")
         #: the construction and the first generate and weight load are where the library refuses a model
         self.first_use = FirstUse(label, engine_class)

@@ -18,6 +18,7 @@ from rlhf.config.training_backend import backend_class, backend_label, training_
 from rlhf.host.plugin_host import PluginHost
 from rlhf.host.selection import PluginSelection
 from rlhf.models.loading import seed_process
+from rlhf.runtime.cluster.host_memory import keep_freed_memory
 from rlhf.runtime.cluster.liveness import free_port, track, use_cpu_share, wait, whereabouts
 from rlhf.runtime.cluster.local import LocalHandle
 
@@ -34,6 +35,7 @@ class BaseWorker:
         # Ray gives each GPU actor its own device as cuda:0, so the local rank is always 0.
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0")
         use_cpu_share(cpu_sharers or world_size)
+        keep_freed_memory()
 
     def preload(self) -> None:
         """Load the plugins, the config and the training backend's imports (its optional ``preload()``
