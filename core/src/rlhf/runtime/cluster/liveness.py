@@ -91,14 +91,14 @@ def wait(refs: Any) -> Any:
 @contextlib.contextmanager
 def naming_dead_workers(handles: list[Any]) -> Iterator[None]:
     """Around Ray calls a component waits for itself (a weight-sync transport's ``ray.get``): a failure
-    that a dead worker among ``handles`` caused is raised as :func:`wait` would, naming that worker."""
-    import ray
-
+    that a dead worker among ``handles`` caused is raised as :func:`wait` would, naming that worker.
+    A rank in this process (:class:`LocalHandle`) fails in its own call, not through Ray: a gloo
+    "Connection closed by peer" when an engine it broadcasts to died. So any exception is checked."""
     try:
         yield
-    except ray.exceptions.RayError as exc:
+    except Exception as exc:
         actors = [handle for handle in handles if not isinstance(handle, LocalHandle)]  # ranks in this process live on
-        death = _worker_death(exc, [handle.__ray_call__.remote(_answer) for handle in actors])
+        death = _worker_death(exc, [handle.__ray_call__.remote(_answer) for handle in actors]) if actors else None
         if death is None:
             raise
         raise death from exc
@@ -106,6 +106,10 @@ def naming_dead_workers(handles: list[Any]) -> Iterator[None]:
 
 def _answer(_: Any) -> None:
     """What a worker runs to show it is alive (see :func:`naming_dead_workers`)."""
+
+
+#: the end of a dead worker's line; the RL controller replaces it with the checkpoint to resume from
+RESUME_ADVICE = "resume from the last checkpoint with --ckpt.load_enable"
 
 
 def _worker_death(exc: Exception, refs: list[Any]) -> Exception | None:
@@ -162,7 +166,7 @@ def _death(exc: Any) -> Exception:
     where = f" on node {place['node_ip']} ({place['node_id'][:12]})" if place else ""
     log = f"read its log {place['log']}" if place else "its log is above"
     return WorkerError(f"{who}{f' (pid {pid.group(1)})' if pid else ''}{where} died: its process exited (killed, out of "
-                       f"memory, or crashed; {log}); resume from the last checkpoint with --ckpt.load_enable")
+                       f"memory, or crashed; {log}); {RESUME_ADVICE}")
 
 
 def _known_whereabouts(actor_id: str) -> dict[str, Any] | None:

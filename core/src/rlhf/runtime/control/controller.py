@@ -18,14 +18,14 @@ from rlhf.config.base import ConfigError
 from rlhf.config.ppo_rules import active_correction
 from rlhf.config.rollout_engine import rollout_engine_class
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
-from rlhf.errors import Preempted
+from rlhf.errors import Preempted, WorkerError
 from rlhf.models.loading import check_model_source, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
 from rlhf.records import preemption
 from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.capacity import node_gpus
-from rlhf.runtime.cluster.liveness import wait, write_whereabouts
+from rlhf.runtime.cluster.liveness import RESUME_ADVICE, wait, write_whereabouts
 from rlhf.runtime.cluster.local import in_process_ranks, ranks_in_process, ray_actor_count
 from rlhf.runtime.cluster.placement import Placement, ranks_of
 from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
@@ -436,6 +436,10 @@ class PPOController:
         except Preempted:  # its checkpoint is written: the CLI names it
             status = "preempted"
             raise
+        except WorkerError as exc:  # a rank or engine died: the line names it and the checkpoint to resume from
+            if RESUME_ADVICE not in str(exc):
+                raise
+            raise WorkerError(str(exc).replace(RESUME_ADVICE, checkpoint.resume_advice(Path(cfg.ckpt.path)))) from exc
         except KeyboardInterrupt as exc:  # Ctrl-C, or a signal that stops at once (rlhf.records.preemption)
             status = "interrupted"
             raise checkpoint.interrupted(Path(cfg.ckpt.path)) from exc
