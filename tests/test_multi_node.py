@@ -15,39 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags, crash_plugin, processes_mentioning, wait_until_none_left
+from rlhf_test_support import TwoNodeCluster, base_flags, crash_plugin, processes_mentioning, wait_until_none_left
 
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, child_env, run_rlhf
 
 pytestmark = pytest.mark.slow
 
-CHECKS = Path(__file__).parent / "engine_checks"
-
 
 def _grpo(task_files: dict[str, Path]) -> list[str]:
     return ["--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
             "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.kl.init_coef", "0"]
-
-
-class TwoNodeCluster:
-    def __init__(self, ray_tmpdir: str) -> None:
-        self.process = subprocess.Popen([sys.executable, str(CHECKS / "two_node_cluster.py")], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, env=child_env(RAY_TMPDIR=ray_tmpdir))
-        self.address = self.process.stdout.readline().strip()
-        assert self.address, "the two-node cluster did not start"
-
-    def ask(self, what: str) -> list[str]:
-        self.process.stdin.write(what + "\n")
-        self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 def test_actor_ranks_spread_over_two_nodes_train(task_files, tiny_causal_lm_path: Path, tmp_path: Path,

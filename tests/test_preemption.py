@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags, wait_until_none_left
+from rlhf_test_support import TwoNodeCluster, base_flags, wait_until_none_left
 
 from rlhf.errors import PREEMPTED_EXIT
 from rlhf.records.metrics import read_metrics
@@ -252,3 +252,60 @@ def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tin
     resumed = assert_ok(run_rlhf(*flags, "--ckpt.load_enable", timeout=900))
     assert f"resumed from {tmp_path / 'ckpt' / 'global_step2'} (step 2)" in resumed.stderr
     assert_resumes_as_uninterrupted(tmp_path, reference, ignored=("async/queue_wait",))
+
+
+# ------------------------------------------------------------------------------------------ Ray draining
+
+#: at the end of step 2, says so and pauses: the test drains a node of the run then
+PAUSES_AT_STEP_2 = """
+import pathlib, time
+import rlhf
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+@rlhf.hookimpl
+def rlhf_step_end(step, metrics):
+    if step == 2:
+        pathlib.Path(__file__).with_suffix(".step2").touch()
+        time.sleep(6)  # longer than the drain watch's poll
+"""
+
+
+def test_ray_draining_a_node_of_the_run_is_a_preemption_warning(tiny_causal_lm_path, task_files, tmp_path: Path,
+                                                               ray_tmpdir: str) -> None:
+    """A two-node cluster, the actor's two ranks spread over both; at the end of step 2, ``ray drain-node`` (as the
+    autoscaler or KubeRay would) drains rank 1's node with a 60 s deadline: the run checkpoints step 2 and ends with
+    the ``rlhf: preempted`` line naming the node and what of the run it holds, status 75."""
+    cluster = TwoNodeCluster(ray_tmpdir)
+    try:
+        plugin = tmp_path / "pauses.py"
+        plugin.write_text(PAUSES_AT_STEP_2)
+        flags = [*rl_flags("hf", tiny_causal_lm_path, task_files, tmp_path)[2:], "--actor.num_gpus_per_node", "2",
+                 "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "4", "--train.placement_strategy",
+                 "SPREAD"]
+        env = {"RAY_ADDRESS": cluster.address, "RAY_TMPDIR": ray_tmpdir}
+        command = [sys.executable, "-m", "rlhf", "--plugins", str(plugin), "train", "ppo", *flags]
+        driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1", **env))
+        try:
+            deadline = time.monotonic() + 600
+            while not plugin.with_suffix(".step2").exists() and driver.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            workers = json.loads((tmp_path / "out" / "workers.json").read_text())
+            node = next(w["node_id"] for w in workers if w["group"] == "actor" and w["rank"] == 1)
+            drain = subprocess.run([str(Path(sys.executable).parent / "ray"), "drain-node", "--address",
+                                    cluster.address, "--node-id", node, "--reason", "DRAIN_NODE_REASON_PREEMPTION",
+                                    "--reason-message", "spot instance reclaimed", "--deadline-remaining-seconds", "60"],
+                                   capture_output=True, text=True, env=child_env(RAY_TMPDIR=ray_tmpdir), timeout=120)
+            assert drain.returncode == 0, drain.stderr[-2000:]
+            _, stderr = driver.communicate(timeout=300)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    finally:
+        cluster.close()
+    assert driver.returncode == PREEMPTED_EXIT, stderr[-4000:]
+    last = stderr.rstrip("\n").split("\n")[-1]
+    assert last.startswith(f"rlhf: preempted (Ray is draining node {node[:12]} ("), last
+    assert "actor rank 1" in last and "; deadline in " in last, last
+    assert f") at step 2: checkpoint {tmp_path / 'ckpt' / 'global_step2'} written in " in last, last
+    assert json.loads((tmp_path / "ckpt" / "global_step2" / "state.json").read_text())["step"] == 2

@@ -123,5 +123,5 @@ def test_the_budget_running_out_stops_the_run_at_once(watching) -> None:
     os.kill(os.getpid(), signal.SIGUSR1)
     with pytest.raises(KeyboardInterrupt):
         time.sleep(5)  # a step (or save) longer than the budget
-    assert preemption.stopped_because() == ("--ckpt.preemption_budget 0.2 s ran out before the checkpoint was written, "
+    assert preemption.stopped_because() == ("the preemption budget of 0.2 s ran out before the checkpoint was written, "
                                             "so it was not kept")

@@ -19,11 +19,14 @@ is consistent, so a checkpoint there resumes exactly as a periodic one does. Aba
 second copy of the last finished step's states (ZeRO shards, optimizer moments) or an undone optimizer step.
 
 A trainer takes part by calling :func:`step_done` after each step; one that does not is stopped at
-once by the signal, as before. Signals reach the main thread only, so everything here runs there.
+once by the signal, as before. Signals reach the main thread only, so the handlers run there; a warning
+that is no signal (Ray draining a node of the run, :mod:`rlhf.runtime.cluster.draining`) comes from
+another thread through :func:`warn`.
 """
 
 from __future__ import annotations
 
+import _thread
 import logging
 import signal
 import threading
@@ -35,7 +38,8 @@ from typing import Any
 
 from rlhf.errors import ConfigError, Preempted
 
-__all__ = ["Notice", "first_signal", "parse_signals", "pending", "step_done", "stopped_because", "watch", "watched_signals"]
+__all__ = ["Notice", "first_signal", "parse_signals", "pending", "step_done", "stopped_because", "warn", "watch",
+           "watched_signals"]
 
 log = logging.getLogger("rlhf.preemption")
 
@@ -44,7 +48,7 @@ log = logging.getLogger("rlhf.preemption")
 class Notice:
     """A preemption signal received after a finished step: the run checkpoints at the end of the step in flight."""
 
-    signal: str  # e.g. "SIGUSR1"
+    signal: str  # e.g. "SIGUSR1", or what else warned ("Ray is draining node …")
     received: float  # time.monotonic() when it arrived
     budget: float  # seconds the run has, from then, to write its checkpoint
 
@@ -94,6 +98,7 @@ def watch(signals: str, budget: float) -> None:
     _watch = _Watch(numbers, float(budget))
     for number in numbers:
         signal.signal(number, _on_signal)
+    signal.signal(signal.SIGALRM, _budget_ran_out)  # armed by the first notice (from any thread: warn())
 
 
 def watched_signals() -> tuple[int, ...]:
@@ -135,6 +140,30 @@ def step_done(step: int, save: Callable[[], Path], agree: Callable[[bool], bool]
                     "resume with the same command and --ckpt.load_enable", checkpoint=path, step=step)
 
 
+def warn(reason: str, seconds_left: float | None = None) -> None:
+    """A preemption warning that is not a signal (e.g. Ray draining a node of the run, with its deadline): taken
+    as the first watched signal would be, with a budget of ``seconds_left`` (at most ``--ckpt.preemption_budget``).
+    Callable from any thread; before the first step it stops the run at once (a KeyboardInterrupt in the main
+    thread). Nothing happens without :func:`watch`, or after an earlier notice."""
+    watch_ = _watch
+    if watch_ is None or watch_.first_signal is not None:
+        return
+    watch_.first_signal = signal.SIGTERM  # the status of an interrupted run: as for a scheduler's SIGTERM
+    if watch_.steps == 0:
+        watch_.stopped_because = f"before the first step finished ({reason}), so nothing was written"
+        _thread.interrupt_main()
+        return
+    budget = watch_.budget if seconds_left is None else max(1.0, min(watch_.budget, seconds_left))
+    _take_notice(watch_, reason, budget)
+
+
+def _take_notice(watch_: _Watch, name: str, budget: float) -> None:
+    watch_.notice = Notice(name, time.monotonic(), budget)
+    signal.setitimer(signal.ITIMER_REAL, budget)
+    log.warning("%s: finishing the step in flight, then writing a checkpoint (within %g s); a second signal stops "
+                "at once", name, budget)
+
+
 def _on_signal(signum: int, frame: Any) -> None:
     watch_ = _watch
     if watch_ is None:
@@ -143,11 +172,7 @@ def _on_signal(signum: int, frame: Any) -> None:
     if watch_.first_signal is None:
         watch_.first_signal = signum
         if watch_.steps > 0:
-            watch_.notice = Notice(name, time.monotonic(), watch_.budget)
-            signal.signal(signal.SIGALRM, _budget_ran_out)
-            signal.setitimer(signal.ITIMER_REAL, watch_.budget)
-            log.warning("%s: finishing the step in flight, then writing a checkpoint (within --ckpt.preemption_budget "
-                        "%g s); a second signal stops at once", name, watch_.budget)
+            _take_notice(watch_, name, watch_.budget)
             return
         watch_.stopped_because = "before the first step finished, so nothing was written"
         raise KeyboardInterrupt(name)
@@ -160,6 +185,7 @@ def _on_signal(signum: int, frame: Any) -> None:
 def _budget_ran_out(signum: int, frame: Any) -> None:
     if _watch is None or _watch.stopped_because:
         return
-    _watch.stopped_because = (f"--ckpt.preemption_budget {_watch.budget:g} s ran out before the checkpoint was "
+    budget = _watch.notice.budget if _watch.notice is not None else _watch.budget
+    _watch.stopped_because = (f"the preemption budget of {budget:g} s ran out before the checkpoint was "
                               "written, so it was not kept")
     raise KeyboardInterrupt("SIGALRM")

@@ -45,10 +45,10 @@ def whereabouts() -> dict[str, Any]:
             "placement_group": context.get_placement_group_id(), "resources": context.get_assigned_resources(), "log": log}
 
 
-def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
+def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> list[dict[str, Any]]:
     """``path`` (JSON): every rank's and engine's group, rank and :func:`whereabouts`, as each said when
     it started: which node each runs on, and its log file. ``groups``: the run's :class:`WorkerGroup` s
-    (None for one the run lacks); ``engines``: the rollout engines' actor handles."""
+    (None for one the run lacks); ``engines``: the rollout engines' actor handles. Returns the rows."""
     import json
     from pathlib import Path
 
@@ -59,6 +59,7 @@ def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
             {"group": _MEMBERS[h._actor_id.hex()][0], "rank": _MEMBERS[h._actor_id.hex()][1], **places[id(h)]}
             for h in handles]
     write_text_atomically(Path(path), json.dumps(rows, indent=1, default=str) + "\n", "workers.json")
+    return rows
 
 
 #: how long a failed call waits for its other workers' results, to find a dead one among them

@@ -25,6 +25,7 @@ from rlhf.records import preemption
 from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.capacity import node_gpus
+from rlhf.runtime.cluster.draining import DrainWatch, run_nodes
 from rlhf.runtime.cluster.liveness import RESUME_ADVICE, wait, write_whereabouts
 from rlhf.runtime.cluster.local import in_process_ranks, ranks_in_process, ray_actor_count
 from rlhf.runtime.cluster.placement import Placement, ranks_of
@@ -398,11 +399,13 @@ class PPOController:
             raise
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-        status, reason, tracker = "failed", None, None
+        status, reason, tracker, drain_watch = "failed", None, None, None
         try:
             self._setup()
-            write_whereabouts(self.run_dir / "workers.json", [self.actor, self.ref, self.critic, *self.rewards.reward_models],
-                              self.engines.engines)
+            rows = write_whereabouts(self.run_dir / "workers.json",
+                                     [self.actor, self.ref, self.critic, *self.rewards.reward_models], self.engines.engines)
+            if started_ray:  # Ray draining a node of the run is a preemption warning (docs/preemption.md)
+                drain_watch = DrainWatch(run_nodes(rows))
             self._resume()
             tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
             self.plugins.train_start(cfg, self.run_dir)
@@ -447,6 +450,8 @@ class PPOController:
             status = "interrupted"
             raise
         finally:
+            if drain_watch is not None:
+                drain_watch.stop()
             if tracker is not None:  # the progress bar ends its line before anything else is printed
                 tracker.close()
             record_status(self.run_dir, {"status": status, "reason": reason, "step": self.step})
