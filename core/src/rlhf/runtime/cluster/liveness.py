@@ -119,12 +119,40 @@ def _worker_death(exc: Exception, refs: list[Any]) -> Exception | None:
     results, awaited for a death among them (see :func:`_dead_peer`)."""
     import ray
 
-    if isinstance(exc, ray.exceptions.ActorDiedError):
+    if isinstance(exc, ray.exceptions.ActorDiedError) or _node_lost(exc):
         return _death(exc)
     if find_user_error(exc) is not None:
         return None
     dead = _dead_peer(refs)
     return None if dead is None else _death(dead)
+
+
+def _node_lost(exc: Any, wait_s: float | None = None) -> bool:
+    """Whether ``exc`` is an actor that cannot be reached because its node died (its raylet is gone: a machine lost
+    without warning). Ray says "unavailable" (:class:`ray.exceptions.ActorUnavailableError`) until its GCS has marked
+    the node dead, so the node's state is awaited, up to ``wait_s`` (default :data:`DEATH_GRACE_S`)."""
+    import time
+
+    import ray
+
+    if not isinstance(exc, ray.exceptions.ActorUnavailableError):
+        return False
+    place = _known_whereabouts(str(getattr(exc, "actor_id", "")))
+    if place is None:
+        return False
+    deadline = time.monotonic() + (DEATH_GRACE_S if wait_s is None else wait_s)
+    while True:
+        if not _node_alive(place["node_id"]):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+
+
+def _node_alive(node_id: str) -> bool:
+    import ray
+
+    return any(node["NodeID"] == node_id and node["Alive"] for node in ray.nodes())
 
 
 def _dead_peer(refs: list[Any]) -> Any:
@@ -147,6 +175,9 @@ def _dead_peer(refs: list[Any]) -> Any:
                 ray.get(ref, timeout=0)
             except ray.exceptions.ActorDiedError as exc:
                 return exc
+            except ray.exceptions.ActorUnavailableError as exc:  # its node may be gone
+                if _node_lost(exc, max(deadline - time.monotonic(), 0)):
+                    return exc
             except Exception:  # noqa: BLE001 - another peer's failure, or a result: keep looking
                 continue
     return None
@@ -165,6 +196,9 @@ def _death(exc: Any) -> Exception:
     pid = re.search(r"pid: (\d+)", str(exc))
     place = _known_whereabouts(str(getattr(exc, "actor_id", "")))
     where = f" on node {place['node_ip']} ({place['node_id'][:12]})" if place else ""
+    if place is not None and not _node_alive(place["node_id"]):
+        return WorkerError(f"{who}{where} is lost with its node: the node's raylet is gone (the machine was lost, shut "
+                           f"down or preempted, or its Ray stopped); {RESUME_ADVICE}")
     log = f"read its log {place['log']}" if place else "its log is above"
     return WorkerError(f"{who}{f' (pid {pid.group(1)})' if pid else ''}{where} died: its process exited (killed, out of "
                        f"memory, or crashed; {log}); {RESUME_ADVICE}")
