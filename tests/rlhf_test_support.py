@@ -155,3 +155,26 @@ def wait_until_none_left(ray_tmpdir: str, seconds: float = 60) -> list[str]:
     while (left := processes_mentioning(ray_tmpdir)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
+
+
+class TwoNodeCluster:
+    """The two-node Ray cluster of ``engine_checks/two_node_cluster.py`` in a process of its own (under ``ray_tmpdir``);
+    ``address`` is its GCS address (give it to a run as ``RAY_ADDRESS``)."""
+
+    def __init__(self, ray_tmpdir: str) -> None:
+        self.process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "engine_checks" / "two_node_cluster.py")], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=child_env(RAY_TMPDIR=ray_tmpdir))
+        self.address = self.process.stdout.readline().strip()
+        assert self.address, "the two-node cluster did not start"
+
+    def ask(self, what: str) -> list[str]:
+        self.process.stdin.write(what + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()

@@ -53,8 +53,8 @@ def test_partial_rollout_with_a_multi_turn_agent_on_vllm(ray_cluster, tiny_causa
 
 def test_an_async_run_resumes_from_the_last_trained_batch(ray_cluster, task_files, tiny_causal_lm_path, tmp_path,
                                                           capsys) -> None:
-    """The crash comes after step 2's checkpoint, with batch 3 already generated ahead: the resumed run
-    generates batch 3 again from the checkpoint's position and goes on to the end."""
+    """The crash comes after step 2's checkpoint, with batch 3 already generated ahead: the checkpoint kept it
+    (rollouts.pkl), so the resumed run trains it as the uninterrupted run would, and goes on to the end."""
     flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", 4) + [
         "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
         "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0",
@@ -65,16 +65,16 @@ def test_an_async_run_resumes_from_the_last_trained_batch(ray_cluster, task_file
     assert main(["train", "ppo", *flags, "--ckpt.load_enable"]) == 0
     metrics = read_metrics(tmp_path / "out")
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
-    assert metrics[2]["async/staleness"] == 0.0  # batch 3 was made again, by the checkpoint's weights
+    assert metrics[2]["async/staleness"] == 1.0  # batch 3 is the one step 1's weights made, not made again
     state = json.loads((tmp_path / "ckpt" / "global_step4" / "state.json").read_text())
     assert state["data"] == {"episode": 0, "position": 4 * 4}  # every prompt trained once, none skipped
 
 
-def test_oversampling_buffers_groups_and_a_resume_regenerates_them(ray_cluster, task_files, tiny_causal_lm_path, tmp_path,
+def test_oversampling_buffers_groups_and_a_resume_keeps_them(ray_cluster, task_files, tiny_causal_lm_path, tmp_path,
                                                                    capsys) -> None:
-    """Rounds of 6 prompts for steps of 4: the extra groups wait in the buffer. The crash after step 2
-    loses the buffered and queued groups; the checkpoint's position is just after the last trained
-    prompt, so the resumed run generates them again and every prompt is trained once."""
+    """Rounds of 6 prompts for steps of 4: the extra groups wait in the buffer. The crash after step 2 comes
+    after its checkpoint kept the buffered and queued groups (state.json's position is still just after the
+    last trained prompt), so the resumed run trains them and every prompt is trained once."""
     flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", 4) + [
         "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
         "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0",

@@ -15,39 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags, crash_plugin, processes_mentioning, wait_until_none_left
+from rlhf_test_support import TwoNodeCluster, base_flags, crash_plugin, processes_mentioning, wait_until_none_left
 
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, child_env, run_rlhf
 
 pytestmark = pytest.mark.slow
 
-CHECKS = Path(__file__).parent / "engine_checks"
-
 
 def _grpo(task_files: dict[str, Path]) -> list[str]:
     return ["--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
             "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.kl.init_coef", "0"]
-
-
-class TwoNodeCluster:
-    def __init__(self, ray_tmpdir: str) -> None:
-        self.process = subprocess.Popen([sys.executable, str(CHECKS / "two_node_cluster.py")], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, env=child_env(RAY_TMPDIR=ray_tmpdir))
-        self.address = self.process.stdout.readline().strip()
-        assert self.address, "the two-node cluster did not start"
-
-    def ask(self, what: str) -> list[str]:
-        self.process.stdin.write(what + "\n")
-        self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 def test_actor_ranks_spread_over_two_nodes_train(task_files, tiny_causal_lm_path: Path, tmp_path: Path,
@@ -94,13 +72,13 @@ def test_no_ray_process_of_a_run_survives_its_exit(outcome, task_files, tiny_cau
     assert wait_until_none_left(ray_tmpdir) == []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
 def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal_lm_path: Path, tmp_path: Path,
                                                  ray_tmpdir: str) -> None:
-    """The driver of a running ``rlhf train ppo`` (its own local Ray) killed mid-training, as a
-    scheduler or a user would: SIGTERM (``scancel``, ``kill``) or SIGKILL (out of memory). No raylet,
-    GCS, agent or worker of that run outlives it. SIGTERM ends the run as Ctrl-C does: one
-    ``rlhf: interrupted (SIGTERM)`` line naming the checkpoint to resume from, status 143."""
+    """The driver of a running ``rlhf train ppo`` (its own local Ray) stopped mid-training: Ctrl-C (SIGINT)
+    or SIGKILL (out of memory). No raylet, GCS, agent or worker of that run outlives it. SIGINT ends the run
+    at once: one ``rlhf: interrupted (SIGINT)`` line naming the checkpoint to resume from, status 130. (SIGTERM
+    is a preemption warning: tests/test_preemption.py.)"""
     out = tmp_path / "out"
     # Records the status the run ended with; after step 1 it says so and holds the driver inside its training loop,
     # so the signal lands mid-run however fast the steps are (a short run could otherwise finish before it lands).
@@ -128,13 +106,13 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
             if driver.poll() is None:
                 driver.kill()
     status, stderr = observer.with_suffix(".status"), (tmp_path / "driver.err").read_text()
-    if signum == signal.SIGTERM:  # the run unwinds as on Ctrl-C, and says what there is to resume from
+    if signum == signal.SIGINT:  # the run unwinds, and says what there is to resume from
         assert (returncode, status.read_text()) == (128 + signum, "interrupted"), stderr[-4000:]
         assert not list(out.glob(".staging-*")) and not (out / "model.safetensors").exists()  # nothing half-written
         checkpoint = tmp_path / "ckpt" / "global_step1"
-        assert stderr.count("rlhf: interrupted") == 1 and "SIGTERM received" not in stderr, stderr[-4000:]
+        assert stderr.count("rlhf: interrupted") == 1 and "SIGINT received" not in stderr, stderr[-4000:]
         assert stderr.rstrip("\n").split("\n")[-1] == (  # the last line, not after a half-drawn progress bar
-            f"rlhf: interrupted (SIGTERM); the last checkpoint is step 1 ({checkpoint}): resume with the same "
+            f"rlhf: interrupted (SIGINT); the last checkpoint is step 1 ({checkpoint}): resume with the same "
             "command and --ckpt.load_enable"), stderr[-4000:]
     else:  # nothing of the driver runs any more: Ray's head processes go with it (fate sharing), the rest with
         assert returncode == -signum and not status.exists()  # the run's watchdog

@@ -1,13 +1,20 @@
-"""How the ``rlhf`` command ends when stopped: SIGTERM as Ctrl-C, one line, status 128 + the signal."""
+"""How the ``rlhf`` command ends when stopped: one line, status 128 + the signal; a preemption signal during a
+training run checkpoints first (rlhf.records.preemption; the runs: tests/test_preemption.py)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from rlhf.errors import ConfigError, Preempted
+from rlhf.records import preemption
 from rlhf.records.checkpoints import interrupted
 
 # A plugin command that says it is running, then waits to be stopped.
@@ -61,3 +68,60 @@ def test_an_interrupted_run_names_its_last_checkpoint_or_says_there_is_none(tmp_
     (root / ".staging-global_step12").mkdir()  # a save cut short is no checkpoint
     assert str(interrupted(root)) == (f"the last checkpoint is step 10 ({root / 'global_step10'}): resume with the same "
                                       "command and --ckpt.load_enable")
+
+
+@pytest.fixture
+def watching() -> Iterator[None]:
+    """rlhf.records.preemption's handlers in this process for one test, then the handlers from before."""
+    kept = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)}
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    for signum, handler in kept.items():
+        signal.signal(signum, handler)
+    preemption._watch = None
+
+
+def test_preemption_signals_are_parsed_by_name_or_number_and_uncatchable_ones_are_refused() -> None:
+    assert preemption.parse_signals(" TERM, SIGUSR1,12,SIGTERM") == (signal.SIGTERM, signal.SIGUSR1, 12)
+    for text, says in (("SIGFOO", "'SIGFOO' is not a signal"), ("KILL", "SIGKILL cannot be used"),
+                       ("SIGALRM", "SIGALRM cannot be used")):
+        with pytest.raises(ConfigError, match=f"--ckpt.preemption_signals: {says}"):
+            preemption.parse_signals(text)
+    with pytest.raises(ConfigError, match="--ckpt.preemption_budget must be a positive number of seconds"):
+        preemption.watch("SIGUSR1", 0)
+
+
+def test_a_signal_before_the_first_step_stops_at_once(watching) -> None:
+    preemption.watch("SIGUSR1", 60)
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(5)  # the handler raises as soon as the signal arrives
+    assert preemption.stopped_because() == "before the first step finished, so nothing was written"
+    assert preemption.first_signal() == signal.SIGUSR1 and preemption.pending() is None
+
+
+def test_a_signal_after_a_step_saves_at_the_end_of_the_next_one_and_a_second_one_stops_at_once(watching,
+                                                                                           tmp_path: Path) -> None:
+    preemption.watch("SIGUSR1,SIGUSR2", 60)
+    saved: list[int] = []
+    preemption.step_done(1, lambda: saved.append(1) or tmp_path)  # no signal yet: nothing saved
+    os.kill(os.getpid(), signal.SIGUSR2)  # mid-step 2: noted, the step goes on
+    assert saved == [] and preemption.pending().signal == "SIGUSR2"
+    assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 60  # the budget runs
+    with pytest.raises(Preempted, match=rf"^\(SIGUSR2\) at step 2: checkpoint {tmp_path} written in \d+\.\d s; "):
+        preemption.step_done(2, lambda: saved.append(2) or tmp_path)
+    assert saved == [2] and signal.getitimer(signal.ITIMER_REAL)[0] == 0  # no alarm after the save
+    with pytest.raises(KeyboardInterrupt):  # a second signal stops at once
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(5)
+    assert preemption.stopped_because() == "a second signal (SIGUSR1) stopped the checkpoint, which was not kept"
+
+
+def test_the_budget_running_out_stops_the_run_at_once(watching) -> None:
+    preemption.watch("SIGUSR1", 0.2)
+    preemption.step_done(1, lambda: Path("unused"))
+    os.kill(os.getpid(), signal.SIGUSR1)
+    with pytest.raises(KeyboardInterrupt):
+        time.sleep(5)  # a step (or save) longer than the budget
+    assert preemption.stopped_because() == ("the preemption budget of 0.2 s ran out before the checkpoint was written, "
+                                            "so it was not kept")

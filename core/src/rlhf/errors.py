@@ -23,6 +23,9 @@ from typing import NoReturn
 DEBUG_ENV = "RLHF_DEBUG"
 USER_ERROR_EXIT = 2
 INTERNAL_ERROR_EXIT = 1
+#: a preemption signal stopped the run after a checkpoint (sysexits' EX_TEMPFAIL: "try again later"); the
+#: same command with --ckpt.load_enable resumes it (rlhf.records.preemption, docs/preemption.md)
+PREEMPTED_EXIT = 75
 
 
 class UserError(Exception):
@@ -86,6 +89,16 @@ class StorageError(UserError):
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped a training run; the message says whether a checkpoint was written and
     how to resume from it, or that none was (the CLI puts it on its ``rlhf: interrupted`` line)."""
+
+
+class Preempted(RunInterrupted):
+    """A preemption signal stopped a training run after the checkpoint of its last step was written; the
+    message (the CLI's ``rlhf: preempted`` line) names the checkpoint and how to resume. Exit status
+    :data:`PREEMPTED_EXIT`."""
+
+    def __init__(self, message: str, checkpoint: object = None, step: int = 0) -> None:
+        super().__init__(message)
+        self.checkpoint, self.step = checkpoint, step
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):

@@ -329,6 +329,7 @@ def rlhf_steer(step: int, metrics: dict[str, float], steering: Steering) -> None
 @hookspec
 def rlhf_train_end(config: RunConfig, run_dir: Path, status: str) -> None:
     """A training run ended; ``status`` is ``completed``, ``stopped`` (a plugin's ``rlhf_steer`` asked),
+    ``preempted`` (a preemption signal: the checkpoint of the last step was written, docs/preemption.md),
     ``interrupted`` or ``failed``.
 
     When: end of ``rlhf train``, also on failure. Process: the controller. How often: once per run.

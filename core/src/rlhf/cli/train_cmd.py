@@ -8,6 +8,7 @@ import yaml
 
 from rlhf.host.plugin_host import PluginHost
 from rlhf.launch import attach_run_log, trainer_run
+from rlhf.records import preemption
 from rlhf.registry import ComponentKind
 
 
@@ -23,5 +24,8 @@ def run_train(host: PluginHost, trainer_name: str | None, argv: list[str]) -> in
         yaml.safe_dump(run.config.model_dump(mode="json"), sys.stdout, sort_keys=False)
         return 0
     attach_run_log(run.run_dir)
+    ckpt = getattr(run.config, "ckpt", None)
+    if hasattr(ckpt, "preemption_signals"):  # a trainer's config with the shared PreemptionFields
+        preemption.watch(ckpt.preemption_signals, ckpt.preemption_budget)
     run.trainer(run.config, host, run.run_dir).run()
     return 0

@@ -96,6 +96,13 @@ class RolloutScheduler(Protocol):
     ``--train.async_enable``, else ``sync``. Built with :func:`rlhf.components.build` in the controller,
     once per run. Optional classmethod ``check_config(config) -> None``: in the CLI process before
     anything starts, raising :class:`rlhf.errors.ConfigError` for a run it cannot schedule.
+
+    Optional checkpoint methods, for a scheduler whose batches generated ahead must survive a resume (so that
+    the resumed run trains exactly what the uninterrupted one would have): ``save_state(directory) -> None``,
+    called in the controller while every checkpoint is written (``directory``: its staging dir), once per
+    checkpoint, after the step and while no batch is being trained; it may wait for a batch in flight.
+    ``load_state(directory, loop) -> None``: on ``--ckpt.load_enable``, once, after the controller restored
+    its own state and before :meth:`batches`; it may move ``loop.schedule`` and ``loop.policy_version``.
     """
 
     def batches(self, loop: RolloutLoop) -> Iterator[tuple[list[dict[str, Any]], StepRollout | None]]:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from rlhf.config.base import Section, flag, plugin_flag, plugin_options_field, plugin_set_field
-from rlhf.config.sections import AdamSection, DeepSpeedSection, LoggerSection, MuonSection
+from rlhf.config.sections import AdamSection, DeepSpeedSection, LoggerSection, MuonSection, PreemptionFields
 from rlhf.registry import ComponentKind as K
 
 
@@ -170,7 +170,7 @@ class EvalSection(Section):
     n_samples_per_prompt: int = flag(4, "Samples per prompt for evaluation")
 
 
-class CkptSection(Section):
+class CkptSection(PreemptionFields):
     save_steps: int = flag(-1, "Save a checkpoint every N steps (-1: never)")
     path: str = flag("./ckpt/checkpoints_ppo_ray", "Checkpoint directory")
     save_hf: bool = flag(False, "Also save an HF-loadable model", switch=True)

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from rlhf.config.base import Section, flag, plugin_flag
 
-__all__ = ["AdamSection", "DeepSpeedSection", "LoggerSection", "LoraSection", "MuonSection", "WandbSection"]
+__all__ = ["AdamSection", "DeepSpeedSection", "LoggerSection", "LoraSection", "MuonSection", "PreemptionFields", "WandbSection"]
 
 
 def _default_run_name() -> str:
@@ -26,6 +26,16 @@ class AdamSection(Section):
     betas: list[float] = flag([0.9, 0.95], "Adam betas", nargs=2)
     eps: float = flag(1e-8, "Adam epsilon")
     weight_decay: float = flag(0.0, "Adam weight decay")
+
+
+class PreemptionFields(Section):
+    """The ``--ckpt.*`` fields of a preemption warning (rlhf.records.preemption, docs/preemption.md); a trainer's
+    checkpoint section subclasses it and calls ``rlhf.records.preemption.step_done`` after each step."""
+
+    preemption_signals: str = flag("SIGTERM,SIGUSR1", "Signals that mean: finish the step in flight, write a "
+                                   "checkpoint, exit with status 75 (comma-separated names; SLURM's --signal sends USR1)")
+    preemption_budget: float = flag(120.0, "Seconds a preemption signal leaves to finish the step and write its "
+                                    "checkpoint; past them the run stops without it")
 
 
 class MuonSection(Section):

@@ -210,6 +210,17 @@ def interrupted(root: Path) -> RunInterrupted:
                           "and --ckpt.load_enable")
 
 
+def resume_advice(root: Path) -> str:
+    """Where a run that failed (a worker died) goes on from: the checkpoint under ``root`` that
+    ``--ckpt.load_enable`` would resume from, or that it would start from step 0."""
+    found = checkpoints(root)
+    if not found:
+        return (f"no checkpoint was written under {root}, so --ckpt.load_enable would start from step 0 "
+                "(--ckpt.save_steps N writes one every N steps)")
+    step, directory = found[-1]
+    return f"resume from step {step} ({directory}) with the same command and --ckpt.load_enable"
+
+
 def load_state(directory: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """The checkpoint's ``state.json``, with an integer ``step`` and ``keys``; a missing, unreadable or
     incomplete one is a :class:`CheckpointError`."""

@@ -59,6 +59,7 @@ PUBLIC_MODULES = (
     "rlhf.data.workers",
     "rlhf.records.checkpoints",
     "rlhf.records.metrics",
+    "rlhf.records.preemption",
     "rlhf.testing",
     "rlhf.testing.cli",
     "rlhf.testing.pytest_plugin",

@@ -45,10 +45,10 @@ def whereabouts() -> dict[str, Any]:
             "placement_group": context.get_placement_group_id(), "resources": context.get_assigned_resources(), "log": log}
 
 
-def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
+def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> list[dict[str, Any]]:
     """``path`` (JSON): every rank's and engine's group, rank and :func:`whereabouts`, as each said when
     it started: which node each runs on, and its log file. ``groups``: the run's :class:`WorkerGroup` s
-    (None for one the run lacks); ``engines``: the rollout engines' actor handles."""
+    (None for one the run lacks); ``engines``: the rollout engines' actor handles. Returns the rows."""
     import json
     from pathlib import Path
 
@@ -59,6 +59,7 @@ def write_whereabouts(path: Any, groups: list[Any], engines: list[Any]) -> None:
             {"group": _MEMBERS[h._actor_id.hex()][0], "rank": _MEMBERS[h._actor_id.hex()][1], **places[id(h)]}
             for h in handles]
     write_text_atomically(Path(path), json.dumps(rows, indent=1, default=str) + "\n", "workers.json")
+    return rows
 
 
 #: how long a failed call waits for its other workers' results, to find a dead one among them
@@ -91,14 +92,14 @@ def wait(refs: Any) -> Any:
 @contextlib.contextmanager
 def naming_dead_workers(handles: list[Any]) -> Iterator[None]:
     """Around Ray calls a component waits for itself (a weight-sync transport's ``ray.get``): a failure
-    that a dead worker among ``handles`` caused is raised as :func:`wait` would, naming that worker."""
-    import ray
-
+    that a dead worker among ``handles`` caused is raised as :func:`wait` would, naming that worker.
+    A rank in this process (:class:`LocalHandle`) fails in its own call, not through Ray: a gloo
+    "Connection closed by peer" when an engine it broadcasts to died. So any exception is checked."""
     try:
         yield
-    except ray.exceptions.RayError as exc:
+    except Exception as exc:
         actors = [handle for handle in handles if not isinstance(handle, LocalHandle)]  # ranks in this process live on
-        death = _worker_death(exc, [handle.__ray_call__.remote(_answer) for handle in actors])
+        death = _worker_death(exc, [handle.__ray_call__.remote(_answer) for handle in actors]) if actors else None
         if death is None:
             raise
         raise death from exc
@@ -108,18 +109,50 @@ def _answer(_: Any) -> None:
     """What a worker runs to show it is alive (see :func:`naming_dead_workers`)."""
 
 
+#: the end of a dead worker's line; the RL controller replaces it with the checkpoint to resume from
+RESUME_ADVICE = "resume from the last checkpoint with --ckpt.load_enable"
+
+
 def _worker_death(exc: Exception, refs: list[Any]) -> Exception | None:
     """The :class:`WorkerError` naming the dead worker that made a call fail with ``exc``, or None where
     none did (``exc`` then stands: a worker's own exception, a user error). ``refs``: the call's other
     results, awaited for a death among them (see :func:`_dead_peer`)."""
     import ray
 
-    if isinstance(exc, ray.exceptions.ActorDiedError):
+    if isinstance(exc, ray.exceptions.ActorDiedError) or _node_lost(exc):
         return _death(exc)
     if find_user_error(exc) is not None:
         return None
     dead = _dead_peer(refs)
     return None if dead is None else _death(dead)
+
+
+def _node_lost(exc: Any, wait_s: float | None = None) -> bool:
+    """Whether ``exc`` is an actor that cannot be reached because its node died (its raylet is gone: a machine lost
+    without warning). Ray says "unavailable" (:class:`ray.exceptions.ActorUnavailableError`) until its GCS has marked
+    the node dead, so the node's state is awaited, up to ``wait_s`` (default :data:`DEATH_GRACE_S`)."""
+    import time
+
+    import ray
+
+    if not isinstance(exc, ray.exceptions.ActorUnavailableError):
+        return False
+    place = _known_whereabouts(str(getattr(exc, "actor_id", "")))
+    if place is None:
+        return False
+    deadline = time.monotonic() + (DEATH_GRACE_S if wait_s is None else wait_s)
+    while True:
+        if not _node_alive(place["node_id"]):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+
+
+def _node_alive(node_id: str) -> bool:
+    import ray
+
+    return any(node["NodeID"] == node_id and node["Alive"] for node in ray.nodes())
 
 
 def _dead_peer(refs: list[Any]) -> Any:
@@ -142,6 +175,9 @@ def _dead_peer(refs: list[Any]) -> Any:
                 ray.get(ref, timeout=0)
             except ray.exceptions.ActorDiedError as exc:
                 return exc
+            except ray.exceptions.ActorUnavailableError as exc:  # its node may be gone
+                if _node_lost(exc, max(deadline - time.monotonic(), 0)):
+                    return exc
             except Exception:  # noqa: BLE001 - another peer's failure, or a result: keep looking
                 continue
     return None
@@ -160,9 +196,12 @@ def _death(exc: Any) -> Exception:
     pid = re.search(r"pid: (\d+)", str(exc))
     place = _known_whereabouts(str(getattr(exc, "actor_id", "")))
     where = f" on node {place['node_ip']} ({place['node_id'][:12]})" if place else ""
+    if place is not None and not _node_alive(place["node_id"]):
+        return WorkerError(f"{who}{where} is lost with its node: the node's raylet is gone (the machine was lost, shut "
+                           f"down or preempted, or its Ray stopped); {RESUME_ADVICE}")
     log = f"read its log {place['log']}" if place else "its log is above"
     return WorkerError(f"{who}{f' (pid {pid.group(1)})' if pid else ''}{where} died: its process exited (killed, out of "
-                       f"memory, or crashed; {log}); resume from the last checkpoint with --ckpt.load_enable")
+                       f"memory, or crashed; {log}); {RESUME_ADVICE}")
 
 
 def _known_whereabouts(actor_id: str) -> dict[str, Any] | None:

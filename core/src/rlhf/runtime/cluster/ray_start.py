@@ -12,6 +12,7 @@ from typing import Any
 
 from rlhf.console import WORKER_ENV, WORKER_SETUP_HOOK, hand_back_library_loggers
 from rlhf.errors import WorkerError
+from rlhf.records.preemption import watched_signals
 from rlhf.runtime.cluster.watchdog import Watchdog
 
 #: how long the reachability check waits for the cluster's port to accept a connection
@@ -34,24 +35,26 @@ def start_ray(import_meanwhile: tuple[str, ...] = (), actors: int | None = None)
         # importing ray here or beside torch costs the same (imports hold the GIL), ray.init's wait is what overlaps
         check_reachable(address)
     importing = import_in_background(*import_meanwhile)
-    before = signal.getsignal(signal.SIGTERM)
+    kept = dict.fromkeys((signal.SIGTERM, *watched_signals()))
+    before = {signum: signal.getsignal(signum) for signum in kept}
     try:
         return _start_ray(local_cpus(actors))
     finally:
-        _own_sigterm(before)
+        _own_signals(before)
         importing.join()
 
 
-def _own_sigterm(before: Any) -> None:
+def _own_signals(before: dict[int, Any]) -> None:
     """``ray.init`` sets a Python SIGTERM handler in the driver (``sys.exit(15)``), and then Ray's C++ core
     worker a crash handler over it that prints "*** SIGTERM received … PC: @" lines and can abort the
-    process (status 134). The handler from ``before`` ray.init stays (the CLI's: one line, status 143);
-    without one, Ray's Python handler stays, without the C++ one."""
+    process (status 134). The handlers from ``before`` ray.init stay (the CLI's: one line, status 143, and
+    the preemption signals' of ``rlhf train``); without one, Ray's Python handler stays, without the C++ one."""
     if threading.current_thread() is not threading.main_thread():
         return
-    handler = before if callable(before) else signal.getsignal(signal.SIGTERM)
-    if callable(handler):
-        signal.signal(signal.SIGTERM, handler)
+    for signum, handler in before.items():
+        handler = handler if callable(handler) else signal.getsignal(signum)
+        if callable(handler):
+            signal.signal(signum, handler)
 
 
 def stop_ray() -> None:

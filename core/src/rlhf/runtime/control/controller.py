@@ -18,12 +18,15 @@ from rlhf.config.base import ConfigError
 from rlhf.config.ppo_rules import active_correction
 from rlhf.config.rollout_engine import rollout_engine_class
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
+from rlhf.errors import Preempted, WorkerError
 from rlhf.models.loading import check_model_source, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
+from rlhf.records import preemption
 from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.capacity import node_gpus
-from rlhf.runtime.cluster.liveness import wait, write_whereabouts
+from rlhf.runtime.cluster.draining import DrainWatch, run_nodes
+from rlhf.runtime.cluster.liveness import RESUME_ADVICE, wait, write_whereabouts
 from rlhf.runtime.cluster.local import in_process_ranks, ranks_in_process, ray_actor_count
 from rlhf.runtime.cluster.placement import Placement, ranks_of
 from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
@@ -203,6 +206,9 @@ class PPOController:
             self.steered = state.get("steering", {})
             self.plugins.checkpoint_load(self.step, directory, state.get("plugins", {}))
             self.sync_weights()
+            self.policy_version = state.get("policy_version", self.policy_version)  # as the uninterrupted run counts
+            if (load_state := getattr(self.scheduler, "load_state", None)) is not None:
+                load_state(directory, self)
 
         checkpoint.resume(Path(self.config.ckpt.path), load, keys=RESUMED_KEYS)
 
@@ -341,7 +347,7 @@ class PPOController:
         if self.schedule.weights is not None:  # the newest (async mode trained a batch drawn before the last change)
             data["weights"] = list(self.schedule.weights)
         state = {"step": self.step, "data": data, "kl_coef": self.kl.value,
-                 "steering": self.steered,
+                 "steering": self.steered, "policy_version": self.policy_version,
                  "plugin_set": cfg.plugin_set, "plugins": plugin_state}
 
         def write(staging: Path) -> None:
@@ -351,6 +357,8 @@ class PPOController:
                     self.critic.call("save_checkpoint", str(staging))
             if cfg.ckpt.save_hf:
                 self.actor.call("save_hf", str(staging / "hf"))
+            if (save_state := getattr(self.scheduler, "save_state", None)) is not None:  # e.g. batches generated ahead
+                save_state(staging)
             self.plugins.checkpoint_save(self.step, staging, plugin_state)
 
         return checkpoint.save(root or Path(cfg.ckpt.path), self.step, state, write, keep or cfg.ckpt.max_num,
@@ -391,11 +399,13 @@ class PPOController:
             raise
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rlhf_config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-        status, reason, tracker = "failed", None, None
+        status, reason, tracker, drain_watch = "failed", None, None, None
         try:
             self._setup()
-            write_whereabouts(self.run_dir / "workers.json", [self.actor, self.ref, self.critic, *self.rewards.reward_models],
-                              self.engines.engines)
+            rows = write_whereabouts(self.run_dir / "workers.json",
+                                     [self.actor, self.ref, self.critic, *self.rewards.reward_models], self.engines.engines)
+            if started_ray:  # Ray draining a node of the run is a preemption warning (docs/preemption.md)
+                drain_watch = DrainWatch(run_nodes(rows))
             self._resume()
             tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
             self.plugins.train_start(cfg, self.run_dir)
@@ -411,11 +421,14 @@ class PPOController:
                 tracker.log(self.step, metrics)
                 for note in requests.notes:
                     tracker.note(note)
+                saved = None
                 if (cfg.ckpt.save_steps > 0 and self.step % cfg.ckpt.save_steps == 0) or requests.checkpoint:
-                    self.save_checkpoint()
+                    saved = self.save_checkpoint()
                 for folder, keep in requests.apart.items():  # e.g. rlhf-plugin-best-checkpoint's best/
                     self.save_checkpoint(Path(cfg.ckpt.path) / folder, keep)
                 self.plugins.step_end(self.step, metrics)
+                # a preemption signal (--ckpt.preemption_signals) during this step: its checkpoint, then Preempted
+                preemption.step_done(self.step, lambda saved=saved: saved or self.save_checkpoint())
                 if requests.stop:
                     reason = requests.stop
                     break
@@ -423,13 +436,22 @@ class PPOController:
             if self.critic is not None and cfg.critic.save_value_network:  # OpenRLHF's <save_path>_critic
                 self.critic.call("save_hf", str(self.run_dir.with_name(self.run_dir.name + "_critic")))
             status = "completed" if reason is None else "stopped"
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the CLI's handler
+        except Preempted:  # its checkpoint is written: the CLI names it
+            status = "preempted"
+            raise
+        except WorkerError as exc:  # a rank or engine died: the line names it and the checkpoint to resume from
+            if RESUME_ADVICE not in str(exc):
+                raise
+            raise WorkerError(str(exc).replace(RESUME_ADVICE, checkpoint.resume_advice(Path(cfg.ckpt.path)))) from exc
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a signal that stops at once (rlhf.records.preemption)
             status = "interrupted"
             raise checkpoint.interrupted(Path(cfg.ckpt.path)) from exc
         except SystemExit:  # SIGTERM through Ray's own handler (a run started outside the CLI)
             status = "interrupted"
             raise
         finally:
+            if drain_watch is not None:
+                drain_watch.stop()
             if tracker is not None:  # the progress bar ends its line before anything else is printed
                 tracker.close()
             record_status(self.run_dir, {"status": status, "reason": reason, "step": self.step})

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from rlhf.config.base import Section, flag, plugin_options_field, plugin_set_field
-from rlhf.config.sections import AdamSection, DeepSpeedSection, LoggerSection, MuonSection
+from rlhf.config.sections import AdamSection, DeepSpeedSection, LoggerSection, MuonSection, PreemptionFields
 from rlhf.registry import ComponentKind as K
 
 
@@ -72,7 +72,7 @@ class SupervisedEvalSection(Section):
     holdout: float = flag(0.0, "Hold out this fraction of the training data for evaluation when no --eval.dataset")
 
 
-class SupervisedCkptSection(Section):
+class SupervisedCkptSection(PreemptionFields):
     save_steps: int = flag(-1, "Save a checkpoint every N optimizer steps (-1: never)")
     path: str = flag("./ckpt/checkpoints", "Checkpoint directory")
     max_num: int = flag(3, "Checkpoints to keep")

@@ -27,8 +27,10 @@ from rlhf.config.checks import check_4bit, check_global_batch, require_positive
 from rlhf.config.training_backend import backend_label, check_backend_config, training_backend
 from rlhf.data.sources import load_mixed
 from rlhf.data.workers import computed_in_order
+from rlhf.errors import Preempted
 from rlhf.models.loading import attn_implementation, check_model_source, load_tokenizer, seed_process
 from rlhf.models.saving import save_final
+from rlhf.records import preemption
 from rlhf.records.checkpoints import interrupted
 from rlhf.records.metrics import MetricsTracker
 from rlhf_supervised.batch import collate, per_sample_sum, token_logprobs
@@ -197,12 +199,12 @@ class SupervisedTrainer:
         self.setup()
         step = self._resume()
         tracker = self._tracker(total, step)
-        self.plugins.train_start(cfg, self.run_dir)
         status = "failed"
 
         # --data.dataloader_num_workers: the next steps' micro-batches are collated in worker processes
         step_batches = computed_in_order(self._step_batches, range(step, total), cfg.data.dataloader_num_workers)
         try:
+            self.plugins.train_start(cfg, self.run_dir)
             while step < total:
                 torch.manual_seed(cfg.train.seed * 1000003 + step)  # dropout etc.: resumes replay exactly
                 metrics = self._train_step(step, next(step_batches))
@@ -212,13 +214,21 @@ class SupervisedTrainer:
                 # logged before the checkpoint: a resume from it keeps every line up to its step
                 if tracker is not None:
                     tracker.log(step, metrics)
+                saved = None
                 if cfg.ckpt.save_steps > 0 and step % cfg.ckpt.save_steps == 0:
-                    self.save_checkpoint(step)
+                    saved = self.save_checkpoint(step)
                 self.plugins.step_end(step, metrics)
+                # a preemption signal during this step (--ckpt.preemption_signals): its checkpoint, then Preempted;
+                # every rank saves and stops at the same step when any rank got the signal
+                preemption.step_done(step, lambda saved=saved, step=step: saved or self.save_checkpoint(step),
+                                     agree=self._any_rank if self.world_size > 1 else None)
 
             save_final(self.model, self.tokenizer, Path(cfg.ckpt.output_dir), self.rank, self.final_config_updates())
             status = "completed"
-        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: say what there is to resume from
+        except Preempted:  # its checkpoint is written: the CLI names it
+            status = "preempted"
+            raise
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a signal that stops at once: say what there is to resume from
 
             status = "interrupted"
             raise interrupted(Path(cfg.ckpt.path)) from exc
@@ -333,8 +343,12 @@ class SupervisedTrainer:
         return {f"eval/{k}": v for k, v in self.eval_finished(averaged).items()}
 
     # ----- checkpoints --------------------------------------------------------------------
-    def save_checkpoint(self, step: int) -> None:
-        """Every rank writes its training states into one staging dir that rank 0 commits."""
+    def _any_rank(self, asked: bool) -> bool:
+        (count,) = self._all_reduce([float(asked)])
+        return count > 0
+
+    def save_checkpoint(self, step: int) -> Path:
+        """Every rank writes its training states into one staging dir that rank 0 commits; returns its final path."""
         import torch.distributed as dist
 
         plugin_state: dict[str, Any] = {}
@@ -344,8 +358,8 @@ class SupervisedTrainer:
             self.model.save_checkpoint(str(staging), tag="model")
             self.plugins.checkpoint_save(step, staging, plugin_state)
 
-        checkpoint.save(Path(self.config.ckpt.path), step, state, write, self.config.ckpt.max_num,
-                        max_gb=self.config.ckpt.max_mem, rank=self.rank, barrier=dist.barrier)
+        return checkpoint.save(Path(self.config.ckpt.path), step, state, write, self.config.ckpt.max_num,
+                               max_gb=self.config.ckpt.max_mem, rank=self.rank, barrier=dist.barrier)
 
     def _resume(self) -> int:
         """``--ckpt.load_enable``: the step of the checkpoint loaded (0 when there is none)."""

@@ -18,10 +18,13 @@ only, as in OpenRLHF): each generation round takes that many prompts; a step tra
 remaining steps need; groups a refill of dynamic filtering adds beyond that at the run's end are
 counted (``oversampling/unused_groups``).
 
-Resume in async mode: a checkpoint records the prompt position just after the last *trained*
-group's prompt (groups are trained in the order their prompts were handed out), so groups that
-were generated but not yet trained, queued or buffered, are generated again after a resume:
-no prompt is lost or trained twice; their samples, made by pre-checkpoint weights, are not kept.
+Resume in async mode: a checkpoint keeps the batches generated ahead. While it is written, the
+scheduler waits for the batch in flight (the producer then waits for a free slot) and stores the queued
+batches, the oversampling buffer and the prompt position after them in ``rollouts.pkl``; a resume trains
+those batches first and goes on generating from that position, so it trains exactly what the
+uninterrupted run would have (their samples were made by the same pre-checkpoint weights). A checkpoint
+without that file (written before it existed) records the prompt position just after the last *trained*
+group's prompt, so the groups generated ahead are generated again, by the checkpoint's weights.
 Runs in the controller process, once per run; the controller is seen through :class:`rlhf.components.RolloutLoop`.
 """
 
@@ -29,16 +32,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import pickle
 import queue
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rlhf.components import RolloutLoop, StepRollout
 from rlhf.errors import ConfigError
 
 log = logging.getLogger("rlhf.runtime")
+
+#: the batches generated ahead, in a checkpoint (see the module docstring)
+SAVED_ROLLOUTS = "rollouts.pkl"
 
 
 class AheadOfTraining:
@@ -51,25 +59,49 @@ class AheadOfTraining:
         if config.vllm.enable_sleep:
             raise ConfigError("--vllm.enable_sleep cannot be combined with --train.async_enable (engines never idle)")
 
+    def __init__(self) -> None:
+        self.producer: Producer | None = None
+        self.resumed: dict[str, Any] | None = None
+
     def batches(self, loop: RolloutLoop) -> Iterator[tuple[list[dict[str, Any]], StepRollout]]:
-        producer = Producer(loop)
+        self.producer = Producer(loop, self.resumed)
         try:
-            yield from producer.batches()
+            yield from self.producer.batches()
         finally:
-            producer.stop()
+            self.producer.stop()
+
+    def save_state(self, directory: Path) -> None:
+        if self.producer is not None:
+            (directory / SAVED_ROLLOUTS).write_bytes(pickle.dumps(self.producer.ahead()))
+
+    def load_state(self, directory: Path, loop: RolloutLoop) -> None:
+        saved = directory / SAVED_ROLLOUTS
+        if saved.exists():
+            self.resumed = pickle.loads(saved.read_bytes())
+            loop.schedule.restore(self.resumed["data"])
 
 
 class Producer:
     """The async generator thread and its bounded queue (see the module docstring)."""
 
-    def __init__(self, loop: RolloutLoop) -> None:
+    def __init__(self, loop: RolloutLoop, resumed: dict[str, Any] | None = None) -> None:
         cfg = loop.config.train
         self.loop = loop
         size = max(1, cfg.async_queue_size)
-        self.queue: queue.Queue = queue.Queue(maxsize=size)
+        self.queue: queue.Queue = queue.Queue(maxsize=size + 1)  # + the end marker
+        self.buffer = GroupBuffer(loop.config.rollout.n_samples_per_prompt)
+        self.step = loop.step  # the step of the last batch handed to the queue
         # a batch takes a slot before it generates and frees it when training takes it: at most
         # ``size`` batches are ahead of training, so staleness stays within ``size`` weight syncs
-        self.slots = threading.Semaphore(size)
+        self.free = size
+        self.waiting = self.done = False  # for a free slot / for good (what ahead() waits for)
+        self.slots = threading.Condition()
+        if resumed is not None:  # a checkpoint's batches generated ahead (AheadOfTraining.load_state)
+            for item in resumed["queued"]:
+                self.queue.put(item)
+            self.free -= sum(item is not None for item in resumed["queued"])
+            self.buffer.groups, self.step = resumed["buffered"], resumed["step"]
+            self.done = any(item is None for item in resumed["queued"])
         # the engines' lock: held by a generating batch and by weight syncs, unless partial rollout
         loop.engine_lock = contextlib.nullcontext() if cfg.partial_rollout_enable else threading.Lock()
         self._stop = threading.Event()
@@ -84,7 +116,9 @@ class Producer:
                 return
             if isinstance(item, BaseException):
                 raise item
-            self.slots.release()
+            with self.slots:
+                self.free += 1
+                self.slots.notify_all()
             item.metrics["async/queue_wait"] = time.perf_counter() - start
             trained_version = self.loop.policy_version
             item.metrics["async/staleness"] = float(trained_version - item.version_start)
@@ -98,11 +132,32 @@ class Producer:
                 self.queue.get_nowait()
         self._thread.join(timeout=600)
 
+    def ahead(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the batches generated ahead of training (queued and buffered) and the prompt
+        position after them, once the batch in flight is done (the producer then waits for a free slot)."""
+        with self.slots:
+            self.slots.wait_for(lambda: self.done or (self.waiting and self.free == 0))
+            return {"queued": list(self.queue.queue), "buffered": list(self.buffer.groups), "step": self.step,
+                    "data": self.loop.schedule.state()}
+
     def _take_slot(self) -> bool:
-        while not self._stop.is_set():
-            if self.slots.acquire(timeout=0.5):
-                return True
+        with self.slots:
+            while not self._stop.is_set():
+                if self.free > 0:
+                    self.free -= 1
+                    self.waiting = False
+                    return True
+                self.waiting = True
+                self.slots.notify_all()
+                self.slots.wait(timeout=0.5)
         return False
+
+    def _finish(self, item: Any) -> None:
+        """Hand the end marker (None) or the producer's exception to training; no batch follows."""
+        self._put(item)
+        with self.slots:
+            self.done = True
+            self.slots.notify_all()
 
     def _put(self, item: Any) -> bool:
         while not self._stop.is_set():
@@ -115,12 +170,13 @@ class Producer:
 
     def _produce(self) -> None:
         loop, cfg = self.loop, self.loop.config
-        batch_size, n = cfg.rollout.batch_size, cfg.rollout.n_samples_per_prompt
+        batch_size = cfg.rollout.batch_size
         per_round = cfg.rollout.vllm_generate_batch_size or batch_size
-        step, total = loop.step, loop.schedule.total_batches
-        buffer = GroupBuffer(n)
+        total, buffer = loop.schedule.total_batches, self.buffer
+        if self.done:  # resumed after the last batch was generated
+            return
         try:
-            while step < total and self._take_slot():
+            while self.step < total and self._take_slot():
                 metrics: dict[str, float] = {}
                 extra: dict[str, float] = {}
                 drawn = False
@@ -128,31 +184,32 @@ class Producer:
                     if per_round == batch_size:
                         prompts = loop.schedule.next_batch()
                     else:  # never more prompts than the remaining steps train
-                        prompts = loop.schedule.take(min(per_round, (total - step) * batch_size - len(buffer)))
+                        prompts = loop.schedule.take(min(per_round, (total - self.step) * batch_size - len(buffer)))
                     if not prompts:
                         break
                     drawn = True
                     version = loop.policy_version
                     with loop.engine_lock:
-                        samples, extra = loop.rollout(prompts, metrics, step=step + 1)
+                        samples, extra = loop.rollout(prompts, metrics, step=self.step + 1)
                     buffer.add(samples, version, loop.policy_version)
                     if per_round == batch_size:  # one round per step, as in sync mode (filtered or skipped groups
                         break                    # make the batch smaller, they are not made up from the next prompts)
                 if not drawn and not len(buffer):
                     break
-                step += 1
                 rollout = buffer.take(batch_size, extra, metrics, loop.policy_version)
                 rollout.data_state = rollout.data_state or loop.schedule.state()
-                if step == total and len(buffer):  # generated ahead, but no step is left to train them
+                if self.step + 1 == total and len(buffer):  # generated ahead, but no step is left to train them
                     metrics["oversampling/unused_groups"] = float(len(buffer))
                     log.warning("%d oversampled prompt groups were generated but the run ends before training them",
                                 len(buffer))
-                if not self._put(rollout):
-                    return
+                with self.slots:  # queued and counted at once, for ahead()
+                    if not self._put(rollout):
+                        return
+                    self.step += 1
         except BaseException as exc:  # noqa: BLE001 - re-raised in the training loop
-            self._put(exc)
+            self._finish(exc)
             return
-        self._put(None)  # no prompt left: the training loop ends
+        self._finish(None)  # no prompt left: the training loop ends
 
 
 class GroupBuffer:

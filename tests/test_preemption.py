@@ -1,0 +1,311 @@
+"""A preemption signal means "checkpoint, then stop" (docs/preemption.md), with ``--ckpt.save_steps -1``.
+
+The signal is sent mid-step by the test, as a scheduler would: a plugin's learning-rate schedule marks the
+optimizer step of step 2 (in whichever process trains) and pauses there, and the test signals the driver
+then. The run finishes step 2, writes its checkpoint, prints one ``rlhf: preempted`` line naming it and exits
+75; the same command with ``--ckpt.load_enable`` then logs steps 3.. with the metrics of an uninterrupted
+run (rel. diff <= 1e-6). Each uninterrupted run is the reference of every test of its trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rlhf_test_support import TwoNodeCluster, base_flags, wait_until_none_left
+
+from rlhf.errors import PREEMPTED_EXIT
+from rlhf.records.metrics import read_metrics
+from rlhf.testing.cli import assert_ok, child_env, run_rlhf
+
+pytestmark = pytest.mark.slow
+
+STEPS = 3  # signalled in step 2, resumed for step 3
+
+#: A plugin: a learning-rate schedule (the default one) that marks the optimizer step of global step 2 by touching
+#: a file and pausing, so the test's signal lands mid-step; hooks that mark and pause at train start and at the
+#: checkpoint, for the signals before step 1 and during the save.
+MARKER_PLUGIN = '''
+import pathlib, time
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+MARKS = pathlib.Path({marks!r})
+WHERE = {where!r}.split(",")
+PAUSE = 3.0
+
+
+def mark(name):
+    (MARKS / name).touch()
+    time.sleep(PAUSE)
+
+
+CALLS = []
+
+
+class MarkingSchedule:
+    def build(self, optimizer, num_training_steps, section):
+        from rlhf_plugin_adamw.optim import CosineWithMinLR
+
+        schedule = CosineWithMinLR().build(optimizer, num_training_steps, section)
+
+        class Marked(type(schedule)):  # its state (in the checkpoint) stays the schedule's own
+            def step(self, *args, **kwargs):
+                CALLS.append(1)
+                if len(CALLS) == 2 and "step" in WHERE:
+                    mark("step")
+                return super().step(*args, **kwargs)
+
+        schedule.__class__ = Marked
+        return schedule
+
+
+@rlhf.hookimpl
+def rlhf_register_schedulers(register):
+    register("marking", MarkingSchedule, description="cosine_with_min_lr that marks step 2")
+
+
+@rlhf.hookimpl
+def rlhf_train_start(config, run_dir):
+    if "start" in WHERE:
+        mark("start")
+
+
+@rlhf.hookimpl
+def rlhf_checkpoint_save(step, checkpoint_dir, state):
+    if "save" in WHERE:
+        mark("save")
+'''
+
+
+def marker_plugin(directory: Path, where: str) -> Path:
+    """A plugin file that marks each of ``where`` ("step": step 2's optimizer step; "start"; "save"; comma-separated)
+    in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "marking.py"
+    path.write_text(MARKER_PLUGIN.format(marks=str(directory), where=where))
+    return path
+
+
+def signalled_run(argv: list[str], marks: Path, signals: list[tuple[str, int]], env: dict[str, str] | None = None,
+                  timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run ``rlhf ARGV``; each time the mark named first in a pair appears, send the driver its signal."""
+    command = [sys.executable, "-m", "rlhf", *argv]
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1", **(env or {})))
+    try:
+        deadline = time.monotonic() + timeout
+        for mark, signum in signals:
+            while not (marks / mark).exists() and driver.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if driver.poll() is None:
+                driver.send_signal(signum)
+        stdout, stderr = driver.communicate(timeout=max(deadline - time.monotonic(), 1))
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    return subprocess.CompletedProcess(command, driver.returncode, stdout, stderr)
+
+
+def assert_preempted(result: subprocess.CompletedProcess[str], ckpt: Path, signum: int) -> None:
+    """Status 75, one last line naming the step-2 checkpoint and how to resume, that checkpoint complete and alone."""
+    checkpoint = ckpt / "global_step2"
+    assert result.returncode == PREEMPTED_EXIT, result.stderr[-4000:]
+    last = result.stderr.rstrip("\n").split("\n")[-1]
+    assert last.startswith(f"rlhf: preempted ({signal.Signals(signum).name}) at step 2: checkpoint {checkpoint} "
+                           "written in "), result.stderr[-4000:]
+    assert last.endswith(" s; resume with the same command and --ckpt.load_enable"), last
+    assert result.stderr.count("rlhf: preempted") == 1 and "rlhf: error" not in result.stderr
+    assert sorted(p.name for p in ckpt.iterdir()) == ["global_step2"]
+    assert json.loads((checkpoint / "state.json").read_text())["step"] == 2
+
+
+def assert_resumes_as_uninterrupted(run: Path, reference: Path, ignored: tuple[str, ...] = ()) -> None:
+    """The resumed run logged steps 3.. with every metric of the uninterrupted run but timings (rel. diff <= 1e-6)."""
+    expected = {m["step"]: m for m in read_metrics(reference / "out")}
+    resumed = {m["step"]: m for m in read_metrics(run / "out")}
+    assert sorted(resumed) == sorted(expected)  # steps 1-2 of the preempted run, 3.. of the resumed one
+    for step in sorted(expected)[2:]:
+        keys = {k for k in expected[step] if not k.startswith(("timing/", "throughput/", *ignored))
+                and isinstance(expected[step][k], (int, float))}
+        assert keys and keys <= set(resumed[step]), (step, keys - set(resumed[step]))
+        for key in sorted(keys):
+            assert math.isclose(resumed[step][key], expected[step][key], rel_tol=1e-6, abs_tol=1e-9), (step, key)
+
+
+# --------------------------------------------------------------------------------------------- SFT
+
+
+@pytest.fixture(scope="module")
+def sft_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sft-data") / "rows.jsonl"
+    with path.open("w") as handle:
+        for i in range(8 * STEPS):
+            handle.write(json.dumps({"input": f"add {i}+{i + 3}?", "output": str(2 * i + 3)}) + "\n")
+    return path
+
+
+def sft_flags(model: Path, data: Path, run: Path) -> list[str]:
+    return ["train", "sft", "--model.model_name_or_path", str(model), "--data.dataset", str(data),
+            "--train.batch_size", "8", "--train.micro_batch_size", "4", "--train.max_epochs", "1", "--adam.lr", "1e-3", "--ds.param_dtype", "fp32",
+            "--ckpt.save_steps", "-1", "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "out")]
+
+
+@pytest.fixture(scope="module")
+def sft_reference(tiny_causal_lm_path: Path, sft_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("sft-uninterrupted")
+    assert_ok(run_rlhf(*sft_flags(tiny_causal_lm_path, sft_data, run)))
+    return run
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+def test_sft_preempted_mid_step_checkpoints_and_resumes_exactly(signum, tiny_causal_lm_path, sft_data, sft_reference,
+                                                                tmp_path: Path) -> None:
+    flags = sft_flags(tiny_causal_lm_path, sft_data, tmp_path)
+    plugin = marker_plugin(tmp_path / "marks", "step")
+    result = signalled_run(["--plugins", str(plugin), *flags, "--train.lr_scheduler", "marking"], tmp_path / "marks",
+                           [("step", signum)])
+    assert_preempted(result, tmp_path / "ckpt", signum)
+    assert not (tmp_path / "out" / "model.safetensors").exists()  # a preempted run is not a finished one
+    resumed = assert_ok(run_rlhf(*flags, "--ckpt.load_enable"))
+    assert f"resumed from {tmp_path / 'ckpt' / 'global_step2'} (step 2)" in resumed.stderr
+    assert_resumes_as_uninterrupted(tmp_path, sft_reference)
+
+
+def test_a_second_signal_during_the_save_stops_at_once_and_keeps_no_checkpoint(tiny_causal_lm_path, sft_data,
+                                                                                tmp_path: Path) -> None:
+    plugin = marker_plugin(tmp_path / "marks", "step,save")
+    flags = ["--plugins", str(plugin), *sft_flags(tiny_causal_lm_path, sft_data, tmp_path), "--train.lr_scheduler", "marking"]
+    # the first SIGTERM mid-step 2, the second while its checkpoint is written (the save hook marks it)
+    result = signalled_run(flags, tmp_path / "marks", [("step", signal.SIGTERM), ("save", signal.SIGTERM)])
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-4000:]
+    ckpt = tmp_path / "ckpt"
+    assert result.stderr.rstrip("\n").split("\n")[-1] == (
+        "rlhf: interrupted (SIGTERM) a second signal (SIGTERM) stopped the checkpoint, which was not kept; no checkpoint "
+        f"was written under {ckpt}, so a new run starts from step 0 (--ckpt.save_steps N writes one every N steps)"), \
+        result.stderr[-4000:]
+    assert list(ckpt.iterdir()) == []  # neither global_step2 nor its staging dir
+
+
+def test_a_signal_before_the_first_step_stops_at_once_and_writes_nothing(tiny_causal_lm_path, sft_data,
+                                                                         tmp_path: Path) -> None:
+    plugin = marker_plugin(tmp_path / "marks", "start")
+    result = signalled_run(["--plugins", str(plugin), *sft_flags(tiny_causal_lm_path, sft_data, tmp_path)],
+                           tmp_path / "marks", [("start", signal.SIGUSR1)])
+    assert result.returncode == 128 + signal.SIGUSR1, result.stderr[-4000:]
+    assert result.stderr.rstrip("\n").split("\n")[-1] == (
+        "rlhf: interrupted (SIGUSR1) before the first step finished, so nothing was written; no checkpoint was "
+        f"written under {tmp_path / 'ckpt'}, so a new run starts from step 0 (--ckpt.save_steps N writes one every "
+        "N steps)"), result.stderr[-4000:]
+    assert not (tmp_path / "ckpt").exists() and not list((tmp_path / "out").glob("*.safetensors"))
+
+
+# --------------------------------------------------------------------------------------------- RL
+
+#: engine, extra flags: the HF engine (ranks in the controller's process), vLLM (an engine process, ranks in Ray
+#: workers), the async pipeline (batches generated ahead are kept in the checkpoint)
+RL_CASES = {"hf": ("hf", []), "vllm": ("vllm", []), "async": ("hf", ["--train.async_enable"])}
+
+
+def rl_flags(case: str, model: Path, task_files: dict[str, Path], run: Path) -> list[str]:
+    engine, extra = RL_CASES[case]
+    return ["train", "ppo", *base_flags(model, task_files["prompts"], run, engine, steps=STEPS),
+            "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
+            "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.kl.init_coef", "0",
+            "--ckpt.save_steps", "-1", *extra]
+
+
+@pytest.fixture(scope="module")
+def rl_reference(tiny_causal_lm_path: Path, task_files, tmp_path_factory: pytest.TempPathFactory):
+    """The uninterrupted run of each case, made once per module (and xdist worker) when a test first asks."""
+    made: dict[str, Path] = {}
+
+    def reference(case: str) -> Path:
+        if case not in made:
+            run = tmp_path_factory.mktemp(f"{case}-uninterrupted")
+            assert_ok(run_rlhf(*rl_flags(case, tiny_causal_lm_path, task_files, run), timeout=900))
+            made[case] = run
+        return made[case]
+
+    return reference
+
+
+@pytest.mark.parametrize("case,signum", [("hf", signal.SIGUSR1), ("vllm", signal.SIGTERM), ("async", signal.SIGTERM)],
+                         ids=["hf-SIGUSR1", "vllm-SIGTERM", "async-SIGTERM"])
+def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tiny_causal_lm_path, task_files,
+                                                               rl_reference, tmp_path: Path, ray_tmpdir: str) -> None:
+    reference = rl_reference(case)
+    flags = rl_flags(case, tiny_causal_lm_path, task_files, tmp_path)
+    plugin = marker_plugin(tmp_path / "marks", "step")
+    result = signalled_run(["--plugins", str(plugin), *flags, "--actor.lr_scheduler", "marking"], tmp_path / "marks",
+                           [("step", signum)], env={"RAY_TMPDIR": ray_tmpdir}, timeout=900)
+    assert_preempted(result, tmp_path / "ckpt", signum)
+    assert wait_until_none_left(ray_tmpdir) == []  # the run's Ray went down with it
+    if case == "async":  # batch 3, generated ahead by step 1's weights, is kept rather than made again
+        assert (tmp_path / "ckpt" / "global_step2" / "rollouts.pkl").is_file()
+    resumed = assert_ok(run_rlhf(*flags, "--ckpt.load_enable", timeout=900))
+    assert f"resumed from {tmp_path / 'ckpt' / 'global_step2'} (step 2)" in resumed.stderr
+    assert_resumes_as_uninterrupted(tmp_path, reference, ignored=("async/queue_wait",))
+
+
+# ------------------------------------------------------------------------------------------ Ray draining
+
+#: at the end of step 2, says so and pauses: the test drains a node of the run then
+PAUSES_AT_STEP_2 = """
+import pathlib, time
+import rlhf
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+@rlhf.hookimpl
+def rlhf_step_end(step, metrics):
+    if step == 2:
+        pathlib.Path(__file__).with_suffix(".step2").touch()
+        time.sleep(6)  # longer than the drain watch's poll
+"""
+
+
+def test_ray_draining_a_node_of_the_run_is_a_preemption_warning(tiny_causal_lm_path, task_files, tmp_path: Path,
+                                                               ray_tmpdir: str) -> None:
+    """A two-node cluster, the actor's two ranks spread over both; at the end of step 2, ``ray drain-node`` (as the
+    autoscaler or KubeRay would) drains rank 1's node with a 60 s deadline: the run checkpoints step 2 and ends with
+    the ``rlhf: preempted`` line naming the node and what of the run it holds, status 75."""
+    cluster = TwoNodeCluster(ray_tmpdir)
+    try:
+        plugin = tmp_path / "pauses.py"
+        plugin.write_text(PAUSES_AT_STEP_2)
+        flags = [*rl_flags("hf", tiny_causal_lm_path, task_files, tmp_path)[2:], "--actor.num_gpus_per_node", "2",
+                 "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "4", "--train.placement_strategy",
+                 "SPREAD"]
+        env = {"RAY_ADDRESS": cluster.address, "RAY_TMPDIR": ray_tmpdir}
+        command = [sys.executable, "-m", "rlhf", "--plugins", str(plugin), "train", "ppo", *flags]
+        driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1", **env))
+        try:
+            deadline = time.monotonic() + 600
+            while not plugin.with_suffix(".step2").exists() and driver.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            workers = json.loads((tmp_path / "out" / "workers.json").read_text())
+            node = next(w["node_id"] for w in workers if w["group"] == "actor" and w["rank"] == 1)
+            drain = subprocess.run([str(Path(sys.executable).parent / "ray"), "drain-node", "--address",
+                                    cluster.address, "--node-id", node, "--reason", "DRAIN_NODE_REASON_PREEMPTION",
+                                    "--reason-message", "spot instance reclaimed", "--deadline-remaining-seconds", "60"],
+                                   capture_output=True, text=True, env=child_env(RAY_TMPDIR=ray_tmpdir), timeout=120)
+            assert drain.returncode == 0, drain.stderr[-2000:]
+            _, stderr = driver.communicate(timeout=300)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    finally:
+        cluster.close()
+    assert driver.returncode == PREEMPTED_EXIT, stderr[-4000:]
+    last = stderr.rstrip("\n").split("\n")[-1]
+    assert last.startswith(f"rlhf: preempted (Ray is draining node {node[:12]} ("), last
+    assert "actor rank 1" in last and "; deadline in " in last, last
+    assert f") at step 2: checkpoint {tmp_path / 'ckpt' / 'global_step2'} written in " in last, last
+    assert json.loads((tmp_path / "ckpt" / "global_step2" / "state.json").read_text())["step"] == 2
