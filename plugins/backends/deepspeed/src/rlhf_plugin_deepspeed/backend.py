@@ -43,6 +43,29 @@ class DeepSpeedBackend:
         return None
 
     @classmethod
+    def plan_memory(cls, config: Any, model: Any) -> list[Any]:
+        """One GPU of ``model`` (an :class:`rlhf.planning.PlannedModel`) for ``rlhf plan``: ZeRO's model states at
+        ``--ds.zero_stage`` (DeepSpeed's own estimates), evaluated models in the stage :func:`eval_config` gives them
+        (3 only under ZeRO-3, whose ``--ref.offload`` keeps the weights on the CPU); AutoTP splits the weights over
+        ``--ds.tensor_parallel_size``; ``--ds.enable_sleep`` moves the gradients and optimizer states off the GPU
+        while the engines generate."""
+        from dataclasses import replace
+
+        from rlhf.planning import MemoryPart, dtype_bytes, zero_model_states
+
+        ds = config.ds
+        stage = ds.zero_stage if model.trained or ds.zero_stage == 3 else 0
+        parts = zero_model_states(model, dtype_bytes(ds.param_dtype), stage, ds.adam_offload and model.trained)
+        if not model.trained and model.offload and stage == 3:
+            parts = [MemoryPart("weights", 0, "on the CPU (--%s.offload)" % model.role), *parts[1:]]
+        if ds.tensor_parallel_size > 1:
+            parts = [replace(p, nbytes=p.nbytes // ds.tensor_parallel_size, note=f"{p.note} / AutoTP {ds.tensor_parallel_size}")
+                     if p.nbytes and p.part == "weights" else p for p in parts]
+        if ds.enable_sleep and not ds.adam_offload and model.trained:
+            parts = [replace(p, away_in=("generate",)) if p.part in ("gradients", "optimizer states") else p for p in parts]
+        return parts
+
+    @classmethod
     def error_hint(cls, exc: BaseException) -> str | None:
         """DeepSpeed's refusals the user can steer around (read by the core, :mod:`rlhf.components.first_use`)."""
         return refusal_hint(exc)
