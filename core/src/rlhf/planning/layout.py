@@ -21,7 +21,8 @@ class ModelGroup:
     ranks: int
     trained: bool
     value_head: bool = False  #: a one-output head instead of the LM head (critic, reward model)
-    section: Any = None  #: the group's config section (optimizer, offload, gradient checkpointing)
+    section: Any = None  #: the group's config section (optimizer, offload)
+    checkpointing: bool = False  #: gradient checkpointing in its training forward
 
 
 @dataclass

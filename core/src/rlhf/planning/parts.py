@@ -77,8 +77,8 @@ def zero_model_states(model: PlannedModel, weight_bytes: int, stage: int, offloa
                       gather_layers: bool = True) -> list[MemoryPart]:
     """ZeRO's model states on one GPU (Rajbhandari et al., 2020, "ZeRO", §3; DeepSpeed's
     ``estimate_zero2/3_model_states_mem_needs``): weights in their dtype (split over the ranks from stage 3);
-    gradients in the weights' dtype (split from stage 2: DeepSpeed's estimate counts them whole there, as this
-    does; from stage 3 they live in the fp32 partitions); the optimizer's partition (split from stage 1): fp32
+    gradients in the weights' dtype (split at stage 2; at stage 3 they are reduced straight into the fp32 partitions,
+    which DeepSpeed's estimate counts as the only ones); the optimizer's partition (split from stage 1): fp32
     master weights and fp32 gradients where the weights are 16-bit (8 bytes) plus the optimizer's own states.
     Stage 3 also gathers one layer at a time, 4 bytes per parameter of the largest (DeepSpeed's figure).
     Offloading the optimizer moves the gradients and the optimizer's partition to the CPU."""
@@ -92,8 +92,10 @@ def zero_model_states(model: PlannedModel, weight_bytes: int, stage: int, offloa
         return parts
     if offload_optimizer:
         return parts + [MemoryPart("optimizer states", 0, "on the CPU (offload)")]
+    grads_split = ranks if stage >= 2 else 1
     if stage < 3:
-        parts.append(MemoryPart("gradients", model.trainable * weight_bytes, f"{weight_bytes} B x {model.trainable:.3g}"))
+            parts.append(MemoryPart("gradients", model.trainable * weight_bytes // grads_split, f"{weight_bytes} B x "
+                                f"{model.trainable:.3g}" + (f" / {ranks} ranks" if grads_split > 1 else "")))
     if model.optimizer_state_bytes is None:
         return parts + [MemoryPart("optimizer states", None, "the optimizer does not say")]
     master = 8 * model.trainable if weight_bytes < 4 else 0

@@ -122,16 +122,15 @@ def model_parts(config: Any, registry: Any, model: ModelGroup) -> list[MemoryPar
     plan_memory = getattr(backend, "plan_memory", None)
     parts = (plan_memory(config, planned) if plan_memory is not None
              else [MemoryPart("model states", None, f"--train.backend {config.train.backend} does not say")])
-    return parts + [activations(config, planned)]
+    return parts + [activations(config, planned, model.checkpointing)]
 
 
-def activations(config: Any, model: PlannedModel) -> MemoryPart:
+def activations(config: Any, model: PlannedModel, checkpointing: bool) -> MemoryPart:
     """The activations of one GPU of ``model``: a training micro-batch, or an inference forward's."""
     train, ds = config.train, config.ds
     sequence = config.data.max_len // max(1, ds.ring_attn_size)
     if model.trained:
         batch = train.max_tokens_per_gpu if train.dynamic_batch_enable else train.micro_batch_size * config.data.max_len
-        checkpointing = bool(getattr(model.section, "gradient_checkpointing_enable", False))
     else:
         rollout = getattr(config, "rollout", None)
         batch = (rollout.micro_batch_size if rollout else train.micro_batch_size) * config.data.max_len
