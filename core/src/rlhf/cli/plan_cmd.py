@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 from rlhf.errors import ConfigError, OneLineArgumentParser
-from rlhf.planning.layout import paper_nodes
 from rlhf.planning.parts import PHASES, format_bytes, parse_bytes
-from rlhf.planning.plan import Cluster, Plan, plan_run
+from rlhf.runtime.plan.layout import paper_nodes
+from rlhf.runtime.plan.plan import Cluster, Plan, plan_run
 
 PLAN_FLAGS = """\
 --plan.gpus N            plan for a cluster of N GPUs (default: this machine's, or exactly what the run asks for)

@@ -11,9 +11,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rlhf.config.ppo import PPOConfig
-from rlhf.errors import ConfigError
 from rlhf.config.ppo_rules import finalize_ppo_config
+from rlhf.config.rollout_engine import rollout_engine_class
+from rlhf.errors import ConfigError
+from rlhf.planning.groups import ModelGroup, RunGroups
+from rlhf.registry import ComponentKind
+from rlhf.runtime.cluster.placement import ranks_of
 from rlhf.runtime.control.controller import PPOController
+from rlhf.runtime.control.rewarding import reward_model_paths
 
 
 class PPOTrainer:
@@ -33,12 +38,6 @@ class PPOTrainer:
         """The run's model groups and engines for ``rlhf plan`` (:mod:`rlhf.planning`): the groups the controller
         creates, by the same rules (a reference with a KL coefficient, a critic for an estimator that needs one, a
         reward model per path)."""
-        from rlhf.config.rollout_engine import rollout_engine_class
-        from rlhf.planning.layout import ModelGroup, RunGroups
-        from rlhf.registry import ComponentKind
-        from rlhf.runtime.cluster.placement import ranks_of
-        from rlhf.runtime.control.rewarding import reward_model_paths
-
         actor_path = config.actor.model_name_or_path
         if not actor_path:
             raise ConfigError("--actor.model_name_or_path is required")

@@ -57,7 +57,7 @@ class DeepSpeedBackend:
         stage = ds.zero_stage if model.trained or ds.zero_stage == 3 else 0
         parts = zero_model_states(model, dtype_bytes(ds.param_dtype), stage, ds.adam_offload and model.trained)
         if not model.trained and model.offload and stage == 3:
-            parts = [MemoryPart("weights", 0, "on the CPU (--%s.offload)" % model.role), *parts[1:]]
+            parts = [MemoryPart("weights", 0, f"on the CPU (--{model.role}.offload)"), *parts[1:]]
         if ds.tensor_parallel_size > 1:
             parts = [replace(p, nbytes=p.nbytes // ds.tensor_parallel_size, note=f"{p.note} / AutoTP {ds.tensor_parallel_size}")
                      if p.nbytes and p.part == "weights" else p for p in parts]

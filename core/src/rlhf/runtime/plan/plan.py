@@ -6,11 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlhf.config.training_backend import backend_class
 from rlhf.errors import ConfigError
-from rlhf.planning.layout import GPU, ModelGroup, RunGroups, group_keys, lay_out, paper_nodes, requested_gpus
+from rlhf.planning.groups import ModelGroup, RunGroups
 from rlhf.planning.parts import PHASES, MemoryPart, PlannedModel, activation_bytes, dtype_bytes, format_bytes
 from rlhf.planning.shapes import model_shape
 from rlhf.registry import ComponentKind
+from rlhf.runtime.plan.layout import GPU, group_keys, lay_out, paper_nodes, requested_gpus
+from rlhf.runtime.plan.remedies import first_fitting_change
 
 
 @dataclass
@@ -94,16 +97,18 @@ def plan_run(trainer: type, config: Any, registry: Any, cluster: Cluster | None,
         parts["engine"] = engine_parts(config, groups, cluster.gpu_memory)
     plan = Plan(cluster, gpus, parts, problem)
     if remedies and plan.fits is False:
-        from rlhf.planning.remedies import first_fitting_change
+        def cluster_for(changed: Any) -> Cluster:
+            needed = requested_gpus(changed, run_groups(trainer, changed, registry))
+            return Cluster(paper_nodes(needed, int(max(cluster.nodes, default=8)) or 8), cluster.gpu_memory, "")
 
-        plan.fix = first_fitting_change(trainer, config, registry, cluster)
+        plan.fix = first_fitting_change(config, registry, cluster,
+                                        lambda changed, on: plan_run(trainer, changed, registry, on, remedies=False),
+                                        cluster_for)
     return plan
 
 
 def model_parts(config: Any, registry: Any, model: ModelGroup) -> list[MemoryPart]:
     """One GPU of ``model``'s group: the training backend's model states (its ``plan_memory``) and the activations."""
-    from rlhf.config.training_backend import backend_class
-
     shape = model_shape(model.path, model.flag)
     if model.value_head:
         shape = shape.value_model()

@@ -7,33 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlhf.planning.groups import ModelGroup, RunGroups
 from rlhf.runtime.cluster.capacity import Request, shortfall
 from rlhf.runtime.cluster.placement import colocated_sets, run_requests
-
-
-@dataclass(frozen=True)
-class ModelGroup:
-    """One model group of a run, as a trainer's ``plan_groups`` names it."""
-
-    role: str  #: "actor", "critic", "ref", "reward", "model"
-    path: str  #: the model directory or hub name (only its config.json is read)
-    flag: str  #: the flag that gave ``path``
-    ranks: int
-    trained: bool
-    value_head: bool = False  #: a one-output head instead of the LM head (critic, reward model)
-    section: Any = None  #: the group's config section (optimizer, offload)
-    checkpointing: bool = False  #: gradient checkpointing in its training forward
-
-
-@dataclass
-class RunGroups:
-    """What a trainer's ``plan_groups(config, registry)`` returns: its model groups and rollout engines."""
-
-    models: list[ModelGroup]
-    engine: type | None = None  #: the rollout engine class, None when the run generates nothing
-    engines_in_rank: bool = False
-    engine_count: int = 0  #: engine processes (0 in rank)
-    tensor_parallel: int = 1
 
 
 @dataclass
@@ -67,7 +43,7 @@ def lay_out(config: Any, groups: RunGroups, nodes: list[float]) -> tuple[list[GP
         placed = [_take(free, int(request.bundle.get("GPU", 0))) for _ in range(request.bundles)]
         for role in roles:
             bundles[role] = placed
-    for role, count in ranks.items():
+    for role in ranks:
         for rank, bundle in enumerate(bundles[role]):
             for copy in range(copies[role]):
                 suffix = f" {copy}" if copies[role] > 1 else ""

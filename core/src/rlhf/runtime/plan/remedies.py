@@ -7,8 +7,10 @@ more GPUs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from rlhf.config.training_backend import check_backend_config
 from rlhf.errors import ConfigError
 from rlhf.runtime.cluster.placement import COLOCATIONS
 
@@ -36,22 +38,18 @@ def candidates(config: Any) -> list[dict[str, Any]]:
     return [change for change in tried if any(_get(config, key) != value for key, value in change.items())]
 
 
-def first_fitting_change(trainer: type, config: Any, registry: Any, cluster: Any) -> str | None:
-    """The flags of the first candidate with which the plan fits, as typed (``--ds.zero_stage 3``), or None."""
-    from rlhf.config.training_backend import check_backend_config
-    from rlhf.planning.layout import paper_nodes, requested_gpus
-    from rlhf.planning.plan import Cluster, plan_run, run_groups
-
+def first_fitting_change(config: Any, registry: Any, cluster: Any, replan: Callable[[Any, Any], Any],
+                         cluster_for: Callable[[Any], Any]) -> str | None:
+    """The flags of the first candidate with which the plan fits, as typed (``--ds.zero_stage 3``), or None.
+    ``replan(config, cluster)`` plans a changed config; ``cluster_for(config)`` is a cluster of the GPUs it asks for
+    (for the candidates that add GPUs)."""
     for change in candidates(config):
+        grows = any(key.endswith(".num_nodes") for key in change)
         try:
             changed = changed_config(config, change)
             check_backend_config(changed, registry)
-            grows = any(key.endswith(".num_nodes") for key in change)
-            on = cluster
-            if grows:  # more GPUs: a cluster of the size the changed run asks for
-                needed = requested_gpus(changed, run_groups(trainer, changed, registry))
-                on = Cluster(paper_nodes(needed, int(max(cluster.nodes, default=8)) or 8), cluster.gpu_memory, "")
-            plan = plan_run(trainer, changed, registry, on, remedies=False)
+            on = cluster_for(changed) if grows else cluster
+            plan = replan(changed, on)
         except ConfigError:
             continue
         if plan.fits:
