@@ -89,7 +89,7 @@ def print_plan(plan: Plan, title: str) -> None:
     placement = Table(title="Placement", title_justify="left")
     for column in ("node", "GPUs", "holds"):
         placement.add_column(column)
-    for node, gpus, holds in _rows(plan, lambda gpu: tuple(s.label.split(" rank ")[0].split(" (TP")[0] for s in gpu.seats)):
+    for node, gpus, holds in _rows(plan, lambda gpu: tuple(dict.fromkeys(s.group for s in gpu.seats))):
         placement.add_row(str(node), gpus, holds)
     console.print(placement)
     table = Table(title="Memory per GPU", title_justify="left")

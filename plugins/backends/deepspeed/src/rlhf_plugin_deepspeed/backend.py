@@ -53,7 +53,7 @@ class DeepSpeedBackend:
         (3 only under ZeRO-3, whose ``--ref.offload`` keeps the weights on the CPU); a trained model from stage 1 also
         reduces its gradients through DeepSpeed's bucket (``reduce_bucket_size`` elements, two with
         ``--ds.overlap_comm``), which DeepSpeed's estimators leave out but measured runs hold; AutoTP splits the weights over
-        ``--ds.tensor_parallel_size``; ``--ds.enable_sleep`` moves the gradients and optimizer states off the GPU
+        ``--ds.tensor_parallel_size``; ``--ds.enable_sleep`` moves the gradients, optimizer states and bucket off the GPU
         while the engines generate."""
         from dataclasses import replace
 
@@ -73,7 +73,8 @@ class DeepSpeedBackend:
             parts = [replace(p, nbytes=p.nbytes // ds.tensor_parallel_size, note=f"{p.note} / AutoTP {ds.tensor_parallel_size}")
                      if p.nbytes and p.part == "weights" else p for p in parts]
         if ds.enable_sleep and not ds.adam_offload and model.trained:
-            parts = [replace(p, away_in=("generate",)) if p.part in ("gradients", "optimizer states") else p for p in parts]
+            parts = [replace(p, away_in=("generate",)) if p.part in ("gradients", "optimizer states", "reduce bucket") else p
+                     for p in parts]
         return parts
 
     @classmethod
