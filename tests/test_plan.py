@@ -104,8 +104,8 @@ def test_parse_bytes():
         parse_bytes("eighty")
 
 
-def plan(capsys, *argv: str) -> tuple[int, dict]:
-    code = main(["plan", "train", "ppo", *argv, "--json"])
+def plan(capsys, *argv: str, trainer: str = "ppo") -> tuple[int, dict]:
+    code = main(["plan", "train", trainer, *argv, "--json"])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -170,3 +170,15 @@ def test_component_without_plan_memory_is_not_estimated(capsys, llama7b, monkeyp
     assert out["parts"]["actor"][0] == {"part": "model states", "bytes": None, "note": "--train.backend deepspeed does "
                                         "not say", "away_in": []}
     assert "not estimated: actor model states" in out["verdict"]
+
+
+def test_supervised_trainers_hold_every_model_on_every_gpu(capsys, llama7b):
+    """DPO: one process per GPU holds the trained model and its reference; RM: the value head replaces the LM head."""
+    code, out = plan(capsys, "--model.model_name_or_path", llama7b, "--plan.gpus", "8", "--plan.gpu_memory", "80GiB",
+                     "--ds.zero_stage", "3", "--train.gradient_checkpointing_enable", "--train.micro_batch_size", "1",
+                     trainer="dpo")
+    assert code == 0 and out["fits"] is True
+    assert [gpu["holds"] for gpu in out["gpus"]] == [[f"model rank {r}", f"ref rank {r}"] for r in range(8)]
+    code, out = plan(capsys, "--model.model_name_or_path", llama7b, "--plan.gpus", "1", trainer="rm")
+    assert code == 0 and out["fits"] is None  # no GPU memory given: not checked
+    assert out["parts"]["model"][0]["bytes"] == 2 * (6_738_415_616 - 32000 * 4096 + 4096)

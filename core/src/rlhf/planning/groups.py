@@ -13,7 +13,7 @@ class ModelGroup:
     role: str  #: "actor", "critic", "ref", "reward", "model"
     path: str  #: the model directory or hub name (only its config.json is read)
     flag: str  #: the flag that gave ``path``
-    ranks: int
+    ranks: int  #: 0 with ``RunGroups.per_device``: one per GPU of the cluster
     trained: bool
     value_head: bool = False  #: a one-output head instead of the LM head (critic, reward model)
     section: Any = None  #: the group's config section (optimizer, offload)
@@ -29,3 +29,6 @@ class RunGroups:
     engines_in_rank: bool = False
     engine_count: int = 0  #: engine processes (0 in rank)
     tensor_parallel: int = 1
+    #: one process per GPU holds every group (a supervised run under torchrun or the DeepSpeed launcher): as many
+    #: ranks as the cluster has GPUs, not placement groups of Ray
+    per_device: bool = False

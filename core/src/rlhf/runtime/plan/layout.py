@@ -4,6 +4,7 @@ in request order, as Ray's PACK strategy fills a node before the next."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,11 @@ class GPU:
 def lay_out(config: Any, groups: RunGroups, nodes: list[float]) -> tuple[list[GPU], str | None]:
     """Every GPU of ``nodes`` (GPUs per node) with the seats placed on it, and why the run cannot be placed (the
     GPU-count check's line) or None. An unplaced bundle is left out of the GPUs."""
+    if groups.per_device:
+        every = [GPU(n, i) for n, count in enumerate(nodes) for i in range(int(count))]
+        for rank, gpu in enumerate(every):
+            gpu.seats = [Seat(f"{key} rank {rank}", key, rank) for key in group_keys(groups)]
+        return every, None
     ranks = {m.role: m.ranks for m in groups.models}
     copies = {role: sum(m.role == role for m in groups.models) for role in ranks}
     sets = colocated_sets(config.train, ranks)
@@ -93,7 +99,10 @@ def paper_nodes(gpus: int, per_node: int) -> list[float]:
 
 
 def requested_gpus(config: Any, groups: RunGroups) -> int:
-    """The GPUs the run's placement groups ask for (the size of a cluster that holds it exactly)."""
+    """The GPUs the run's placement groups ask for (the size of a cluster that holds it exactly); for a run of one
+    process per GPU, its launcher's ``WORLD_SIZE`` (1 outside one)."""
+    if groups.per_device:
+        return int(os.environ.get("WORLD_SIZE", "1"))
     ranks = {m.role: m.ranks for m in groups.models}
     sets = colocated_sets(config.train, ranks)
     requests: list[Request] = run_requests(config, config.train, ranks, sets,

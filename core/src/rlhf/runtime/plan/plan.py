@@ -3,7 +3,7 @@ change that fits. The components answer for their parts (:mod:`rlhf.planning.par
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlhf.config.training_backend import backend_class
@@ -91,6 +91,9 @@ def plan_run(trainer: type, config: Any, registry: Any, cluster: Cluster | None,
     groups = run_groups(trainer, config, registry)
     if cluster is None:
         cluster = Cluster(paper_nodes(requested_gpus(config, groups), 8), None, "as many GPUs as the run asks for")
+    if groups.per_device:  # as many ranks as the cluster has GPUs
+        world = int(sum(cluster.nodes)) or 1
+        groups.models = [replace(m, ranks=world) for m in groups.models]
     gpus, problem = lay_out(config, groups, cluster.nodes)
     parts = {key: model_parts(config, registry, model) for key, model in group_keys(groups).items()}
     if groups.engine is not None:
@@ -118,7 +121,7 @@ def model_parts(config: Any, registry: Any, model: ModelGroup) -> list[MemoryPar
         trainable = shape.lora_parameters(ds.lora.rank, ds.lora.target_modules)
     optimizer_bytes = None
     if model.trained:
-        optimizer = registry.get(ComponentKind.OPTIMIZER, section.optim, flag=f"--{model.role}.optim")
+        optimizer = registry.get(ComponentKind.OPTIMIZER, section.optim, flag="--optim")
         state_bytes = getattr(optimizer, "plan_state_bytes", None)
         optimizer_bytes = state_bytes(shape, trainable) if state_bytes is not None else None
     planned = PlannedModel(model.role, shape, model.trained, model.ranks, trainable, optimizer_bytes,
@@ -135,7 +138,8 @@ def activations(config: Any, model: PlannedModel, checkpointing: bool) -> Memory
     train, ds = config.train, config.ds
     sequence = config.data.max_len // max(1, ds.ring_attn_size)
     if model.trained:
-        batch = train.max_tokens_per_gpu if train.dynamic_batch_enable else train.micro_batch_size * config.data.max_len
+        dynamic = getattr(train, "dynamic_batch_enable", False)
+        batch = train.max_tokens_per_gpu if dynamic else train.micro_batch_size * config.data.max_len
     else:
         rollout = getattr(config, "rollout", None)
         batch = (rollout.micro_batch_size if rollout else train.micro_batch_size) * config.data.max_len

@@ -24,7 +24,7 @@ def candidates(config: Any) -> list[dict[str, Any]]:
     tried: list[dict[str, Any]] = [{f"train.{name}": True for name in names} for names in COLOCATIONS
                                    if hasattr(train, names[0])]
     tried += [{"ds.adam_offload": True}, {"ds.zero_stage": 3}, {"ds.zero_stage": 3, "ds.adam_offload": True}]
-    checkpointed = [f"{role}.gradient_checkpointing_enable" for role in ("actor", "model")
+    checkpointed = [f"{role}.gradient_checkpointing_enable" for role in ("actor", "train")
                     if hasattr(getattr(config, role, None), "gradient_checkpointing_enable")]
     tried += [dict.fromkeys(checkpointed, True)] if checkpointed else []
     size = train.micro_batch_size // 2
