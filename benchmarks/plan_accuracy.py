@@ -92,8 +92,9 @@ def rank_main(rank: int, world: int, port: int, model_dir: str, case: tuple, out
 
 
 def planned(model_dir: str, case: tuple) -> int:
-    from rlhf.planning import PlannedModel, model_shape
     from rlhf_plugin_adamw.optim import AdamW
+
+    from rlhf.planning import PlannedModel, model_shape
 
     backend, stage, ranks, _ = case
     shape = model_shape(model_dir, "--model")

@@ -16,7 +16,6 @@ from typing import Any
 
 from rlhf_plugin_deepspeed.config import check_options, eval_config, on_gpu, optimizer_train_config, refusal_hint
 
-
 #: DeepSpeed's default ``zero_optimization.reduce_bucket_size`` (elements), which :func:`train_config` leaves as is
 REDUCE_BUCKET_SIZE = 500_000_000
 
