@@ -182,3 +182,28 @@ def test_supervised_trainers_hold_every_model_on_every_gpu(capsys, llama7b):
     code, out = plan(capsys, "--model.model_name_or_path", llama7b, "--plan.gpus", "1", trainer="rm")
     assert code == 0 and out["fits"] is None  # no GPU memory given: not checked
     assert out["parts"]["model"][0]["bytes"] == 2 * (6_738_415_616 - 32000 * 4096 + 4096)
+
+
+def test_conformance_checks_of_the_plan_methods():
+    """FSDP2's plan_memory (it has no kit) passes; a plan that grows with the ranks or counts negative bytes fails."""
+    from rlhf_plugin_fsdp2.backend import FSDP2Backend
+
+    from rlhf.planning import MemoryPart
+    from rlhf.testing.conformance import ConformanceFailure, check_backend_plan, ppo_config
+
+    check_backend_plan(FSDP2Backend, ppo_config())
+
+    class Growing:
+        @classmethod
+        def plan_memory(cls, config, model):
+            return [MemoryPart("weights", model.ranks)]
+
+    class Negative:
+        @classmethod
+        def plan_memory(cls, config, model):
+            return [MemoryPart("weights", -1)]
+
+    with pytest.raises(ConformanceFailure, match="8 ranks hold more per GPU"):
+        check_backend_plan(Growing, ppo_config())
+    with pytest.raises(ConformanceFailure, match="a count >= 0 or None"):
+        check_backend_plan(Negative, ppo_config())

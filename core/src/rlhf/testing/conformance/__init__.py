@@ -43,6 +43,7 @@ from rlhf.testing.conformance.parts import (
     check_sample_filter,
     check_scheduler,
 )
+from rlhf.testing.conformance.planning import check_backend_plan, check_engine_plan, check_optimizer_plan
 from rlhf.testing.conformance.programs import (
     CommandKit,
     LifecycleObserverKit,
@@ -56,6 +57,9 @@ from rlhf.testing.conformance.training import TrainingBackendKit, check_training
 
 __all__ = [
     "ppo_config",
+    "check_backend_plan",
+    "check_engine_plan",
+    "check_optimizer_plan",
     "RolloutEngineKit",
     "WeightSyncTransportKit",
     "WholeTrainedModel",

@@ -10,6 +10,7 @@ from typing import Any
 from rlhf.registry import ComponentKind
 from rlhf.testing.conformance import tensors as tt
 from rlhf.testing.conformance._core import ComponentKit, check_picklable, fail, first_failure, ppo_config, show
+from rlhf.testing.conformance.planning import check_optimizer_plan
 
 FILTER = ComponentKind.SAMPLE_FILTER.label
 AGENT = ComponentKind.AGENT_EXECUTOR.label
@@ -244,6 +245,9 @@ class OptimizerKit(ComponentKit):
 
     def test_contract(self) -> None:
         check_optimizer(self.make_component())
+
+    def test_plan_state_bytes(self) -> None:
+        check_optimizer_plan(self.make_component())
 
 
 class SchedulerKit(ComponentKit):

