@@ -8,6 +8,7 @@ took the GPU and the engine waited for another, silently, until killed.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -160,3 +161,19 @@ def test_the_refusal_names_the_first_colocation_that_fits(ranks, engines_in_rank
     requests = run_requests(config, config.train, ranks, colocated_sets(config.train, ranks), engines_in_rank, gpu=True)
     with pytest.raises(ConfigError, match=re.escape(named)):
         check_fits(config, ranks, engines_in_rank, nodes, requests)
+
+
+@pytest.mark.slow
+def test_rlhf_plan_places_on_the_ray_clusters_gpus_and_names_the_colocation(one_gpu_cluster, tiny_causal_lm_path):
+    """`rlhf plan` reads the nodes of the cluster at RAY_ADDRESS (one declared GPU): actor and engine need two, and
+    the first change that fits is the hybrid engine, which puts both on the one GPU."""
+    argv = ["plan", "train", "ppo", "--actor.model_name_or_path", str(tiny_causal_lm_path), "--actor.num_gpus_per_node",
+            "1", "--vllm.num_engines", "1", "--algo.kl.init_coef", "0", "--algo.advantage.estimator", "reinforce",
+            "--plan.gpu_memory", "80GiB", "--json"]
+    result = run_rlhf(*argv, env=one_gpu_cluster.env, timeout=120)
+    assert result.returncode == 1, result.stderr[-2000:]
+    plan = json.loads(result.stdout)
+    assert plan["cluster"]["nodes"] == [1.0] and "needs 2 GPUs" in plan["placement_problem"]
+    assert plan["fix"] == "--train.colocate_all"
+    fixed = json.loads(assert_ok(run_rlhf(*argv, "--train.colocate_all", env=one_gpu_cluster.env, timeout=120)).stdout)
+    assert fixed["fits"] is True and fixed["gpus"][0]["holds"] == ["actor rank 0", "engine 0"]

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from rlhf.errors import ConfigError, OneLineArgumentParser
 from rlhf.planning.parts import PHASES, format_bytes, parse_bytes
+from rlhf.runtime.cluster.capacity import node_gpus
 from rlhf.runtime.plan.layout import paper_nodes
 from rlhf.runtime.plan.plan import Cluster, Plan, plan_run
 
 PLAN_FLAGS = """\
---plan.gpus N            plan for a cluster of N GPUs (default: this machine's, or exactly what the run asks for)
+--plan.gpus N            plan for a cluster of N GPUs (default: the Ray cluster at RAY_ADDRESS, else this machine's,
+                         else exactly what the run asks for)
 --plan.gpus_per_node K   GPUs per node of that cluster (default 8, or N when N < 8)
 --plan.gpu_memory SIZE   memory of one GPU, e.g. 80GiB (default: this machine's GPU; none: memory not checked)
 --json                   the plan as JSON"""
@@ -36,8 +39,9 @@ def split_plan_args(argv: list[str], with_json: bool = True) -> tuple[argparse.N
     return plan_parser(with_json).parse_known_args(argv)
 
 
-def cluster_of(args: argparse.Namespace) -> Cluster | None:
-    """The cluster the flags describe, else this machine's GPUs, else None (memory unknown)."""
+def cluster_of(args: argparse.Namespace, ray_cluster: bool = False) -> Cluster | None:
+    """The cluster the flags describe, else (``ray_cluster``) the Ray cluster ``RAY_ADDRESS`` names, with this
+    machine's GPU memory, else this machine's GPUs, else None (memory unknown)."""
     memory = None
     if args.gpu_memory:
         try:
@@ -51,14 +55,23 @@ def cluster_of(args: argparse.Namespace) -> Cluster | None:
         return Cluster(nodes, memory, "--plan.gpus" + (", --plan.gpu_memory" if memory else ""))
     import torch
 
+    local_memory = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+    if ray_cluster and os.environ.get("RAY_ADDRESS"):
+        import ray
+
+        ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR", log_to_driver=False)
+        try:
+            nodes = [n for n in node_gpus() if n]
+        finally:
+            ray.shutdown()
+        return Cluster(nodes, memory or local_memory, "the Ray cluster at RAY_ADDRESS" + (", --plan.gpu_memory" if memory else ""))
     if torch.cuda.is_available():
-        total = torch.cuda.get_device_properties(0).total_memory
-        return Cluster([float(torch.cuda.device_count())], memory or total, "this machine's GPUs")
+        return Cluster([float(torch.cuda.device_count())], memory or local_memory, "this machine's GPUs")
     return Cluster([], memory, "") if memory else None
 
 
-def make_plan(run: Any, host: Any, args: argparse.Namespace) -> Plan:
-    cluster = cluster_of(args)
+def make_plan(run: Any, host: Any, args: argparse.Namespace, ray_cluster: bool = False) -> Plan:
+    cluster = cluster_of(args, ray_cluster)
     if cluster is not None and not cluster.nodes:  # memory given, count not: as many GPUs as the run asks
         sized = plan_run(run.trainer, run.config, host.registry, None, remedies=False).cluster
         cluster = Cluster(sized.nodes, cluster.gpu_memory, "as many GPUs as the run asks for, --plan.gpu_memory")
@@ -133,7 +146,7 @@ def run_plan(host: Any, argv: list[str]) -> int:
         print(f"usage: rlhf plan train NAME [the trainer's flags or --config YAML] [plan flags]\n\n{PLAN_FLAGS}")
         return 0 if rest[:1] in (["-h"], ["--help"]) else 2
     run = trainer_run(host, rest[1], rest[2:])
-    plan = make_plan(run, host, args)
+    plan = make_plan(run, host, args, ray_cluster=True)
     if args.as_json:
         print(json.dumps(plan_json(plan), indent=1))
     else:

@@ -23,7 +23,8 @@ class HFEngine:
     @classmethod
     def plan_memory(cls, config: Any, shape: Any, gpu_memory: int | None) -> list[Any]:
         """One engine's GPU for ``rlhf plan``: its own copy of the weights and the KV cache of one generation batch
-        (an engine's share of the rollout batch, every sequence at ``--data.max_len``)."""
+        (an engine's share of ``--rollout.vllm_generate_batch_size`` prompts x their samples, which ``generate``
+        takes at once, every sequence at ``--data.max_len``)."""
         from rlhf.planning import MemoryPart, dtype_bytes
 
         size = dtype_bytes(config.ds.param_dtype)
@@ -31,7 +32,8 @@ class HFEngine:
         rollout, engines = config.rollout, max(1, config.vllm.num_engines or 0)
         if cls.in_training_rank:
             engines = config.actor.num_nodes * config.actor.num_gpus_per_node
-        sequences = -(-rollout.batch_size * rollout.n_samples_per_prompt // engines)
+        prompts = rollout.vllm_generate_batch_size or rollout.batch_size
+        sequences = -(-prompts * rollout.n_samples_per_prompt // engines)
         tokens = sequences * config.data.max_len
         return parts + [MemoryPart("KV cache", tokens * shape.kv_bytes_per_token(size), f"{sequences} x {config.data.max_len} tokens")]
 
