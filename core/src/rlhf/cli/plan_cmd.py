@@ -22,6 +22,10 @@ PLAN_FLAGS = """\
 --json                   the plan as JSON"""
 
 
+#: a GPU driver's device files (NVIDIA, AMD ROCm): without them this machine has no GPU, and torch need not be asked
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")
+
+
 def plan_parser(with_json: bool = True) -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--plan", dest="plan_only", action="store_true")
@@ -53,6 +57,8 @@ def cluster_of(args: argparse.Namespace, ray_cluster: bool = False) -> Cluster |
             raise ConfigError("--plan.gpus and --plan.gpus_per_node take a count of at least 1")
         nodes = paper_nodes(args.gpus, args.per_node or min(args.gpus, 8))
         return Cluster(nodes, memory, "--plan.gpus" + (", --plan.gpu_memory" if memory else ""))
+    if not (ray_cluster and os.environ.get("RAY_ADDRESS")) and not any(os.path.exists(p) for p in GPU_DEVICE_FILES):
+        return Cluster([], memory, "") if memory else None  # no GPU driver here: spare the torch import
     import torch
 
     local_memory = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
