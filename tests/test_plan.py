@@ -207,3 +207,12 @@ def test_conformance_checks_of_the_plan_methods():
         check_backend_plan(Growing, ppo_config())
     with pytest.raises(ConformanceFailure, match="a count >= 0 or None"):
         check_backend_plan(Negative, ppo_config())
+
+
+def test_a_cluster_on_paper_too_small_names_the_colocation_that_places_the_run(capsys, llama7b):
+    """PPO's default groups (actor, ref, critic: 8 ranks each) and one engine on 17 GPUs: the GPU-count check's line,
+    and the first colocation with which the run can be placed (memory unknown: only the placement is checked)."""
+    code, out = plan(capsys, "--actor.model_name_or_path", llama7b, "--vllm.num_engines", "1", "--plan.gpus", "17")
+    assert code == 1 and out["fits"] is False
+    assert out["placement_problem"].startswith("this run needs 25 GPUs and the Ray cluster has 17")
+    assert out["fix"] == "--train.colocate_actor_ref"

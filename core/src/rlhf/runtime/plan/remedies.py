@@ -52,7 +52,7 @@ def first_fitting_change(config: Any, registry: Any, cluster: Any, replan: Calla
             plan = replan(changed, on)
         except ConfigError:
             continue
-        if plan.fits:
+        if plan.fits is not False:  # fits, or can be placed where the memory is unknown
             flags = " ".join(f"--{key}" if value is True else f"--{key} {value}" for key, value in change.items())
             return flags + (f" ({sum(on.nodes):g} GPUs)" if grows else "")
     return None
