@@ -41,17 +41,15 @@ class PPOTrainer:
         actor_path = config.actor.model_name_or_path
         if not actor_path:
             raise ConfigError("--actor.model_name_or_path is required")
-        checkpointing = config.actor.gradient_checkpointing_enable  # OpenRLHF's one flag, for the critic too
         estimator = plugins_registry.get(ComponentKind.ADVANTAGE_ESTIMATOR, config.algo.advantage.estimator)
         models = [ModelGroup("actor", actor_path, "--actor.model_name_or_path", ranks_of(config.actor), True,
-                             section=config.actor, checkpointing=checkpointing)]
+                             section=config.actor, checkpointing=config.actor.gradient_checkpointing_enable)]
         if config.algo.kl.init_coef > 0:
             models.append(ModelGroup("ref", actor_path, "--actor.model_name_or_path", ranks_of(config.ref), False,
                                      section=config.ref))
-        if estimator.needs_critic:
+        if estimator.needs_critic:  # its worker trains without gradient checkpointing: planned as the run does
             models.append(ModelGroup("critic", config.critic.model_name_or_path or actor_path,
-                                     "--critic.model_name_or_path", ranks_of(config.critic), True, True, config.critic,
-                                     checkpointing))
+                                     "--critic.model_name_or_path", ranks_of(config.critic), True, True, config.critic))
         models += [ModelGroup("reward", path, "--reward.model_name_or_path", ranks_of(config.reward), False, True,
                               config.reward) for path in reward_model_paths(config)]
         engine = rollout_engine_class(config, plugins_registry)
