@@ -85,10 +85,16 @@ def test_a_run_that_needs_two_gpus_on_one_ends_at_once_naming_the_flag_that_fits
 
 
 @pytest.mark.slow
-def test_the_named_flags_colocate_the_engine_on_the_one_gpu_and_trains(one_gpu_cluster, task_files,
+@pytest.mark.parametrize("colocation", [["--train.colocate_all"], ["--train.colocate", "actor+engines"]],
+                         ids=["colocate_all", "finer"])
+def test_the_named_flags_colocate_the_engine_on_the_one_gpu_and_trains(colocation, one_gpu_cluster, task_files,
                                                                        tiny_causal_lm_path, tmp_path) -> None:
-    flags = [*_grpo(tiny_causal_lm_path, task_files, tmp_path), "--ds.zero_stage", "3",
-             "--train.colocate_all"]  # what the refusal above says
+    """The hybrid engine (what the refusal above says) and the finer --train.colocate actor+engines: the engine shares
+    the actor's one GPU, as `rlhf plan` places it, and the run trains."""
+    flags = [*_grpo(tiny_causal_lm_path, task_files, tmp_path), "--ds.zero_stage", "3", *colocation]
+    planned = json.loads(run_rlhf("plan", "train", "ppo", *flags, "--plan.gpu_memory", "80GiB", "--json",
+                                  env=one_gpu_cluster.env, timeout=120).stdout)
+    assert [gpu["holds"] for gpu in planned["gpus"]] == [["actor rank 0", "engine 0"]]
     assert_ok(run_rlhf("train", "ppo", *flags, env=one_gpu_cluster.env, timeout=600))
     assert [m["step"] for m in read_metrics(tmp_path / "out")] == [1]
 

@@ -216,3 +216,32 @@ def test_a_cluster_on_paper_too_small_names_the_colocation_that_places_the_run(c
     assert code == 1 and out["fits"] is False
     assert out["placement_problem"].startswith("this run needs 25 GPUs and the Ray cluster has 17")
     assert out["fix"] == "--train.colocate_actor_ref"
+
+
+def test_finer_colocation_places_the_engines_with_the_group_named(capsys, llama7b):
+    """--train.colocate ref+engines: engine i on the reference's GPU i, the actor on GPUs of its own; the ipc
+    transport (engines on the actor's GPUs) refuses it, NCCL broadcast refuses an engine on a training GPU."""
+    from rlhf_plugin_torch_sync.broadcast import NcclBroadcast
+    from rlhf_plugin_vllm.ipc import IpcTransport
+
+    from rlhf.testing.conformance import ppo_config
+
+    code, out = plan(capsys, "--actor.model_name_or_path", llama7b, "--actor.num_gpus_per_node", "2",
+                     "--ref.num_gpus_per_node", "2", "--vllm.num_engines", "2", "--algo.advantage.estimator",
+                     "reinforce", "--train.colocate", "ref+engines", "--plan.gpus", "4")
+    assert [gpu["holds"] for gpu in out["gpus"]] == [["actor rank 0"], ["actor rank 1"], ["ref rank 0", "engine 0"],
+                                                    ["ref rank 1", "engine 1"]]
+    config = ppo_config()
+    config.vllm.num_engines = 2
+    config.train.colocate = ["ref+engines"]
+    assert "not on the actor's GPUs" in IpcTransport.unavailable_reason(config, cuda=True)
+    assert "NCCL refuses two ranks on one GPU" in NcclBroadcast.unavailable_reason(config, cuda=True)
+    config.train.colocate = ["actor+engines"]
+    assert IpcTransport.unavailable_reason(config, cuda=True) is None
+
+
+@pytest.mark.parametrize("entry", ["actor", "actor+policy", "actor+engines actor+ref"])
+def test_a_bad_colocation_is_one_line(capsys, llama7b, entry):
+    assert main(["plan", "train", "ppo", "--actor.model_name_or_path", llama7b, "--train.colocate", *entry.split()]) == 2
+    err = capsys.readouterr().err
+    assert err.count("rlhf: error:") == 1 and "--train.colocate" in err

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlhf.config.checks import engines_colocated_with
 from rlhf.planning.groups import ModelGroup, RunGroups
 from rlhf.runtime.cluster.capacity import Request, shortfall
 from rlhf.runtime.cluster.placement import colocated_sets, run_requests
@@ -57,11 +58,11 @@ def lay_out(config: Any, groups: RunGroups, nodes: list[float]) -> tuple[list[GP
                     gpu.seats.append(Seat(f"{role}{suffix} rank {rank}", f"{role}{suffix}", rank))
     if groups.engine is not None and not groups.engines_in_rank:
         tp = groups.tensor_parallel
-        shared = config.train.colocate_all
+        host = engines_colocated_with(config.train, ranks)
         for engine in range(groups.engine_count):
             for shard in range(tp):
-                if shared:  # hybrid engine: engine i's shards on the actor's bundles i·tp + k, round the ranks
-                    bundle = bundles["actor"][(engine * tp + shard) % len(bundles["actor"])]
+                if host:  # hybrid engine: engine i's shards on the host group's bundles i·tp + k, round the ranks
+                    bundle = bundles[host][(engine * tp + shard) % len(bundles[host])]
                     where = bundle[:1]
                 else:
                     bundle = bundles["engine"][engine]
