@@ -8,6 +8,7 @@ took the GPU and the engine waited for another, silently, until killed.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -84,10 +85,16 @@ def test_a_run_that_needs_two_gpus_on_one_ends_at_once_naming_the_flag_that_fits
 
 
 @pytest.mark.slow
-def test_the_named_flags_colocate_the_engine_on_the_one_gpu_and_trains(one_gpu_cluster, task_files,
+@pytest.mark.parametrize("colocation", [["--train.colocate_all"], ["--train.colocate", "actor+engines"]],
+                         ids=["colocate_all", "finer"])
+def test_the_named_flags_colocate_the_engine_on_the_one_gpu_and_trains(colocation, one_gpu_cluster, task_files,
                                                                        tiny_causal_lm_path, tmp_path) -> None:
-    flags = [*_grpo(tiny_causal_lm_path, task_files, tmp_path), "--ds.zero_stage", "3",
-             "--train.colocate_all"]  # what the refusal above says
+    """The hybrid engine (what the refusal above says) and the finer --train.colocate actor+engines: the engine shares
+    the actor's one GPU, as `rlhf plan` places it, and the run trains."""
+    flags = [*_grpo(tiny_causal_lm_path, task_files, tmp_path), "--ds.zero_stage", "3", *colocation]
+    planned = json.loads(run_rlhf("plan", "train", "ppo", *flags, "--plan.gpu_memory", "80GiB", "--json",
+                                  env=one_gpu_cluster.env, timeout=120).stdout)
+    assert [gpu["holds"] for gpu in planned["gpus"]] == [["actor rank 0", "engine 0"]]
     assert_ok(run_rlhf("train", "ppo", *flags, env=one_gpu_cluster.env, timeout=600))
     assert [m["step"] for m in read_metrics(tmp_path / "out")] == [1]
 
@@ -160,3 +167,19 @@ def test_the_refusal_names_the_first_colocation_that_fits(ranks, engines_in_rank
     requests = run_requests(config, config.train, ranks, colocated_sets(config.train, ranks), engines_in_rank, gpu=True)
     with pytest.raises(ConfigError, match=re.escape(named)):
         check_fits(config, ranks, engines_in_rank, nodes, requests)
+
+
+@pytest.mark.slow
+def test_rlhf_plan_places_on_the_ray_clusters_gpus_and_names_the_colocation(one_gpu_cluster, tiny_causal_lm_path):
+    """`rlhf plan` reads the nodes of the cluster at RAY_ADDRESS (one declared GPU): actor and engine need two, and
+    the first change that fits is the hybrid engine, which puts both on the one GPU."""
+    argv = ["plan", "train", "ppo", "--actor.model_name_or_path", str(tiny_causal_lm_path), "--actor.num_gpus_per_node",
+            "1", "--vllm.num_engines", "1", "--algo.kl.init_coef", "0", "--algo.advantage.estimator", "reinforce",
+            "--plan.gpu_memory", "80GiB", "--json"]
+    result = run_rlhf(*argv, env=one_gpu_cluster.env, timeout=120)
+    assert result.returncode == 1, result.stderr[-2000:]
+    plan = json.loads(result.stdout)
+    assert plan["cluster"]["nodes"] == [1.0] and "needs 2 GPUs" in plan["placement_problem"]
+    assert plan["fix"] == "--train.colocate_all"
+    fixed = json.loads(assert_ok(run_rlhf(*argv, "--train.colocate_all", env=one_gpu_cluster.env, timeout=120)).stdout)
+    assert fixed["fits"] is True and fixed["gpus"][0]["holds"] == ["actor rank 0", "engine 0"]

@@ -77,24 +77,25 @@ def test_a_changed_signature_is_detected() -> None:
     assert snapshot["rlhf.registry.ComponentKind.KL_ESTIMATOR"] == "'kl_estimator'"
 
 
-IMPORT = re.compile(r"^\s*(?:from\s+(rlhf(?:\.\w+)*)\s+import\s+\(?([\w\s,]*)|import\s+(rlhf\.[\w.]+))", re.MULTILINE)
+IMPORT = re.compile(r"^[ \t]*(?:from\s+(rlhf(?:\.\w+)*)\s+import\s+(?:\(([^)]*)\)|([\w \t,]*))|import\s+(rlhf\.[\w.]+))",
+                    re.MULTILINE)
 
 
 def rlhf_modules_imported(source: str) -> set[str]:
     """The rlhf modules a source file imports, at module top or inside functions (``from rlhf import x`` counts
-    as ``rlhf.x`` when ``x`` is a module)."""
+    as ``rlhf.x`` when ``x`` is a module, and as ``rlhf`` when it is a name the package defines)."""
     modules = set()
-    for package, names, module in IMPORT.findall(source):
+    for package, bracketed, names, module in IMPORT.findall(source):
         if module:
             modules.add(module)
             continue
-        modules.add(package)
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:  # a module: its names are not modules
-            continue
-        for name in (n.strip() for n in names.split(",")):
-            if name and importlib.util.find_spec(f"{package}.{name}"):
-                modules.add(f"{package}.{name}")
+        for name in (n.strip() for n in (bracketed or names).split(",")):
+            if not name:
+                continue
+            spec = importlib.util.find_spec(package)
+            submodule = f"{package}.{name}"
+            is_module = spec is not None and spec.submodule_search_locations and importlib.util.find_spec(submodule)
+            modules.add(submodule if is_module else package)
     return modules
 
 

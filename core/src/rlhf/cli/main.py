@@ -74,12 +74,14 @@ def build_parser(commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentP
                          "backends, tools) or that register this component kind (rollout-engine, reward-function, …)")
     train = sub.add_parser("train", help="run a trainer: rlhf train NAME [flags] (rlhf train NAME --help)", add_help=False)
     train.add_argument("trainer", nargs="?", help="trainer name")
+    sub.add_parser("plan", help="where each model goes and what each GPU holds: rlhf plan train NAME [flags] "
+                   "(docs/plan.md)", add_help=False)
     for name, help_text in commands:  # listed in `rlhf --help`; run by run_plugin_command
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
-BUILTIN_COMMANDS = ("plugins", "train")
+BUILTIN_COMMANDS = ("plugins", "train", "plan")
 
 
 def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -> int:
@@ -146,6 +148,10 @@ def _dispatch(argv: list[str]) -> int:
         from rlhf.cli.plugins_cmd import show_plugins
 
         return show_plugins(host, as_json=args.json, kind=args.kind)
+    if args.command == "plan":
+        from rlhf.cli.plan_cmd import run_plan
+
+        return run_plan(host, rest[first + 1 :])
     from rlhf.cli.train_cmd import run_train
 
     return run_train(host, args.trainer, extra)

@@ -19,7 +19,15 @@ def run_train(host: PluginHost, trainer_name: str | None, argv: list[str]) -> in
         for reg in trainers:
             print(f"  {reg.name:<12} {reg.description}  [plugin {reg.plugin}]")
         return 0
+    from rlhf.cli.plan_cmd import check_before_run, make_plan, print_plan, split_plan_args
+
+    plan_args, argv = split_plan_args(argv, with_json=False)
     run = trainer_run(host, trainer_name, argv)
+    if plan_args.plan_only:
+        plan = make_plan(run, host, plan_args)
+        print_plan(plan, f"rlhf train {trainer_name} --plan")
+        return 0
+    check_before_run(run, host, plan_args)
     if run.print_config:
         yaml.safe_dump(run.config.model_dump(mode="json"), sys.stdout, sort_keys=False)
         return 0

@@ -44,6 +44,9 @@ class OptimizerFactory(Protocol):
 
     * ``zero_config(stage: int) -> dict``: ``zero_optimization`` entries this optimizer requires at
       ZeRO ``stage`` (Muon needs ``reduce_scatter: false`` under ZeRO-3); called in the worker, once.
+    * ``plan_state_bytes(shape, trainable) -> int`` (classmethod): bytes of the optimizer's own fp32 states for
+      ``trainable`` parameters of a model of :class:`rlhf.planning.ModelShape` ``shape`` (Adam: 8 per parameter);
+      read by ``rlhf plan`` in the CLI process (docs/plan.md). Absent: "not estimated".
     * ``check_config(section, flag) -> None``: validates the section before anything starts (in the
       CLI process for ``rlhf train ppo``; in each trainer rank for supervised runs); raises
       :class:`rlhf.errors.ConfigError` or logs a warning. ``flag("max_norm")`` names a field as

@@ -20,6 +20,10 @@ class Trainer(Protocol):
 
     ``config_class`` is the pydantic model of its whole configuration tree (its fields
     become the dotted flags). ``run`` executes in the CLI process (the controller), once.
+
+    Optional classmethod for ``rlhf plan`` (docs/plan.md): ``plan_groups(config, registry) -> rlhf.planning.RunGroups``,
+    the model groups the run creates (role, model path, ranks, trained or not) and its rollout engine; in the CLI
+    process, before anything starts. Absent: the trainer cannot be planned, and ``rlhf train`` does not plan it.
     """
 
     config_class: ClassVar[type[BaseModel]]

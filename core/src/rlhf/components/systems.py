@@ -49,6 +49,11 @@ class RolloutEngine(Protocol):
     first-party ones keep OpenRLHF's meaning of ``--vllm.num_engines``: above 0 vLLM; else HF generate
     in the training ranks (``hf-inprocess``) where the weights are whole there, else ``hf``.
 
+    Optional classmethod for ``rlhf plan`` (docs/plan.md), in the CLI process before anything starts:
+    ``plan_memory(config, shape, gpu_memory) -> list[rlhf.planning.MemoryPart]``, what one GPU of one engine holds
+    (``shape``: the policy's :class:`rlhf.planning.ModelShape`; ``gpu_memory``: bytes of one GPU, None where unknown,
+    e.g. a CPU machine); absent: the engine is shown as "not estimated".
+
     Optional classmethod, where the engine lives: ``error_hint(exc) -> str | None``, the way out (a flag, another
     engine) when the library under the engine refuses the run as it is built or first used
     (:mod:`rlhf.components.first_use`); None or absent: the core names the other installed engines.
@@ -284,7 +289,10 @@ class TrainingBackend(Protocol):
     this config, naming the flag (``"--ds.zero_stage 3 splits its parameters over the ranks"``), or
     None where they are; absent means always whole. An in-rank rollout engine is refused with it. And
     ``error_hint(exc) -> str | None``, in the process where it happened: the way out when the library under the
-    backend refuses the run during set-up, a model load or the first step (:mod:`rlhf.components.first_use`).
+    backend refuses the run during set-up, a model load or the first step (:mod:`rlhf.components.first_use`). And for
+    ``rlhf plan`` (docs/plan.md), in the CLI process: ``plan_memory(config, model) -> list[rlhf.planning.MemoryPart]``,
+    what one GPU of one model group holds (``model``: a :class:`rlhf.planning.PlannedModel`): weights, gradients,
+    optimizer states, buffers (the core adds the activations); absent: its model states are shown as "not estimated".
     """
 
     def init_distributed(self) -> None:

@@ -79,3 +79,35 @@ def check_4bit(ds: Any, devices_here: bool = True) -> None:
         raise ConfigError("--ds.load_in_4bit trains LoRA adapters on a frozen 4-bit base: set --ds.lora.rank > 0")
     if ds.zero_stage == 3:
         raise ConfigError("--ds.load_in_4bit does not work with --ds.zero_stage 3 (4-bit weights cannot be partitioned)")
+
+
+#: the names ``--train.colocate`` joins with '+'
+COLOCATED_NAMES = ("actor", "ref", "critic", "reward", "engines")
+
+
+def colocation_sets(entries: list[str] | None) -> list[list[str]]:
+    """``--train.colocate a+b c+d`` (``entries``) as ``[["a", "b"], ["c", "d"]]``; a :class:`ConfigError` for an
+    unknown name, a name given twice, or a set of one."""
+    sets, seen = [], set()
+    for entry in entries or []:
+        names = [name.strip() for name in entry.split("+") if name.strip()]
+        unknown = [name for name in names if name not in COLOCATED_NAMES]
+        if unknown or len(names) < 2:
+            raise ConfigError(f"--train.colocate {entry}: give two or more of {', '.join(COLOCATED_NAMES)} joined by '+'"
+                              + (f" ({', '.join(unknown)} is not one)" if unknown else ""))
+        if seen & set(names):
+            raise ConfigError(f"--train.colocate: {', '.join(sorted(seen & set(names)))} is in two sets; join them into one")
+        seen |= set(names)
+        sets.append(names)
+    return sets
+
+
+def engines_colocated_with(train: Any, roles: Any = ("actor", "ref", "critic", "reward")) -> str | None:
+    """The model group whose GPUs the rollout engines share, or None where they have GPUs of their own: the actor with
+    ``--train.colocate_all``, else the first of ``roles`` in the ``--train.colocate`` set that holds ``engines``."""
+    if getattr(train, "colocate_all", False):
+        return "actor"
+    for names in colocation_sets(getattr(train, "colocate", None)):
+        if "engines" in names:
+            return next((name for name in names if name != "engines" and name in roles), None)
+    return None

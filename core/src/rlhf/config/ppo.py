@@ -52,6 +52,9 @@ class TrainSection(Section):
     colocate_actor_ref: bool = flag(False, "Colocate reference and actor on the same devices", switch=True)
     colocate_critic_reward: bool = flag(False, "Colocate critic and reward model on the same devices", switch=True)
     colocate_all: bool = flag(False, "Colocate all models including the rollout engines (hybrid engine)", switch=True)
+    colocate: list[str] = flag([], "Groups that share GPUs, each as names joined by '+' (actor, ref, critic, reward, "
+                               "engines), e.g. actor+engines ref+reward; beside the colocate_* flags (docs/plan.md)",
+                               nargs="+")
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = flag(
         "PACK", "Ray placement-group strategy of every model group's bundles: PACK fills a node first (OpenRLHF's), "
         "SPREAD puts the ranks on different nodes where it can")

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 from rlhf.components import build
 from rlhf.config.base import ConfigError
-from rlhf.config.checks import check_4bit, check_global_batch, check_optimizer, require_positive
+from rlhf.config.checks import (
+    check_4bit,
+    check_global_batch,
+    check_optimizer,
+    colocation_sets,
+    engines_colocated_with,
+    require_positive,
+)
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.training_backend import check_backend_config
 from rlhf.host.plugin_host import PluginHost
@@ -90,8 +97,10 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
         cfg.ds.packing_samples = True
 
     _resolve_scheduler(cfg, host)
-    if cfg.vllm.enable_sleep and not cfg.train.colocate_all:
-        raise ConfigError("--vllm.enable_sleep only makes sense with --train.colocate_all (engines share devices with training)")
+    colocation_sets(cfg.train.colocate)  # a bad --train.colocate is one line before anything starts
+    if cfg.vllm.enable_sleep and engines_colocated_with(cfg.train) is None:
+        raise ConfigError("--vllm.enable_sleep only makes sense with --train.colocate_all or a --train.colocate set with "
+                          "engines (engines share devices with training)")
     if cfg.ds.enable_sleep and cfg.ds.zero_stage == 0:
         raise ConfigError("--ds.enable_sleep offloads ZeRO optimizer states, which --ds.zero_stage 0 has none of: "
                           "use --ds.zero_stage 1, 2 or 3")

@@ -11,7 +11,9 @@ fraction of the bundle:
 * ``--train.colocate_actor_ref``: actor and reference;
 * ``--train.colocate_critic_reward``: critic and reward model(s);
 * ``--train.colocate_all`` (hybrid engine): every model group and the rollout engines (engine i
-  on bundle i mod the actor's ranks).
+  on bundle i mod the actor's ranks);
+* ``--train.colocate a+b …``: each set of names shares one placement group; a set with ``engines`` puts
+  engine i on bundle i mod the ranks of the set's first model group (``actor+engines``, ``ref+engines``).
 
 Before any group is created the run's requests are checked against the cluster's GPUs
 (:mod:`rlhf.runtime.cluster.capacity`): a run that can never fit is a :class:`ConfigError` naming the flags
@@ -30,6 +32,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
+from rlhf.config.checks import colocation_sets, engines_colocated_with
 from rlhf.errors import ConfigError, WorkerError
 from rlhf.runtime.cluster.capacity import Request, describe_nodes, free_resources, node_gpus, shortfall
 
@@ -56,8 +59,8 @@ class Placement:
         self.engine_processes = 0 if engines_in_rank else max(1, config.vllm.num_engines or 0)
         self.gpu = sum(nodes) > 0
         train = config.train
-        self.colocate_all = bool(train.colocate_all)
         sets = colocated_sets(train, ranks)
+        self.engine_host = engines_colocated_with(train, ranks)
         requests = run_requests(config, train, ranks, sets, engines_in_rank, self.gpu)
         if self.gpu:
             check_fits(config, ranks, engines_in_rank, nodes, requests)
@@ -68,7 +71,7 @@ class Placement:
         for roles, request in zip([*sets, ["engines"]], requests):
             group = placement_group([dict(request.bundle) for _ in range(request.bundles)], strategy=request.strategy)
             created.append((group, request))
-            sharers = sum(copies.get(r, 1) for r in roles) + (train.colocate_all and "actor" in roles and not engines_in_rank)
+            sharers = sum(copies.get(r, 1) for r in roles) + (self.engine_host in roles and not engines_in_rank)
             for role in roles:
                 self._groups[role] = (group, sharers)
             if roles == ["engines"]:  # each engine takes its whole bundle: what the fit check counted
@@ -92,13 +95,14 @@ class Placement:
         return self.engine_processes if engine else self.model_ranks
 
     def engine_options(self, index: int) -> dict[str, Any]:
-        """Ray actor options of rollout engine ``index``: with ``--train.colocate_all`` a share of the actor's bundle
-        ``index`` mod its ranks, else the whole of its own bundle in the engines' placement group."""
+        """Ray actor options of rollout engine ``index``: where the engines share a group's GPUs (``--train.colocate_all``:
+        the actor's; ``--train.colocate``) a share of that group's bundle ``index`` mod its ranks, else the whole of its
+        own bundle in the engines' placement group."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        if self.colocate_all:
-            group, _ = self._groups["actor"]
-            return self.options("actor", index % len(group.bundle_specs))
+        if self.engine_host is not None:
+            group, _ = self._groups[self.engine_host]
+            return self.options(self.engine_host, index % len(group.bundle_specs))
         group, _ = self._groups["engines"]
         return {**self._engine_share, "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)}
 
@@ -145,9 +149,14 @@ def colocated_sets(train: TrainSection, ranks: dict[str, int]) -> list[list[str]
     if train.colocate_all:
         sets.append(list(ranks))
     else:
-        if train.colocate_actor_ref and "ref" in ranks:
+        for names in colocation_sets(train.colocate):  # --train.colocate, before the older flags
+            present = [name for name in names if name in ranks]
+            if len(present) > 1:
+                sets.append(present)
+        if train.colocate_actor_ref and "ref" in ranks and not any("actor" in x or "ref" in x for x in sets):
             sets.append(["actor", "ref"])
-        if train.colocate_critic_reward and "critic" in ranks and "reward" in ranks:
+        if (train.colocate_critic_reward and "critic" in ranks and "reward" in ranks
+                and not any("critic" in x or "reward" in x for x in sets)):
             sets.append(["critic", "reward"])
     sets += [[role] for role in ranks if not any(role in s for s in sets)]
     for roles in sets:
@@ -167,7 +176,7 @@ def run_requests(config: PPOConfig, train: TrainSection, ranks: dict[str, int], 
         section = getattr(config, roles[0])
         flags = f"--{roles[0]}.num_nodes {section.num_nodes} x --{roles[0]}.num_gpus_per_node {section.num_gpus_per_node}"
         requests.append(Request(" + ".join(roles), flags, ranks[roles[0]], model_bundle, train.placement_strategy))
-    if not engines_in_rank and not train.colocate_all:
+    if not engines_in_rank and engines_colocated_with(train, ranks) is None:
         vllm = config.vllm
         count = max(1, vllm.num_engines or 0)
         flags = (f"--vllm.num_engines {vllm.num_engines or 0}{' (one engine process)' if not vllm.num_engines else ''} "

@@ -12,7 +12,13 @@ from typing import Any, ClassVar
 
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.ppo_rules import finalize_ppo_config
+from rlhf.config.rollout_engine import rollout_engine_class
+from rlhf.errors import ConfigError
+from rlhf.planning.groups import ModelGroup, RunGroups
+from rlhf.registry import ComponentKind
+from rlhf.runtime.cluster.placement import ranks_of
 from rlhf.runtime.control.controller import PPOController
+from rlhf.runtime.control.rewarding import reward_model_paths
 
 
 class PPOTrainer:
@@ -26,6 +32,29 @@ class PPOTrainer:
     @classmethod
     def prepare_config(cls, config: PPOConfig, plugins: Any) -> PPOConfig:
         return finalize_ppo_config(config, plugins)
+
+    @classmethod
+    def plan_groups(cls, config: PPOConfig, plugins_registry: Any) -> Any:
+        """The run's model groups and engines for ``rlhf plan`` (:mod:`rlhf.planning`): the groups the controller
+        creates, by the same rules (a reference with a KL coefficient, a critic for an estimator that needs one, a
+        reward model per path)."""
+        actor_path = config.actor.model_name_or_path
+        if not actor_path:
+            raise ConfigError("--actor.model_name_or_path is required")
+        estimator = plugins_registry.get(ComponentKind.ADVANTAGE_ESTIMATOR, config.algo.advantage.estimator)
+        models = [ModelGroup("actor", actor_path, "--actor.model_name_or_path", ranks_of(config.actor), True,
+                             section=config.actor, checkpointing=config.actor.gradient_checkpointing_enable)]
+        if config.algo.kl.init_coef > 0:
+            models.append(ModelGroup("ref", actor_path, "--actor.model_name_or_path", ranks_of(config.ref), False,
+                                     section=config.ref))
+        if estimator.needs_critic:  # its worker trains without gradient checkpointing: planned as the run does
+            models.append(ModelGroup("critic", config.critic.model_name_or_path or actor_path,
+                                     "--critic.model_name_or_path", ranks_of(config.critic), True, True, config.critic))
+        models += [ModelGroup("reward", path, "--reward.model_name_or_path", ranks_of(config.reward), False, True,
+                              config.reward) for path in reward_model_paths(config)]
+        engine = rollout_engine_class(config, plugins_registry)
+        return RunGroups(models, engine, engine.in_training_rank, max(1, config.vllm.num_engines or 0),
+                         config.vllm.tensor_parallel_size)
 
     def run(self) -> None:
         PPOController(self.config, self.plugins, self.run_dir).run()

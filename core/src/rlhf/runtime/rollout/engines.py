@@ -84,7 +84,7 @@ class RolloutEngines:
 
     def __init__(self, config: PPOConfig, model_path: str, placement: Placement, registry: Any = None) -> None:
         """``placement``: the run's :class:`rlhf.runtime.cluster.placement.Placement`; with ``--train.colocate_all``
-        the engines take a share of the actor's bundles, otherwise each takes a bundle of its own in the
+        (or a ``--train.colocate`` set holding ``engines``) the engines take a share of that group's bundles, otherwise each takes a bundle of its own in the
         engines' placement group. ``registry``: the run's component registry (the plugins loaded by default)."""
         import ray
 

@@ -1,6 +1,7 @@
 """``--vllm.enable_sleep``: rollout engines asleep whenever they do not generate (OpenRLHF's order).
 
-With ``--train.colocate_all`` the engines share the devices with training. With the flag:
+With ``--train.colocate_all`` (or a ``--train.colocate`` set holding ``engines``) the engines share the devices
+with training. With the flag:
 
 1. every engine is put to sleep right after it is created;
 2. each generation batch (training rollouts, dynamic-filtering refills, evaluation) runs as

@@ -43,6 +43,7 @@ from rlhf.testing.conformance.parts import (
     check_sample_filter,
     check_scheduler,
 )
+from rlhf.testing.conformance.planning import check_backend_plan, check_engine_plan, check_optimizer_plan
 from rlhf.testing.conformance.programs import (
     CommandKit,
     LifecycleObserverKit,
@@ -76,6 +77,9 @@ __all__ = [
     "check_rollout_correction",
     "check_rollout_scheduler",
     "kit_reward_sources",
+    "check_backend_plan",
+    "check_engine_plan",
+    "check_optimizer_plan",
     "RolloutEngineKit",
     "WeightSyncTransportKit",
     "WholeTrainedModel",

@@ -27,6 +27,7 @@ from rlhf.testing.conformance._core import (
     not_collected,
     ppo_config,
 )
+from rlhf.testing.conformance.planning import check_engine_plan
 
 ENGINE = ComponentKind.ROLLOUT_ENGINE.label
 TRANSPORT = ComponentKind.WEIGHT_SYNC_TRANSPORT.label
@@ -220,6 +221,9 @@ class RolloutEngineKit(ContractProperties, ComponentKit):
     def test_contract(self, tiny_causal_lm_path: Any) -> None:
         _check_rollout_engine(self.component, tiny_causal_lm_path, self.engine_config(),
                               self.registered_name or self.component.__name__)
+
+    def test_plan_memory(self) -> None:
+        check_engine_plan(self.component, self.run_config())
 
 
 def check_weight_sync_transport(transport_class: type, config: Any = None) -> None:

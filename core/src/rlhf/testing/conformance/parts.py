@@ -19,6 +19,7 @@ from rlhf.testing.conformance._core import (
     ppo_config,
     show,
 )
+from rlhf.testing.conformance.planning import check_optimizer_plan
 
 FILTER = ComponentKind.SAMPLE_FILTER.label
 AGENT = ComponentKind.AGENT_EXECUTOR.label
@@ -259,6 +260,9 @@ class OptimizerKit(ContractProperties, ComponentKit):
     @not_collected
     def test_contract(self) -> None:
         check_optimizer(self.make_component())
+
+    def test_plan_state_bytes(self) -> None:
+        check_optimizer_plan(self.make_component())
 
 
 class SchedulerKit(ContractProperties, ComponentKit):

@@ -29,6 +29,7 @@ from rlhf.testing.conformance._core import (
     not_collected,
     ppo_config,
 )
+from rlhf.testing.conformance.planning import check_backend_plan
 
 BACKEND = ComponentKind.TRAINING_BACKEND.label
 #: fp32 tolerance between a backend's weights and plain torch's after the same steps
@@ -246,3 +247,6 @@ class TrainingBackendKit(ContractProperties, ComponentKit):
     @not_collected
     def test_contract(self, tiny_causal_lm_path: Any) -> None:
         check_training_backend(self.component, tiny_causal_lm_path, kit_config(self.run_config()))
+
+    def test_plan_memory(self) -> None:
+        check_backend_plan(self.component, self.run_config())

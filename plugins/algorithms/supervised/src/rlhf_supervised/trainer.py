@@ -30,6 +30,7 @@ from rlhf.data.workers import computed_in_order
 from rlhf.errors import Preempted
 from rlhf.models.loading import attn_implementation, check_model_source, load_tokenizer, seed_process
 from rlhf.models.saving import save_final
+from rlhf.planning import ModelGroup, RunGroups
 from rlhf.records import preemption
 from rlhf.records.checkpoints import interrupted
 from rlhf.records.metrics import MetricsTracker
@@ -78,6 +79,22 @@ class SupervisedTrainer:
         #: data-parallel rank and size: the ranks of one --ds.tensor_parallel_size group share the same data
         self.dp_rank, self.dp_size = 0, 1
         self.tokenizer: Any = None
+
+    @classmethod
+    def plan_groups(cls, config: SupervisedConfig, registry: Any) -> RunGroups:
+        """For ``rlhf plan``: the trained model and the frozen ones (``frozen_sections``), all in every rank, one
+        rank per GPU (docs/plan.md)."""
+        path = config.model.model_name_or_path
+        if not path:
+            raise ConfigError("--model.model_name_or_path is required")
+        train = config.train
+        models = [ModelGroup("model", path, "--model.model_name_or_path", 0, True, cls.value_head is not None, train,
+                             train.gradient_checkpointing_enable)]
+        for name in cls.frozen_sections:
+            section = getattr(config, name)
+            models.append(ModelGroup(name, section.model_name_or_path or path, f"--{name}.model_name_or_path", 0, False,
+                                     section=section))
+        return RunGroups(models, per_device=True)
 
     @classmethod
     def prepare_config(cls, config: SupervisedConfig, plugins: Any) -> SupervisedConfig:

@@ -16,6 +16,9 @@ from typing import Any
 
 from rlhf_plugin_deepspeed.config import check_options, eval_config, on_gpu, optimizer_train_config, refusal_hint
 
+#: DeepSpeed's default ``zero_optimization.reduce_bucket_size`` (elements), which :func:`train_config` leaves as is
+REDUCE_BUCKET_SIZE = 500_000_000
+
 
 class DeepSpeedBackend:
     """:class:`rlhf.components.TrainingBackend` over DeepSpeed: ZeRO 0-3, offload, AutoTP, ZeRO++,
@@ -41,6 +44,37 @@ class DeepSpeedBackend:
         if ds.tensor_parallel_size > 1:
             return f"--ds.tensor_parallel_size {ds.tensor_parallel_size} splits its layers over the ranks (AutoTP)"
         return None
+
+    @classmethod
+    def plan_memory(cls, config: Any, model: Any) -> list[Any]:
+        """One GPU of ``model`` (an :class:`rlhf.planning.PlannedModel`) for ``rlhf plan``: ZeRO's model states at
+        ``--ds.zero_stage`` (DeepSpeed's own estimates), evaluated models in the stage :func:`eval_config` gives them
+        (3 only under ZeRO-3, whose ``--ref.offload`` keeps the weights on the CPU); a trained model from stage 1 also
+        reduces its gradients through DeepSpeed's bucket (``reduce_bucket_size`` elements, two with
+        ``--ds.overlap_comm``), which DeepSpeed's estimators leave out but measured runs hold; AutoTP splits the weights over
+        ``--ds.tensor_parallel_size``; ``--ds.enable_sleep`` moves the gradients, optimizer states and bucket off the GPU
+        while the engines generate."""
+        from dataclasses import replace
+
+        from rlhf.planning import MemoryPart, dtype_bytes, zero_model_states
+
+        ds = config.ds
+        stage = ds.zero_stage if model.trained or ds.zero_stage == 3 else 0
+        parts = zero_model_states(model, dtype_bytes(ds.param_dtype), stage, ds.adam_offload and model.trained)
+        if not model.trained and model.offload and stage == 3:
+            parts = [MemoryPart("weights", 0, f"on the CPU (--{model.role}.offload)"), *parts[1:]]
+        if model.trained and stage >= 1:  # contiguous_gradients (DeepSpeed's default) reduces through this buffer
+            element = 4 if stage == 1 else dtype_bytes(ds.param_dtype)
+            buffers = 2 if ds.overlap_comm else 1
+            parts.append(MemoryPart("reduce bucket", buffers * element * REDUCE_BUCKET_SIZE,
+                                    f"{buffers} x {REDUCE_BUCKET_SIZE:.0e} elements x {element} B (reduce_bucket_size)"))
+        if ds.tensor_parallel_size > 1:
+            parts = [replace(p, nbytes=p.nbytes // ds.tensor_parallel_size, note=f"{p.note} / AutoTP {ds.tensor_parallel_size}")
+                     if p.nbytes and p.part == "weights" else p for p in parts]
+        if ds.enable_sleep and not ds.adam_offload and model.trained:
+            parts = [replace(p, away_in=("generate",)) if p.part in ("gradients", "optimizer states", "reduce bucket") else p
+                     for p in parts]
+        return parts
 
     @classmethod
     def error_hint(cls, exc: BaseException) -> str | None:

@@ -67,6 +67,29 @@ class FSDP2Backend:
         """Why a trained model's parameters are not whole on each rank (in-rank rollout engines read it)."""
         return "--train.backend fsdp2 shards its parameters over the ranks (fully_shard)"
 
+    @classmethod
+    def plan_memory(cls, config: Any, model: Any) -> list[Any]:
+        """One GPU of ``model`` (an :class:`rlhf.planning.PlannedModel`) for ``rlhf plan``: fp32 weights, fp32
+        gradients and the optimizer's states, each 1/ranks (``fully_shard``); while a block computes, it and the
+        next one prefetched are whole in the compute dtype. An evaluated model with ``--<role>.offload`` keeps its
+        shards on the CPU."""
+        from rlhf.planning import MemoryPart, dtype_bytes
+
+        ranks, shape = model.ranks, model.shape
+        compute = dtype_bytes(config.ds.param_dtype)
+        split = f" / {ranks} ranks" if ranks > 1 else ""
+        offloaded = model.offload and not model.trained
+        parts = [MemoryPart("weights", 0 if offloaded else 4 * shape.parameters // ranks,
+                            "on the CPU (offload)" if offloaded else f"fp32 x {shape.parameters:.3g}{split}"),
+                 MemoryPart("gather buffer", 2 * compute * shape.largest_layer,
+                            f"2 blocks x {compute} B x largest layer {shape.largest_layer:.3g}")]
+        if model.trained:
+            optimizer = model.optimizer_state_bytes
+            parts += [MemoryPart("gradients", 4 * model.trainable // ranks, f"fp32 x {model.trainable:.3g}{split}"),
+                      MemoryPart("optimizer states", None if optimizer is None else optimizer // ranks,
+                                 "the optimizer does not say" if optimizer is None else f"{optimizer:.3g} B{split}")]
+        return parts
+
     def init_distributed(self) -> None:
         import torch.distributed as dist
 

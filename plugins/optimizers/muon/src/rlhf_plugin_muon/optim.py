@@ -30,6 +30,14 @@ class Muon:
     """``section`` is the trained model's config section (``config.actor``, ``config.critic`` or the
     supervised optimizer view), with ``muon.lr/momentum/ns_steps/nesterov`` and ``adam.*``."""
 
+    @classmethod
+    def plan_state_bytes(cls, shape: Any, trainable: int) -> int:
+        """For ``rlhf plan``: one fp32 momentum per parameter of the layers' 2-D weights, AdamW's two moments for the
+        rest (embeddings, head, norms); LoRA's trained matrices are all 2-D."""
+        if trainable != shape.parameters:
+            return 4 * trainable
+        return 4 * shape.matrix_parameters + 8 * (shape.parameters - shape.matrix_parameters)
+
     def check_config(self, section: Any, flag: Callable[[str], str]) -> None:
         if section.muon.ns_steps != DEEPSPEED_NS_STEPS:
             raise ConfigError(f"{flag('muon.ns_steps')} {section.muon.ns_steps}: DeepSpeed's Muon always runs "

@@ -1,0 +1,161 @@
+"""A run's plan: its seats on each GPU, what each GPU holds by part in each phase, the verdict, and the first
+change that fits. The components answer for their parts (:mod:`rlhf.planning.parts`); this module places and adds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rlhf.config.training_backend import backend_class
+from rlhf.errors import ConfigError
+from rlhf.planning.groups import ModelGroup, RunGroups
+from rlhf.planning.parts import PHASES, MemoryPart, PlannedModel, activation_bytes, dtype_bytes, format_bytes
+from rlhf.planning.shapes import model_shape
+from rlhf.registry import ComponentKind
+from rlhf.runtime.plan.layout import GPU, group_keys, lay_out, paper_nodes, requested_gpus
+from rlhf.runtime.plan.remedies import first_fitting_change
+
+
+@dataclass
+class Cluster:
+    """GPUs per node and the memory of one GPU (None: unknown, the memory is not checked), and where they came from."""
+
+    nodes: list[float]
+    gpu_memory: int | None
+    source: str
+
+
+@dataclass
+class Plan:
+    cluster: Cluster
+    gpus: list[GPU]
+    parts: dict[str, list[MemoryPart]]  #: seat group -> what one GPU of it holds
+    placement_problem: str | None
+    fix: str | None = None  #: the first change that fits, where the plan does not
+    notes: list[str] = field(default_factory=list)
+
+    def held(self, gpu: GPU, phase: str) -> int:
+        """Bytes ``gpu`` holds in ``phase`` (parts not estimated count 0)."""
+        return sum(part.nbytes or 0 for seat in gpu.seats for part in self.parts[seat.group] if phase not in part.away_in)
+
+    def peak(self, gpu: GPU) -> int:
+        return max(self.held(gpu, phase) for phase in PHASES)
+
+    def unestimated(self) -> list[str]:
+        return sorted({f"{group} {part.part}" for group, parts in self.parts.items() for part in parts if part.nbytes is None})
+
+    @property
+    def fits(self) -> bool | None:
+        """False where it cannot be placed or a GPU holds more than it has; None where the memory is unknown."""
+        if self.placement_problem:
+            return False
+        if self.cluster.gpu_memory is None:
+            return None
+        return all(self.peak(gpu) <= self.cluster.gpu_memory for gpu in self.gpus)
+
+    def fullest(self) -> GPU | None:
+        return max(self.gpus, key=self.peak, default=None)
+
+    def verdict(self) -> str:
+        """One line: what fits or does not, and the first change that fits."""
+        gpu, memory = self.fullest(), self.cluster.gpu_memory
+        if self.placement_problem:
+            line = f"does not fit: {self.placement_problem}"
+        elif gpu is None:
+            return "fits: nothing to place on a GPU"
+        elif memory is None:
+            return (f"memory not checked (no GPU memory known: --plan.gpu_memory); the fullest GPU holds "
+                    f"{format_bytes(self.peak(gpu))}")
+        elif self.fits:
+            return (f"fits: the fullest GPU (node {gpu.node} GPU {gpu.index}) holds {format_bytes(self.peak(gpu))} of "
+                    f"{format_bytes(memory)}" + (f"; not estimated: {', '.join(self.unestimated())}" if self.unestimated() else ""))
+        else:
+            top = sorted(((part.nbytes or 0, f"{seat.group} {part.part} {format_bytes(part.nbytes)}")
+                          for seat in gpu.seats for part in self.parts[seat.group]), reverse=True)[:3]
+            line = (f"does not fit: node {gpu.node} GPU {gpu.index} ({', '.join(s.label for s in gpu.seats)}) needs "
+                    f"{format_bytes(self.peak(gpu))} of {format_bytes(memory)} ({'; '.join(t for _, t in top)})")
+        return line + (f"; the first change that fits: {self.fix}" if self.fix else "; no single change tried fits")
+
+
+def run_groups(trainer: type, config: Any, registry: Any) -> RunGroups:
+    """The trainer's model groups and engines (its optional classmethod ``plan_groups(config, registry)``)."""
+    plan_groups = getattr(trainer, "plan_groups", None)
+    if plan_groups is None:
+        raise ConfigError(f"trainer {trainer.__name__} does not describe its model groups (no plan_groups): it cannot "
+                          "be planned")
+    return plan_groups(config, registry)
+
+
+def plan_run(trainer: type, config: Any, registry: Any, cluster: Cluster | None, *, remedies: bool = True) -> Plan:
+    """The plan of ``config`` on ``cluster`` (None: a cluster of exactly the GPUs the run asks for, memory unknown)."""
+    groups = run_groups(trainer, config, registry)
+    if cluster is None:
+        cluster = Cluster(paper_nodes(requested_gpus(config, groups), 8), None, "as many GPUs as the run asks for")
+    if groups.per_device:  # as many ranks as the cluster has GPUs
+        world = int(sum(cluster.nodes)) or 1
+        groups.models = [replace(m, ranks=world) for m in groups.models]
+    gpus, problem = lay_out(config, groups, cluster.nodes)
+    parts = {key: model_parts(config, registry, model) for key, model in group_keys(groups).items()}
+    if groups.engine is not None:
+        parts["engine"] = engine_parts(config, groups, cluster.gpu_memory)
+    plan = Plan(cluster, gpus, parts, problem)
+    if remedies and plan.fits is False:
+        def cluster_for(changed: Any) -> Cluster:
+            needed = requested_gpus(changed, run_groups(trainer, changed, registry))
+            return Cluster(paper_nodes(needed, int(max(cluster.nodes, default=8)) or 8), cluster.gpu_memory, "")
+
+        plan.fix = first_fitting_change(config, registry, cluster,
+                                        lambda changed, on: plan_run(trainer, changed, registry, on, remedies=False),
+                                        cluster_for)
+    return plan
+
+
+def model_parts(config: Any, registry: Any, model: ModelGroup) -> list[MemoryPart]:
+    """One GPU of ``model``'s group: the training backend's model states (its ``plan_memory``) and the activations."""
+    shape = model_shape(model.path, model.flag)
+    if model.value_head:
+        shape = shape.value_model()
+    section, ds = model.section, config.ds
+    trainable = shape.parameters
+    if ds.lora.rank > 0 and model.trained:
+        trainable = shape.lora_parameters(ds.lora.rank, ds.lora.target_modules)
+    optimizer_bytes = None
+    if model.trained:
+        optimizer = registry.get(ComponentKind.OPTIMIZER, section.optim, flag="--optim")
+        state_bytes = getattr(optimizer, "plan_state_bytes", None)
+        optimizer_bytes = state_bytes(shape, trainable) if state_bytes is not None else None
+    planned = PlannedModel(model.role, shape, model.trained, model.ranks, trainable, optimizer_bytes,
+                           offload=bool(getattr(section, "offload", False)), section=section)
+    backend = backend_class(config, registry)
+    plan_memory = getattr(backend, "plan_memory", None)
+    parts = (plan_memory(config, planned) if plan_memory is not None
+             else [MemoryPart("model states", None, f"--train.backend {config.train.backend} does not say")])
+    return parts + [activations(config, planned, model.checkpointing)]
+
+
+def activations(config: Any, model: PlannedModel, checkpointing: bool) -> MemoryPart:
+    """The activations of one GPU of ``model``: a training micro-batch, or an inference forward's."""
+    train, ds = config.train, config.ds
+    sequence = config.data.max_len // max(1, ds.ring_attn_size)
+    if model.trained:
+        dynamic = getattr(train, "dynamic_batch_enable", False)
+        batch = train.max_tokens_per_gpu if dynamic else train.micro_batch_size * config.data.max_len
+    else:
+        rollout = getattr(config, "rollout", None)
+        batch = (rollout.micro_batch_size if rollout else train.micro_batch_size) * config.data.max_len
+        checkpointing = False
+    tokens = batch // max(1, ds.ring_attn_size)
+    nbytes = activation_bytes(model.shape, tokens, sequence, dtype_bytes(ds.param_dtype), checkpointing=checkpointing,
+                              eager_attention=ds.attn_implementation == "eager", logits=model.shape.vocab > 0,
+                              fused_logits=bool(ds.use_liger_kernel), backward=model.trained)
+    how = f"{tokens} tokens" + (", checkpointed" if checkpointing else "") + ("" if model.trained else ", forward only")
+    return MemoryPart("activations", nbytes, how)
+
+
+def engine_parts(config: Any, groups: RunGroups, gpu_memory: int | None) -> list[MemoryPart]:
+    """One GPU of one rollout engine: the engine's ``plan_memory(config, shape, gpu_memory)``."""
+    actor = next(m for m in groups.models if m.role == "actor")
+    plan_memory = getattr(groups.engine, "plan_memory", None)
+    if plan_memory is None:
+        return [MemoryPart("engine", None, f"{groups.engine.__name__} does not say")]
+    return plan_memory(config, model_shape(actor.path, actor.flag), gpu_memory)

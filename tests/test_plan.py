@@ -1,0 +1,247 @@
+"""``rlhf plan``: model shapes from config.json on the meta device, the byte formulas against hand computation and
+DeepSpeed's own estimators, the verdict and the first change that fits, and the CLI's output and exit codes."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from rlhf.cli.main import main
+from rlhf.planning import ModelShape, PlannedModel, activation_bytes, model_shape, parse_bytes, zero_model_states
+
+LLAMA_7B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+            "vocab_size": 32000, "max_position_embeddings": 4096, "tie_word_embeddings": False}
+LLAMA3_70B = {**LLAMA_7B, "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
+              "num_hidden_layers": 80, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192}
+
+
+def write_config(directory: Path, fields: dict) -> str:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(fields))
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def llama7b(tmp_path_factory) -> str:
+    return write_config(tmp_path_factory.mktemp("llama7b"), LLAMA_7B)
+
+
+@pytest.fixture(scope="module")
+def llama70b(tmp_path_factory) -> str:
+    return write_config(tmp_path_factory.mktemp("llama70b"), LLAMA3_70B)
+
+
+def test_parameter_counts_of_published_llama_configs(llama7b, llama70b):
+    """Llama-2-7B has 6,738,415,616 parameters and Llama-3-70B 70,553,706,496 (their model cards' safetensors
+    totals); both built on the meta device from config.json alone, with no weights in the directory."""
+    assert model_shape(llama7b, "--x").parameters == 6_738_415_616
+    shape = model_shape(llama70b, "--x")
+    assert shape.parameters == 70_553_706_496
+    assert (shape.layers, shape.kv_heads, shape.head_dim) == (80, 8, 128)
+    assert shape.largest_layer == 128256 * 8192  # the embedding is larger than one decoder layer
+    assert shape.lora_parameters(8, "all-linear") == 8 * 80 * (2 * (8192 + 8192) + 2 * (8192 + 1024)
+                                                               + 3 * (8192 + 28672))
+
+
+def random_model(rng: random.Random, trained: bool = True) -> PlannedModel:
+    parameters = rng.randrange(10**8, 10**11)
+    shape = ModelShape("x", parameters, rng.randrange(10**6, 10**9), 32, 4096, 11008, 32, 8, 128, 32000, 0, 0)
+    return PlannedModel("actor", shape, trained, rng.choice([1, 2, 8, 64]), parameters, 8 * parameters)
+
+
+def test_zero_model_states_equal_deepspeed_estimators():
+    """Sum of the planned weights, gradients, optimizer states and gather buffer on one GPU = DeepSpeed's
+    estimate_zero2/3_model_states_mem_needs' GPU figure, with and without optimizer offload (to its int rounding)."""
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    rng = random.Random(47)
+    for _ in range(30):
+        model, offload = random_model(rng), rng.random() < 0.5
+        p, n = model.shape.parameters, model.ranks
+        total2 = sum(part.nbytes for part in zero_model_states(model, 2, 2, offload))
+        gpu2 = estimate_zero2_model_states_mem_needs(p, n, 1, cpu_offload=offload)[1]
+        total3 = sum(part.nbytes for part in zero_model_states(model, 2, 3, offload))
+        gpu3 = estimate_zero3_model_states_mem_needs(p, model.shape.largest_layer, n, 1, cpu_offload=offload,
+                                                           cpu_offload_params=False)[1]
+        assert abs(total2 - gpu2) <= 2 and abs(total3 - gpu3) <= 2, (p, n, offload)
+
+
+def test_inference_model_holds_weights_only_and_stage0_holds_everything():
+    model = random_model(random.Random(1))
+    p = model.shape.parameters
+    frozen = PlannedModel("ref", model.shape, False, 4, 0, None)
+    assert sum(x.nbytes for x in zero_model_states(frozen, 2, 0, False)) == 2 * p
+    assert sum(x.nbytes for x in zero_model_states(model, 2, 0, False)) == 2 * p + 2 * p + 16 * p
+    fp32 = sum(x.nbytes for x in zero_model_states(model, 4, 1, False))
+    assert fp32 == 4 * p + 4 * p + 8 * p // model.ranks  # no master copy: the weights are fp32 already
+
+
+def test_activation_bytes_against_hand_computation():
+    rng = random.Random(7)
+    for _ in range(20):
+        h, i, layers, heads, kv, vocab = (rng.choice([64, 512, 4096]), rng.choice([128, 11008]), rng.randrange(1, 80),
+                                          8, rng.choice([1, 8]), rng.randrange(100, 200000))
+        shape = ModelShape("x", 1, 1, layers, h, i, heads, kv, h // heads, vocab, 0, 0)
+        tokens, seq, d = rng.randrange(1, 9000), rng.randrange(1, 4096), rng.choice([2, 4])
+        per_layer = d * (6 * h + 2 * kv * (h // heads) + 4 * i)
+        assert activation_bytes(shape, tokens, seq, d, checkpointing=False, eager_attention=False, logits=True) == \
+            tokens * (layers * per_layer + 8 * vocab)
+        assert activation_bytes(shape, tokens, seq, d, checkpointing=True, eager_attention=True, logits=True,
+                                fused_logits=True) == tokens * (layers * d * h + per_layer + 2 * d * heads * seq)
+        assert activation_bytes(shape, tokens, seq, d, checkpointing=False, eager_attention=False, logits=False,
+                                backward=False) == tokens * per_layer
+
+
+def test_parse_bytes():
+    assert parse_bytes("80GiB") == parse_bytes("80 GB") == parse_bytes("80G") == 80 * 2**30
+    assert parse_bytes("1.5TiB") == int(1.5 * 2**40) and parse_bytes("1024") == 1024
+    with pytest.raises(ValueError):
+        parse_bytes("eighty")
+
+
+def plan(capsys, *argv: str, trainer: str = "ppo") -> tuple[int, dict]:
+    code = main(["plan", "train", trainer, *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_seventy_b_on_eight_a100_does_not_fit_and_names_why(capsys, llama70b):
+    """OpenRLHF's claim: 70B PPO on 8 A100-80G without offload does not fit; the plan names the GPU and parts."""
+    code, out = plan(capsys, "--actor.model_name_or_path", llama70b, "--train.colocate_all", "--vllm.num_engines", "2",
+                     "--vllm.tensor_parallel_size", "4", "--ds.zero_stage", "3", "--actor.gradient_checkpointing_enable",
+                     "--plan.gpus", "8", "--plan.gpu_memory", "80GiB")
+    assert code == 1 and out["fits"] is False
+    assert "does not fit: node 0 GPU 0" in out["verdict"] and "actor optimizer states" in out["verdict"]
+    assert all(gpu["peak"] > 80 * 2**30 for gpu in out["gpus"])
+
+
+def test_openrlhf_quick_start_fits_and_placement_is_the_hybrid_engine(capsys, tmp_path):
+    """OpenRLHF's README quick start: Llama-3-8B, hybrid engine on 8 A100-80G, gpu_memory_utilization 0.5, sleep."""
+    model = write_config(tmp_path / "llama3-8b", {**LLAMA_7B, "hidden_size": 4096, "intermediate_size": 14336,
+                                                  "num_key_value_heads": 8, "vocab_size": 128256})
+    code, out = plan(capsys, "--actor.model_name_or_path", model, "--reward.model_name_or_path", model,
+                     "--train.colocate_all", "--vllm.num_engines", "8", "--vllm.gpu_memory_utilization", "0.5",
+                     "--vllm.enable_sleep", "--ds.enable_sleep", "--ds.zero_stage", "3",
+                     "--actor.gradient_checkpointing_enable", "--algo.advantage.estimator", "reinforce_baseline", "--rollout.n_samples_per_prompt", "4",
+                     "--data.max_len", "2048", "--plan.gpus", "8", "--plan.gpu_memory", "80GiB")
+    assert code == 0 and out["fits"] is True, out["verdict"]
+    assert [gpu["holds"] for gpu in out["gpus"]] == [[f"actor rank {r}", f"ref rank {r}", f"reward rank {r}", f"engine {r}"]
+                                                    for r in range(8)]
+    engine = {p["part"]: p for p in out["parts"]["engine"]}
+    assert engine["KV cache"]["away_in"] == ["train"]
+    assert engine["weights"]["bytes"] + engine["KV cache"]["bytes"] == int(0.5 * 80 * 2**30)
+
+
+def test_first_fitting_change_and_train_refuses_with_the_plan_line(capsys, llama7b):
+    """7B on 24 GB GPUs: the plan names --ds.adam_offload (the first change that fits, the "7B on RTX 4090s with Adam
+    on the CPU" claim); rlhf train stops with the same line (exit 2), and --plan.ignore lets it through."""
+    argv = ["--actor.model_name_or_path", llama7b, "--actor.num_gpus_per_node", "4", "--ds.zero_stage", "2",
+            "--actor.gradient_checkpointing_enable", "--algo.advantage.estimator", "reinforce_baseline", "--rollout.n_samples_per_prompt", "4",
+            "--algo.kl.init_coef", "0", "--vllm.num_engines", "2", "--plan.gpus", "6", "--plan.gpu_memory", "24GiB"]
+    code, out = plan(capsys, *argv)
+    assert code == 1 and out["fix"] == "--ds.adam_offload"
+    code, out = plan(capsys, *argv, "--ds.adam_offload")
+    assert code == 0 and out["fits"] is True
+    assert main(["train", "ppo", *argv, "--print-config"]) == 2
+    assert "rlhf: error: the plan does not fit" in capsys.readouterr().err
+    assert main(["train", "ppo", *argv, "--print-config", "--plan.ignore"]) == 0
+    capsys.readouterr()
+
+
+def test_train_on_a_machine_without_gpus_is_not_refused_and_plan_prints(capsys, llama70b):
+    argv = ["--actor.model_name_or_path", llama70b, "--actor.num_gpus_per_node", "1"]
+    assert main(["train", "ppo", *argv, "--print-config"]) == 0
+    assert "actor:" in capsys.readouterr().out
+    assert main(["train", "ppo", *argv, "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "Memory per GPU" in out and "memory not checked" in out
+
+
+def test_component_without_plan_memory_is_not_estimated(capsys, llama7b, monkeypatch):
+    from rlhf_plugin_deepspeed.backend import DeepSpeedBackend
+
+    monkeypatch.delattr(DeepSpeedBackend, "plan_memory")
+    code, out = plan(capsys, "--actor.model_name_or_path", llama7b, "--vllm.num_engines", "1", "--plan.gpus", "32",
+                     "--plan.gpu_memory", "80GiB")
+    assert out["parts"]["actor"][0] == {"part": "model states", "bytes": None, "note": "--train.backend deepspeed does "
+                                        "not say", "away_in": []}
+    assert "not estimated: actor model states" in out["verdict"]
+
+
+def test_supervised_trainers_hold_every_model_on_every_gpu(capsys, llama7b):
+    """DPO: one process per GPU holds the trained model and its reference; RM: the value head replaces the LM head."""
+    code, out = plan(capsys, "--model.model_name_or_path", llama7b, "--plan.gpus", "8", "--plan.gpu_memory", "80GiB",
+                     "--ds.zero_stage", "3", "--train.gradient_checkpointing_enable", "--train.micro_batch_size", "1",
+                     trainer="dpo")
+    assert code == 0 and out["fits"] is True
+    assert [gpu["holds"] for gpu in out["gpus"]] == [[f"model rank {r}", f"ref rank {r}"] for r in range(8)]
+    code, out = plan(capsys, "--model.model_name_or_path", llama7b, "--plan.gpus", "1", trainer="rm")
+    assert code == 0 and out["fits"] is None  # no GPU memory given: not checked
+    assert out["parts"]["model"][0]["bytes"] == 2 * (6_738_415_616 - 32000 * 4096 + 4096)
+
+
+def test_conformance_checks_of_the_plan_methods():
+    """FSDP2's plan_memory (it has no kit) passes; a plan that grows with the ranks or counts negative bytes fails."""
+    from rlhf_plugin_fsdp2.backend import FSDP2Backend
+
+    from rlhf.planning import MemoryPart
+    from rlhf.testing.conformance import ConformanceFailure, check_backend_plan, ppo_config
+
+    check_backend_plan(FSDP2Backend, ppo_config())
+
+    class Growing:
+        @classmethod
+        def plan_memory(cls, config, model):
+            return [MemoryPart("weights", model.ranks)]
+
+    class Negative:
+        @classmethod
+        def plan_memory(cls, config, model):
+            return [MemoryPart("weights", -1)]
+
+    with pytest.raises(ConformanceFailure, match="8 ranks hold more per GPU"):
+        check_backend_plan(Growing, ppo_config())
+    with pytest.raises(ConformanceFailure, match="a count >= 0 or None"):
+        check_backend_plan(Negative, ppo_config())
+
+
+def test_a_cluster_on_paper_too_small_names_the_colocation_that_places_the_run(capsys, llama7b):
+    """PPO's default groups (actor, ref, critic: 8 ranks each) and one engine on 17 GPUs: the GPU-count check's line,
+    and the first colocation with which the run can be placed (memory unknown: only the placement is checked)."""
+    code, out = plan(capsys, "--actor.model_name_or_path", llama7b, "--vllm.num_engines", "1", "--plan.gpus", "17")
+    assert code == 1 and out["fits"] is False
+    assert out["placement_problem"].startswith("this run needs 25 GPUs and the Ray cluster has 17")
+    assert out["fix"] == "--train.colocate_actor_ref"
+
+
+def test_finer_colocation_places_the_engines_with_the_group_named(capsys, llama7b):
+    """--train.colocate ref+engines: engine i on the reference's GPU i, the actor on GPUs of its own; the ipc
+    transport (engines on the actor's GPUs) refuses it, NCCL broadcast refuses an engine on a training GPU."""
+    from rlhf_plugin_torch_sync.broadcast import NcclBroadcast
+    from rlhf_plugin_vllm.ipc import IpcTransport
+
+    from rlhf.testing.conformance import ppo_config
+
+    code, out = plan(capsys, "--actor.model_name_or_path", llama7b, "--actor.num_gpus_per_node", "2",
+                     "--ref.num_gpus_per_node", "2", "--vllm.num_engines", "2", "--algo.advantage.estimator",
+                     "reinforce", "--train.colocate", "ref+engines", "--plan.gpus", "4")
+    assert [gpu["holds"] for gpu in out["gpus"]] == [["actor rank 0"], ["actor rank 1"], ["ref rank 0", "engine 0"],
+                                                    ["ref rank 1", "engine 1"]]
+    config = ppo_config()
+    config.vllm.num_engines = 2
+    config.train.colocate = ["ref+engines"]
+    assert "not on the actor's GPUs" in IpcTransport.unavailable_reason(config, cuda=True)
+    assert "NCCL refuses two ranks on one GPU" in NcclBroadcast.unavailable_reason(config, cuda=True)
+    config.train.colocate = ["actor+engines"]
+    assert IpcTransport.unavailable_reason(config, cuda=True) is None
+
+
+@pytest.mark.parametrize("entry", ["actor", "actor+policy", "actor+engines actor+ref"])
+def test_a_bad_colocation_is_one_line(capsys, llama7b, entry):
+    assert main(["plan", "train", "ppo", "--actor.model_name_or_path", llama7b, "--train.colocate", *entry.split()]) == 2
+    err = capsys.readouterr().err
+    assert err.count("rlhf: error:") == 1 and "--train.colocate" in err
