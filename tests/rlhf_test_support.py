@@ -128,6 +128,17 @@ def crash_plugin(directory: Path, step: int) -> Path:
     return path
 
 
+def pause_plugin(directory: Path, step: int, seconds: float) -> Path:
+    """A plugin file whose ``rlhf_step_end`` of ``step`` touches ``<plugin>.step<N>`` and then pauses ``seconds``
+    (once per run folder: a requeued run that passes the step again goes on), while the test acts on the run."""
+    path = directory / f"pause_at_step_{step}.py"
+    path.write_text("import pathlib, time\nimport rlhf\n\nrlhf_plugin_api = rlhf.PLUGIN_API_VERSION\n\n\n"
+                    "@rlhf.hookimpl\ndef rlhf_step_end(step, metrics):\n"
+                    f"    mark = pathlib.Path(__file__).with_suffix('.step{step}')\n"
+                    f"    if step == {step} and not mark.exists():\n        mark.touch()\n        time.sleep({seconds})\n")
+    return path
+
+
 def processes_mentioning(text: str) -> list[str]:
     """Processes whose command line names ``text``, or that hold a file under it open: Ray's agents retitle
     themselves (``ray::DashboardAgent``) but keep their log files in the session folder open."""

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import TwoNodeCluster, base_flags, processes_mentioning, wait_until_none_left
+from rlhf_test_support import TwoNodeCluster, base_flags, pause_plugin, processes_mentioning, wait_until_none_left
 
 from rlhf.testing.cli import child_env
 
@@ -80,17 +80,6 @@ def test_a_vllm_engine_killed_during_a_weight_sync_is_named_with_the_checkpoint(
     assert wait_until_none_left(ray_tmpdir) == []
 
 
-PAUSES_AT_STEP_1 = """
-import pathlib, time
-import rlhf
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
-
-@rlhf.hookimpl
-def rlhf_step_end(step, metrics):
-    if step == 1:
-        pathlib.Path(__file__).with_suffix(".step1").touch()
-        time.sleep(3)  # the test takes a node away meanwhile
-"""
 
 
 def test_a_lost_node_is_named_with_the_checkpoint(tiny_causal_lm_path: Path, task_files, tmp_path: Path,
@@ -100,8 +89,7 @@ def test_a_lost_node_is_named_with_the_checkpoint(tiny_causal_lm_path: Path, tas
     its node and the checkpoint to resume from, well within the time Ray takes to declare the node dead."""
     cluster = TwoNodeCluster(ray_tmpdir)
     try:
-        plugin = tmp_path / "pauses.py"
-        plugin.write_text(PAUSES_AT_STEP_1)
+        plugin = pause_plugin(tmp_path, 1, 3)
         flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", 3),
                  "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
                  "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.kl.init_coef", "0",

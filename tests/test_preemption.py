@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import TwoNodeCluster, base_flags, wait_until_none_left
+from rlhf_test_support import TwoNodeCluster, base_flags, pause_plugin, wait_until_none_left
 
 from rlhf.errors import PREEMPTED_EXIT
 from rlhf.records.metrics import read_metrics
@@ -256,18 +256,6 @@ def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tin
 
 # ------------------------------------------------------------------------------------------ Ray draining
 
-#: at the end of step 2, says so and pauses: the test drains a node of the run then
-PAUSES_AT_STEP_2 = """
-import pathlib, time
-import rlhf
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
-
-@rlhf.hookimpl
-def rlhf_step_end(step, metrics):
-    if step == 2:
-        pathlib.Path(__file__).with_suffix(".step2").touch()
-        time.sleep(6)  # longer than the drain watch's poll
-"""
 
 
 def test_ray_draining_a_node_of_the_run_is_a_preemption_warning(tiny_causal_lm_path, task_files, tmp_path: Path,
@@ -277,8 +265,7 @@ def test_ray_draining_a_node_of_the_run_is_a_preemption_warning(tiny_causal_lm_p
     the ``rlhf: preempted`` line naming the node and what of the run it holds, status 75."""
     cluster = TwoNodeCluster(ray_tmpdir)
     try:
-        plugin = tmp_path / "pauses.py"
-        plugin.write_text(PAUSES_AT_STEP_2)
+        plugin = pause_plugin(tmp_path, 2, 6)
         flags = [*rl_flags("hf", tiny_causal_lm_path, task_files, tmp_path)[2:], "--actor.num_gpus_per_node", "2",
                  "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "4", "--train.placement_strategy",
                  "SPREAD"]

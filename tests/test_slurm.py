@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags
+from rlhf_test_support import base_flags, pause_plugin
 
 from rlhf.records.metrics import read_metrics
 from rlhf.runtime.cluster.liveness import free_port
@@ -104,18 +104,6 @@ def job_state(job: str, env: dict[str, str]) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S+)", shown))
 
 
-PAUSES_AT_STEP_2 = """
-import pathlib, time
-import rlhf
-rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
-
-@rlhf.hookimpl
-def rlhf_step_end(step, metrics):
-    mark = pathlib.Path(__file__).with_suffix(".step2")
-    if step == 2 and not mark.exists():
-        mark.touch()
-        time.sleep(10)  # the test preempts the job meanwhile
-"""
 
 
 def test_a_preempted_slurm_job_is_requeued_and_finishes_as_an_uninterrupted_run(slurm, tiny_causal_lm_path, task_files,
@@ -134,8 +122,7 @@ def test_a_preempted_slurm_job_is_requeued_and_finishes_as_an_uninterrupted_run(
         script = tmp_path / "train_ppo_ray.sbatch"
         script.write_text("".join(line for line in SCRIPT.read_text().splitlines(keepends=True)
                                   if not line.startswith("#SBATCH --gpus-per-node")))
-        plugin = tmp_path / "pauses.py"
-        plugin.write_text(PAUSES_AT_STEP_2)
+        plugin = pause_plugin(tmp_path, 2, 10)
         run = tmp_path / "slurm"
         env = {**slurm, "RLHF_VENV": str(Path(sys_prefix())), "RLHF_GPUS_PER_NODE": "0", "RAY_PORT": str(free_port()),
                "RAY_DASHBOARD_PORT": str(free_port()), "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": str(ray_tmp),
