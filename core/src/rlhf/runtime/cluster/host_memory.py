@@ -30,6 +30,8 @@ _M_MMAP_MAX = -4
 #: adjusts it with the mmap threshold, which setting either parameter stops)
 _DEFAULT_TRIM_THRESHOLD = 128 * 1024
 _DEFAULT_MMAP_MAX = 65536
+#: whether keep_freed_memory's settings are in force in this process
+_kept = False
 
 
 @functools.cache
@@ -49,17 +51,23 @@ def keep_freed_memory() -> bool:
     backend moved there, a checkpoint it loaded) should go back to the system."""
     import torch
 
+    global _kept
     libc = _glibc()
     if libc is None or torch.cuda.is_available():
         return False
-    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+    _kept = bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+    return _kept
 
 
 def give_back_memory() -> None:
-    """glibc's default thresholds again, and the free part of the heap returned to the system."""
+    """glibc's default thresholds again, and the free part of the heap returned to the system, where
+    :func:`keep_freed_memory` took effect in this process; elsewhere nothing, so that glibc keeps adjusting its own
+    thresholds (setting them by hand would stop that)."""
+    global _kept
     libc = _glibc()
-    if libc is None:
+    if libc is None or not _kept:
         return
+    _kept = False
     libc.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
     libc.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
     libc.malloc_trim(0)
