@@ -7,6 +7,7 @@ turns each prompt into ``n`` samples without engines, so every buffered group ca
 from __future__ import annotations
 
 import contextlib
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -118,3 +119,24 @@ def test_a_round_whose_groups_are_all_filtered_trains_an_empty_step() -> None:
     steps = train(controller)
     assert [prompts for prompts, _ in steps] == [order[:4], order[4:8], [], order[12:]]
     assert steps[2][1]["async/staleness"] <= 1.0  # measured from when it was made, as any batch (queue size 1)
+
+
+def test_a_trainer_faster_than_the_producer_still_trains_batches_made_one_sync_earlier() -> None:
+    """The sync after step k waits for batch k + 1 (queue size 1): with a producer slow to start each batch (a slow
+    prompt schedule) and a trainer that syncs at once, the sync could otherwise come first and make batch k + 1 with
+    step k's weights. Every batch is made by the same weights whichever thread is quicker."""
+    controller = Controller(prompts=8, batch_size=2, per_round=2)
+    next_batch = controller.schedule.next_batch
+
+    def slow_next_batch():
+        time.sleep(0.2)
+        return next_batch()
+
+    controller.schedule.next_batch = slow_next_batch
+    staleness = []
+    for _, rollout in AheadOfTraining().batches(controller):
+        controller.step += 1
+        staleness.append(rollout.metrics["async/staleness"])
+        with controller.engine_lock:  # the weight sync, as the controller makes it
+            controller.policy_version += 1
+    assert staleness == [0.0, 1.0, 1.0, 1.0]
