@@ -128,12 +128,16 @@ def _model_groups(config: PPOConfig, critic: bool, reward_models: int) -> list[t
 @contextlib.contextmanager
 def in_process_ranks() -> Iterator[None]:
     """Around a run whose ranks live in this process: afterwards the environment (``RANK``, ``MASTER_PORT``, a
-    backend's settings) and torch's thread count are as before, so a later run in the same process (a test, a
-    notebook) starts clean. The one-rank process group stays: a later in-process run joins it as it is (a
-    training backend may keep a handle on it, as DeepSpeed does, so a new one would not be the one it uses)."""
+    backend's settings), torch's thread count and its deterministic-algorithms switch are as before, so a later
+    run in the same process (a test, a notebook) starts clean. ``--train.full_determinism_enable`` turns that
+    switch on, and a later run left with it trained 2-3x slower on CPU (deterministic kernels, and every new
+    tensor filled). The one-rank process group stays: a later in-process run joins it as it is (a training
+    backend may keep a handle on it, as DeepSpeed does, so a new one would not be the one it uses)."""
     import torch
 
     environment, threads = dict(os.environ), torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    cudnn = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
     try:
         yield
     finally:
@@ -141,4 +145,6 @@ def in_process_ranks() -> Iterator[None]:
             del os.environ[key]
         os.environ.update(environment)
         torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
         give_back_memory()
