@@ -141,10 +141,11 @@ def in_process_ranks() -> Iterator[None]:
     try:
         yield
     finally:
+        torch.set_num_threads(threads)
+        # before the environment: switching determinism on sets torch inductor's cache variable
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
         for key in set(os.environ) - set(environment):
             del os.environ[key]
         os.environ.update(environment)
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
         give_back_memory()
