@@ -55,3 +55,5 @@ if dist.get_rank() == 0:
         "moved_from_live": max(float((averaged[k] - live[k]).abs().max()) for k in live),
         "live_restored": all(torch.equal(after[k], live[k]) for k in live),
     }))
+dist.barrier()  # both ranks leave the gloo group together (plugins/optimizers/muon/tests/muon_zero_step.py says why)
+dist.destroy_process_group()
