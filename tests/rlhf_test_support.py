@@ -22,17 +22,24 @@ PACKAGES = ("rlhf-plugin-echo", "rlhf-plugin-echo-shadow", "rlhf-plugin-broken",
 
 
 def pip_install_target(target: Path, *packages: str) -> None:
-    """``pip install --target`` fixture packages (no deps: rlhf-core is already installed). pip builds in the
-    source tree (``build/``, ``*.egg-info``), so each install builds from its own copy: two xdist workers
-    installing the same package at once would otherwise race on those folders."""
+    """Fixture packages installed into ``target`` as a user's pip would (no deps: rlhf-core is already installed).
+    Each builds from its own copy: backends build in the source tree (``build/``, ``*.egg-info``), and two xdist
+    workers building the same package at once would race on those folders."""
     sources = target.with_name(target.name + "-sources")
     for package in packages:
         shutil.copytree(FIXTURES / package, sources / package, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(target), *(str(sources / p) for p in packages)],
-        check=True, timeout=300, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-    )
+    install_built(target, [sources / p for p in packages])
+
+
+def install_built(target: Path, sources: list[Path]) -> None:
+    """``pip install --no-deps --target TARGET SOURCES…`` in two steps: the wheels built in one process
+    (:func:`build_wheels`, next to ``target``), then pip installing those wheels, without its per-tree backend
+    subprocesses."""
+    wheels = target.with_name(target.name + "-wheels")
+    build_wheels(wheels, sources)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(target),
+                    *map(str, sorted(wheels.glob("*.whl")))],
+                   check=True, timeout=300, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
 
 
 def build_wheels(directory: Path, sources: list[Path] = FIRST_PARTY_DIRS) -> None:

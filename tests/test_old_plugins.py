@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import FIXTURES, base_flags, build_wheels
+from rlhf_test_support import FIXTURES, base_flags, install_built
 
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_rlhf
@@ -26,14 +26,11 @@ CAP = "rlhf-core<0.2,>=0.1"
 
 @pytest.fixture(scope="module")
 def old_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The old packages and rlhf-plugin-legacy built as wheels (from copies: pip builds in the source tree) and
+    """The old packages and rlhf-plugin-legacy built as wheels (from copies: backends build in the source tree) and
     installed by pip from those wheels alone, as a user's index would serve them."""
     root = tmp_path_factory.mktemp("old-plugins")
     copies = [Path(shutil.copytree(p, root / "src" / p.name)) for p in [*OLD_PACKAGES, FIXTURES / "rlhf-plugin-legacy"]]
-    build_wheels(root / "wheels", copies)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(root / "site"),
-                    *map(str, sorted((root / "wheels").glob("*.whl")))],
-                   check=True, timeout=300, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    install_built(root / "site", copies)
     return root / "site"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from rlhf_plugin_scaffold.scaffold import KINDS
-from rlhf_test_support import base_flags
+from rlhf_test_support import base_flags, install_built
 
 import rlhf
 from rlhf.cli.main import main
@@ -36,9 +36,7 @@ def new_plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                  "--dir", str(root / "src")]) == 0
     packages = sorted((root / "src").iterdir())
     assert len(packages) == len(KINDS) + 1
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--target", str(root / "site"), *map(str, packages)],
-                   check=True, timeout=600, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    install_built(root / "site", packages)
     return {"root": root, "site": root / "site", "src": root / "src"}
 
 
@@ -189,9 +187,7 @@ def test_into_adds_components_of_other_kinds_to_one_package(tmp_path: Path) -> N
         assert main(["plugin", "new", kind, name, "--into", str(package)]) == 0
     assert_user_error(run_rlhf("plugin", "new", "observer", "pack_observer", "--into", str(package)), "--into", "observer")
     assert_user_error(run_rlhf("plugin", "new", "reward-function", "pack_bonus", "--into", str(package)), "already exists")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--target", str(tmp_path / "site"), str(package)], check=True, timeout=600,
-                   env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    install_built(tmp_path / "site", [package])
     env = with_site(tmp_path / "site")
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(package / "tests")],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path, env=child_env(**env))
