@@ -13,7 +13,6 @@ import shutil
 import socket
 import sys
 import sysconfig
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -86,7 +85,7 @@ def test_subprocess_is_refused(isolation: str) -> None:
 
 def test_infinite_loop(isolation: str) -> None:
     started = time.perf_counter()
-    result = run("while True:\n    pass\n", limits(isolation))
+    result = run("while True:\n    pass\n", limits(isolation, cpu_s=1))  # the smallest limit: the loop burns it all
     assert result.reason in {"cpu_limit", "timeout"} and not result.passed
     assert time.perf_counter() - started < 5.0 + 2
 
@@ -100,23 +99,13 @@ def test_socket_connect_to_a_listening_loopback_server(isolation: str) -> None:
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(1)
-        server.settimeout(3)
         port = server.getsockname()[1]
-        accepted = []
-        thread = threading.Thread(target=lambda: accepted.append(_accept(server)))
-        thread.start()
         result = run(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n", limits(isolation))
-        thread.join()
+        # a connect that got through would wait in the listen backlog now that the program has ended
+        server.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            server.accept()
     assert (result.passed, result.reason) == (False, "blocked")
-    assert accepted == [False]  # nothing reached the server
-
-
-def _accept(server: socket.socket) -> bool:
-    try:
-        server.accept()
-        return True
-    except OSError:
-        return False
 
 
 def test_write_outside_the_sandbox_dir(isolation: str, tmp_path: Path) -> None:
