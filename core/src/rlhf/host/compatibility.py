@@ -39,14 +39,15 @@ def incompatible(reason: str) -> PluginFailure:
     return PluginFailure(reason, INCOMPATIBLE)
 
 
-def core_requirement(record: PluginRecord) -> Requirement | None:
-    """The ``rlhf-core`` requirement of the plugin's distribution, if it has one."""
+def core_requirement(record: PluginRecord, requires: list[str] | None = None) -> Requirement | None:
+    """The ``rlhf-core`` requirement of the plugin's distribution, if it has one (``requires``: its
+    ``Requires-Dist`` lines, when the caller has read them already)."""
     if not record.distribution:
         return None
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
-        lines = metadata.requires(record.distribution) or []
+        lines = (metadata.requires(record.distribution) or []) if requires is None else requires
     except metadata.PackageNotFoundError:
         return None
     for line in lines:
@@ -59,11 +60,11 @@ def core_requirement(record: PluginRecord) -> Requirement | None:
     return None
 
 
-def check_core_range(record: PluginRecord, *, refuse_caps: bool) -> str:
+def check_core_range(record: PluginRecord, *, refuse_caps: bool, requires: list[str] | None = None) -> str:
     """Before the plugin is imported: raise :func:`incompatible` when its ``rlhf-core`` range needs a newer core
     (or caps this one out, with ``refuse_caps``); return the cap (``rlhf-core<0.2,>=0.1``) when only an upper bound
     excludes this core, else ``""``."""
-    requirement = core_requirement(record)
+    requirement = core_requirement(record, requires)
     if requirement is None or requirement.specifier.contains(__version__, prereleases=True):
         return ""
     from packaging.version import Version

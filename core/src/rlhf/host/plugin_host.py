@@ -87,17 +87,18 @@ class PluginHost:
         return host
 
     def _entry_points(self) -> list[tuple[str, metadata.EntryPoint]]:
-        found = []
-        for group in ENTRY_POINT_GROUPS:
-            for ep in metadata.entry_points(group=group):
-                found.append((group, ep))
+        every = metadata.entry_points()  # one scan of the installed distributions serves every group
+        found = [(group, ep) for group in ENTRY_POINT_GROUPS for ep in every.select(group=group)]
         return sorted(found, key=lambda item: (item[0], item[1].name, item[1].value))
 
     def _load_entry_points(self) -> None:
         sel = self.selection
         for group, ep in self._entry_points():
-            dist = ep.dist.name if ep.dist else None
-            version = ep.dist.version if ep.dist else None
+            # one parse of the distribution's METADATA for its name and version (``dist.name`` and ``dist.version``
+            # would parse it each), and its requirements from the distribution found (``metadata.requires(name)``
+            # would search sys.path for it again)
+            meta = ep.dist.metadata if ep.dist else None
+            dist, version = (meta["Name"], meta["Version"]) if meta else (None, None)
             self._ep_identities.update(canonical(x) for x in (ep.name, dist) if x)
             kind = group.split(".", 1)[1]
             record = PluginRecord(ep.name, kind, "entry-point", ep.value, dist, version)
@@ -110,7 +111,8 @@ class PluginHost:
                 self._blocked(record, ep)
                 continue
             explicit = sel.explicitly_named(ep.name, dist)
-            self._load_one(record, lambda ep=ep: ep.load(), explicit)
+            requires = (ep.dist.requires or []) if ep.dist else None
+            self._load_one(record, lambda ep=ep: ep.load(), explicit, requires=requires)
 
     def _blocked(self, record: PluginRecord, ep: metadata.EntryPoint) -> None:
         self.records.append(record)
@@ -190,13 +192,13 @@ class PluginHost:
 
         return self._load_one(record, importer, explicit=True)
 
-    def _load_one(self, record: PluginRecord, importer: Any, explicit: bool) -> PluginRecord:
+    def _load_one(self, record: PluginRecord, importer: Any, explicit: bool, requires: list[str] | None = None) -> PluginRecord:
         self.records.append(record)
         if any(r.status == OK and r.name == record.name for r in self.records[:-1]):
             other = next(r for r in self.records[:-1] if r.status == OK and r.name == record.name)
             return self._fail(record, f"plugin name {record.name!r} is already used by {other.source} {other.target!r}", explicit)
         try:
-            cap = compatibility.check_core_range(record, refuse_caps=self.selection.refuses_caps)
+            cap = compatibility.check_core_range(record, refuse_caps=self.selection.refuses_caps, requires=requires)
             if record.source != "builtin":
                 compatibility.check_imports(record)
             plugin = self._import(record, importer)
