@@ -22,7 +22,7 @@ from rlhf_test_support import base_flags
 
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.accelerator import MISMATCH, OnAccelerator, put_on_accelerator, simulated_accelerator
-from rlhf.testing.cli import assert_ok, child_env, run_rlhf
+from rlhf.testing.cli import child_env
 
 SIMULATED = ("--plugins", "rlhf.testing.simulated_backends")
 
@@ -120,24 +120,36 @@ GRPO = ("--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0.01
         "--algo.kl.use_loss")
 
 
+RL_RUNS = """
+import sys
+from rlhf.cli.main import main
+
+for args in {runs!r}:
+    if main(["--plugins", "rlhf.testing.simulated_backends", "train", "ppo", *args]) != 0:
+        sys.exit(f"rlhf train ppo {{args}} failed")
+"""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", [
-    pytest.param(("--rollout.engine", "hf-inprocess", "--ds.packing_samples", "--train.dynamic_batch_enable",
-                  "--train.max_tokens_per_gpu", "64", "--rollout.max_tokens_per_gpu", "64"), id="engine-in-rank"),
-    pytest.param(("--algo.advantage.estimator", "gae", "--critic.model_name_or_path", "{actor}",
-                  "--algo.kl.init_coef", "0.01"), id="ppo-critic-in-rank"),
-])
-def test_rl_trains_on_a_simulated_accelerator(layout, tiny_causal_lm_path, task_files, tmp_path) -> None:
-    """GRPO with the engine in the actor's rank (packed, token-budget micro-batches) and PPO with a critic: the
-    actor, reference and critic workers, the in-rank engine and the losses keep every tensor on the model's device."""
-    extra = [flag.format(actor=tiny_causal_lm_path) for flag in layout]
-    grpo = GRPO if "gae" not in extra else ()
-    result = run_rlhf(*SIMULATED, "train", "ppo", *_rl_flags(tiny_causal_lm_path, task_files, tmp_path, *grpo, *extra),
-                      "--train.backend", "simulated-deepspeed")
-    assert_ok(result)
-    metrics = read_metrics(tmp_path / "out")
-    assert [m["step"] for m in metrics] == [1, 2]
-    assert all(torch.isfinite(torch.tensor(m["policy_loss"])) for m in metrics)
+def test_rl_trains_on_a_simulated_accelerator(tiny_causal_lm_path, task_files, tmp_path) -> None:
+    """GRPO with the engine in the actor's rank (packed, token-budget micro-batches) and PPO with a critic, one process
+    (the simulation stays entered in it): the actor, reference and critic workers, the in-rank engine and the losses
+    keep every tensor on the model's device."""
+    layouts = {
+        "engine-in-rank": [*GRPO, "--rollout.engine", "hf-inprocess", "--ds.packing_samples", "--train.dynamic_batch_enable",
+                           "--train.max_tokens_per_gpu", "64", "--rollout.max_tokens_per_gpu", "64"],
+        "ppo-critic-in-rank": ["--algo.advantage.estimator", "gae", "--critic.model_name_or_path", str(tiny_causal_lm_path),
+                               "--algo.kl.init_coef", "0.01"],
+    }
+    runs = [[*_rl_flags(tiny_causal_lm_path, task_files, tmp_path / name, *extra), "--train.backend", "simulated-deepspeed"]
+            for name, extra in layouts.items()]
+    result = subprocess.run([sys.executable, "-c", RL_RUNS.format(runs=runs)], capture_output=True, text=True,
+                            env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1"), timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for name in layouts:
+        metrics = read_metrics(tmp_path / name / "out")
+        assert [m["step"] for m in metrics] == [1, 2], name
+        assert all(torch.isfinite(torch.tensor(m["policy_loss"])) for m in metrics), name
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from rlhf_test_support import base_flags
 
 from rlhf.records.metrics import read_metrics
 from rlhf.runtime.cluster.capacity import Request, shortfall
-from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_rlhf
+from rlhf.testing.cli import assert_user_error, child_env, run_rlhf
 
 CHECKS = Path(__file__).parent / "engine_checks"
 
@@ -84,19 +84,60 @@ def test_a_run_that_needs_two_gpus_on_one_ends_at_once_naming_the_flag_that_fits
     assert one_gpu_cluster.ask("release") == 1  # the run left nothing placed
 
 
+PLANS_AND_RUNS = """
+import contextlib, io, json, sys
+from rlhf.cli.main import main
+
+results = []
+for kind, argv in json.loads(sys.argv[2]):
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        code = main(argv)
+    results.append({"kind": kind, "exit": code, "json": json.loads(shown.getvalue()) if kind == "plan" else None})
+with open(sys.argv[1], "w") as out:
+    json.dump(results, out)
+"""
+
+
+def plans_and_runs(commands: list[tuple[str, list[str]]], env: dict[str, str], result: Path) -> list[dict]:
+    """``rlhf plan`` (its JSON read back) and ``rlhf train`` commands, in order, in one process: each Python start
+    with torch, DeepSpeed and Ray's driver costs more than a plan."""
+    completed = subprocess.run([sys.executable, "-c", PLANS_AND_RUNS, str(result), json.dumps(commands)],
+                               capture_output=True, text=True, env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1",
+                                                                            **env), timeout=600)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return json.loads(result.read_text())
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("colocation", [["--train.colocate_all"], ["--train.colocate", "actor+engines"]],
-                         ids=["colocate_all", "finer"])
-def test_the_named_flags_colocate_the_engine_on_the_one_gpu_and_trains(colocation, one_gpu_cluster, task_files,
-                                                                       tiny_causal_lm_path, tmp_path) -> None:
-    """The hybrid engine (what the refusal above says) and the finer --train.colocate actor+engines: the engine shares
-    the actor's one GPU, as `rlhf plan` places it, and the run trains."""
-    flags = [*_grpo(tiny_causal_lm_path, task_files, tmp_path), "--ds.zero_stage", "3", *colocation]
-    planned = json.loads(run_rlhf("plan", "train", "ppo", *flags, "--plan.gpu_memory", "80GiB", "--json",
-                                  env=one_gpu_cluster.env, timeout=120).stdout)
-    assert [gpu["holds"] for gpu in planned["gpus"]] == [["actor rank 0", "engine 0"]]
-    assert_ok(run_rlhf("train", "ppo", *flags, env=one_gpu_cluster.env, timeout=600))
-    assert [m["step"] for m in read_metrics(tmp_path / "out")] == [1]
+def test_rlhf_plan_names_the_colocation_and_the_named_flags_colocate_the_engine_on_the_one_gpu_and_train(
+        one_gpu_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    """`rlhf plan` reads the nodes of the cluster at RAY_ADDRESS (one declared GPU): actor and engine need two, and
+    the first change that fits is the hybrid engine, which puts both on the one GPU.
+
+    Then the hybrid engine (what the refusal above says) and the finer --train.colocate actor+engines on ZeRO-3:
+    the engine shares the actor's one GPU, as `rlhf plan` places it, and each run trains. The plans and runs share
+    one process (a user's `rlhf` commands, each as `main` runs it)."""
+    plan = ["plan", "train", "ppo", "--actor.model_name_or_path", str(tiny_causal_lm_path), "--actor.num_gpus_per_node",
+            "1", "--vllm.num_engines", "1", "--algo.kl.init_coef", "0", "--algo.advantage.estimator", "reinforce",
+            "--plan.gpu_memory", "80GiB", "--json"]
+    commands = [("plan", plan), ("plan", [*plan, "--train.colocate_all"])]
+    colocations = {"colocate_all": ["--train.colocate_all"], "finer": ["--train.colocate", "actor+engines"]}
+    for name, colocation in colocations.items():
+        flags = [*_grpo(tiny_causal_lm_path, task_files, tmp_path / name), "--ds.zero_stage", "3", *colocation]
+        commands += [("plan", ["plan", "train", "ppo", *flags, "--plan.gpu_memory", "80GiB", "--json"]),
+                     ("train", ["train", "ppo", *flags])]
+    needs_two, fixed, *colocated = plans_and_runs(commands, one_gpu_cluster.env, tmp_path / "results.json")
+
+    assert needs_two["exit"] == 1
+    assert needs_two["json"]["cluster"]["nodes"] == [1.0] and "needs 2 GPUs" in needs_two["json"]["placement_problem"]
+    assert needs_two["json"]["fix"] == "--train.colocate_all"
+    assert fixed["exit"] == 0
+    assert fixed["json"]["fits"] is True and fixed["json"]["gpus"][0]["holds"] == ["actor rank 0", "engine 0"]
+    for name, (planned, trained) in zip(colocations, zip(colocated[::2], colocated[1::2])):
+        assert [gpu["holds"] for gpu in planned["json"]["gpus"]] == [["actor rank 0", "engine 0"]], name
+        assert trained["exit"] == 0, name
+        assert [m["step"] for m in read_metrics(tmp_path / name / "out")] == [1], name
 
 
 @pytest.mark.slow
@@ -167,19 +208,3 @@ def test_the_refusal_names_the_first_colocation_that_fits(ranks, engines_in_rank
     requests = run_requests(config, config.train, ranks, colocated_sets(config.train, ranks), engines_in_rank, gpu=True)
     with pytest.raises(ConfigError, match=re.escape(named)):
         check_fits(config, ranks, engines_in_rank, nodes, requests)
-
-
-@pytest.mark.slow
-def test_rlhf_plan_places_on_the_ray_clusters_gpus_and_names_the_colocation(one_gpu_cluster, tiny_causal_lm_path):
-    """`rlhf plan` reads the nodes of the cluster at RAY_ADDRESS (one declared GPU): actor and engine need two, and
-    the first change that fits is the hybrid engine, which puts both on the one GPU."""
-    argv = ["plan", "train", "ppo", "--actor.model_name_or_path", str(tiny_causal_lm_path), "--actor.num_gpus_per_node",
-            "1", "--vllm.num_engines", "1", "--algo.kl.init_coef", "0", "--algo.advantage.estimator", "reinforce",
-            "--plan.gpu_memory", "80GiB", "--json"]
-    result = run_rlhf(*argv, env=one_gpu_cluster.env, timeout=120)
-    assert result.returncode == 1, result.stderr[-2000:]
-    plan = json.loads(result.stdout)
-    assert plan["cluster"]["nodes"] == [1.0] and "needs 2 GPUs" in plan["placement_problem"]
-    assert plan["fix"] == "--train.colocate_all"
-    fixed = json.loads(assert_ok(run_rlhf(*argv, "--train.colocate_all", env=one_gpu_cluster.env, timeout=120)).stdout)
-    assert fixed["fits"] is True and fixed["gpus"][0]["holds"] == ["actor rank 0", "engine 0"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -44,27 +45,85 @@ def assert_run_outputs(run: Path, initial_model: Path, steps: int, keys: tuple[s
     return metrics
 
 
-@pytest.mark.parametrize("engine", ["hf", "vllm"])
-def test_grpo_with_a_reward_file(engine, ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
-    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=4)
-    flags += ["--ckpt.save_steps", "2", "--logger.tensorboard_dir", str(tmp_path / "tb"),
-              "--eval.dataset", str(task_files["prompts"]), "--eval.steps", "2", "--eval.n_samples_per_prompt", "2"]
-    assert main(["train", "ppo", *flags, *grpo_flags(task_files["reward"])]) == 0
-    metrics = assert_run_outputs(tmp_path, tiny_causal_lm_path, 4, ("group_reward_std", "reward/reward_func_file/digit_share", "policy_loss"))
+def grpo_file_run_flags(tiny_causal_lm_path: Path, task_files: dict[str, Path], run: Path, engine: str) -> list[str]:
+    """GRPO with a reward file for 4 steps: a checkpoint and an eval every 2 steps, TensorBoard logs in ``run/tb``."""
+    return [*base_flags(tiny_causal_lm_path, task_files["prompts"], run, engine, steps=4), "--ckpt.save_steps", "2",
+            "--logger.tensorboard_dir", str(run / "tb"), "--eval.dataset", str(task_files["prompts"]), "--eval.steps", "2",
+            "--eval.n_samples_per_prompt", "2", *grpo_flags(task_files["reward"])]
+
+
+def assert_grpo_file_run(run: Path, initial_model: Path) -> list[dict]:
+    """What a run of :func:`grpo_file_run_flags` leaves: metrics, checkpoints, evals, the best checkpoint, TensorBoard."""
+    metrics = assert_run_outputs(run, initial_model, 4, ("group_reward_std", "reward/reward_func_file/digit_share", "policy_loss"))
     assert "critic_loss" not in metrics[0] and "kl" not in metrics[0]  # no critic, no reference
     assert [("eval/pass1" in m, "eval/pass2" in m) for m in metrics] == [(False, False), (True, True)] * 2
     assert 0.0 <= metrics[1]["eval/pass1"] <= metrics[1]["eval/pass2"] <= 1.0
-    best = [p.name for p in (tmp_path / "ckpt" / "best").iterdir()]  # evals and checkpoints: the best is kept
+    best = [p.name for p in (run / "ckpt" / "best").iterdir()]  # evals and checkpoints: the best is kept
     passes = {m["step"]: m["eval/pass1"] for m in metrics if "eval/pass1" in m}
     assert best == [f"global_step{max(passes, key=lambda step: (passes[step], -step))}"]
-    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    return metrics
 
 
-@pytest.mark.parametrize("engine", ["vllm"])
-def test_ppo_with_critic_reward_model_and_kl(engine, ray_cluster, task_files, tiny_causal_lm_path, tiny_reward_model_path,
+def test_grpo_with_a_reward_file_through_vllm_whose_engine_holds_the_actors_weights(ray_cluster, task_files,
+                                                                                     tiny_causal_lm_path, tmp_path) -> None:
+    """The GRPO run through a vLLM engine process; after it the engine holds the actor's trained weights (the last
+    step's sync) and computes its log-probs, as :func:`assert_engines_hold_the_actors_weights` checks."""
+    import ray
+
+    controller = ppo_controller(grpo_file_run_flags(tiny_causal_lm_path, task_files, tmp_path, "vllm"), tmp_path / "out")
+    try:
+        controller.run()
+        assert_engines_hold_the_actors_weights(controller, tiny_causal_lm_path)
+    finally:
+        for actor in [*controller.actor.workers, *controller.engines.engines]:
+            ray.kill(actor)
+        controller.placement.remove()
+    assert_grpo_file_run(tmp_path, tiny_causal_lm_path)
+
+
+def test_grpo_with_a_reward_file_alike_in_the_rank_in_an_engine_process_and_resumed(
+        ray_cluster, task_files, tiny_causal_lm_path, tmp_path, capsys) -> None:
+    """One GRPO run with a reward file, HF generate in the actor's rank (auto with no vLLM engine: hf-inprocess) on
+    the trained weights with a forked RNG, is the reference of two more:
+    - the same run with HF generate in an engine process of its own (synced copies): on the same seed both draw the
+      same responses, so rewards, lengths and losses agree step by step;
+    - the same run crashed by a plugin after step 2 and resumed from its checkpoint continues exactly where it
+      stopped."""
+    def flags(run: str, *extra: str) -> list[str]:
+        return [*grpo_file_run_flags(tiny_causal_lm_path, task_files, tmp_path / run, "hf"), *extra]
+
+    assert main(["train", "ppo", *flags("inprocess")]) == 0
+    inprocess = assert_grpo_file_run(tmp_path / "inprocess", tiny_causal_lm_path)
+    recorded = yaml.safe_load((tmp_path / "inprocess" / "out" / "rlhf_config.yaml").read_text())
+    assert recorded["rollout"]["engine"] in ("auto", "hf-inprocess")
+
+    assert main(["train", "ppo", *flags("process", "--rollout.engine", "hf")]) == 0
+    process = read_metrics(tmp_path / "process" / "out")
+    assert [m["step"] for m in process] == [1, 2, 3, 4]
+    for in_rank, in_process in zip(inprocess, process):
+        for key in ("reward", "response_length", "policy_loss", "group_reward_std"):
+            assert in_rank[key] == pytest.approx(in_process[key], rel=1e-5, abs=1e-6), (in_process["step"], key)
+
+    crash = crash_plugin(tmp_path, 2)
+    resumed = flags("resumed", "--ckpt.max_num", "1")
+    assert main(["train", "ppo", "--plugins", str(crash), *resumed]) == 2  # a plugin's error
+    assert "failed in its rlhf_step_end hook: RuntimeError: simulated crash" in capsys.readouterr().err
+    assert [m["step"] for m in read_metrics(tmp_path / "resumed" / "out")] == [1, 2]
+    assert main(["train", "ppo", *resumed, "--ckpt.load_enable"]) == 0
+    after_resume = read_metrics(tmp_path / "resumed" / "out")
+    assert [m["step"] for m in after_resume] == [1, 2, 3, 4]
+    for before, after in zip(inprocess[2:], after_resume[2:]):
+        for key in ("reward", "response_length", "policy_loss", "advantage_mean", "actor_lr", "group_reward_std"):
+            assert after[key] == pytest.approx(before[key], rel=1e-5, abs=1e-6), (after["step"], key)
+
+
+def test_ppo_with_critic_reward_model_and_kl(ray_cluster, task_files, tiny_causal_lm_path, tiny_reward_model_path,
                                               tmp_path) -> None:
-    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=2)
-    flags += ["--reward.model_name_or_path", str(tiny_reward_model_path), "--rollout.n_samples_per_prompt", "2",
+    """PPO with a critic, a reward model and a reference on ZeRO-3, each group on a Ray worker of its own beside an HF
+    engine process (vLLM runs the GRPO test above; this run is about the models around the actor)."""
+    flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=2)
+    flags += ["--rollout.engine", "hf", "--train.in_process", "off", "--reward.model_name_or_path", str(tiny_reward_model_path), "--rollout.n_samples_per_prompt", "2",
               "--train.batch_size", "8", "--ds.zero_stage", "3", "--ckpt.save_steps", "2", "--ckpt.save_hf"]
     assert main(["train", "ppo", *flags]) == 0
     metrics = assert_run_outputs(tmp_path, tiny_causal_lm_path, 2, ("critic_loss", "value_mean", "kl", "ppo_clip_ratio"))
@@ -73,16 +132,8 @@ def test_ppo_with_critic_reward_model_and_kl(engine, ray_cluster, task_files, ti
     assert (tmp_path / "ckpt" / "global_step2" / "hf" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("engine,extra", [("hf", []), ("hf", ["--rollout.engine", "hf"]), ("vllm", []),
-                                          ("vllm", ["--ds.lora.rank", "8", "--actor.adam.lr", "1e-2"]),
-                                          ("vllm", ["--rollout.engine", "vllm-inprocess", "--actor.num_gpus_per_node", "2"])],
-                         ids=["hf-inprocess", "hf", "vllm", "vllm-lora", "vllm-inprocess-2-ranks"])
-def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_cluster, task_files, tiny_causal_lm_path,
-                                                             tmp_path) -> None:
-    """With LoRA the engines get the base weights with the adapters folded in; an engine in the actor's ranks has
-    the trained weights themselves (HF) or reloads its rank's (vLLM, one engine per rank)."""
-    from transformers import AutoModelForCausalLM
-
+def ppo_controller(flags: list[str], run_dir: Path) -> Any:
+    """The controller of ``rlhf train ppo FLAGS`` writing to ``run_dir``, built as the CLI builds it."""
     from rlhf.config.loading import ConfigParser
     from rlhf.config.ppo import PPOConfig
     from rlhf.host.plugin_host import PluginHost
@@ -90,22 +141,24 @@ def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_
     from rlhf.runtime.control.trainer import PPOTrainer
 
     host = PluginHost.load()
-    config, _ = ConfigParser(PPOConfig, host, prog="t").parse(
-        base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=1) + grpo_flags(task_files["reward"])
-        + ["--actor.lr_warmup_ratio", "0", *extra])  # a one-step run would otherwise warm up over its only step, at lr 0
+    config, _ = ConfigParser(PPOConfig, host, prog="t").parse(flags)
     config = PPOTrainer.prepare_config(config, host)
     config.plugin_set = host.resolved()
-    controller = PPOController(config, host, tmp_path / "out")
-    controller._check_inputs()
-    controller._setup()
-    controller.train_step(controller.schedule.next_batch())  # generate, train, sync
+    return PPOController(config, host, run_dir)
+
+
+def assert_engines_hold_the_actors_weights(controller: Any, initial_model: Path) -> None:
+    """After a trained step's sync, the engines hold the actor's weights exactly, compute its log-probs, and report the
+    log-probs of what they sample from the temperature-scaled distribution, the trainer's convention."""
+    from transformers import AutoModelForCausalLM
+
     actor_state = controller.actor.call("full_state")[0]
-    initial = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path).state_dict()
+    initial = AutoModelForCausalLM.from_pretrained(initial_model).state_dict()
     assert max(float((actor_state[k] - initial[k]).abs().max()) for k in initial) > 1e-4  # the actor moved
     difference, compared = controller.engines.max_weight_difference(actor_state)
     assert difference == 0.0 and compared >= 6  # embeddings and norms at least, compared exactly
     # every weight, repacked or not, through the function it computes: engine log-probs == actor's
-    actor_model = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path)
+    actor_model = AutoModelForCausalLM.from_pretrained(initial_model)
     actor_model.load_state_dict(actor_state)
     probe = controller.tokenizer("what is 12+34? 46 and more text")["input_ids"]
     with torch.no_grad():
@@ -113,64 +166,28 @@ def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_
     expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(probe[1:])[:, None])[:, 0]
     for engine_logprobs in controller.engines.sequence_logprobs(probe):
         assert torch.allclose(torch.tensor(engine_logprobs), expected, atol=1e-4)
-
-
-def test_generating_in_the_actor_rank_trains_exactly_as_an_engine_process(ray_cluster, task_files, tiny_causal_lm_path,
-                                                                          tmp_path) -> None:
-    """hf-inprocess samples with the trained weights on a forked RNG, hf with synced copies in its own actor: on the same
-    seed both draw the same responses, so rewards, lengths and losses agree step by step."""
-    runs = {}
-    for engine in ("hf-inprocess", "hf"):
-        flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path / engine, "hf", steps=3)
-        assert main(["train", "ppo", *flags, *grpo_flags(task_files["reward"]), "--rollout.engine", engine]) == 0
-        runs[engine] = read_metrics(tmp_path / engine / "out")
-    assert [m["step"] for m in runs["hf"]] == [1, 2, 3]
-    for inprocess, process in zip(runs["hf-inprocess"], runs["hf"]):
-        for key in ("reward", "response_length", "policy_loss", "group_reward_std"):
-            assert inprocess[key] == pytest.approx(process[key], rel=1e-5, abs=1e-6), (process["step"], key)
-
-
-def test_resume_continues_exactly_where_it_stopped(ray_cluster, task_files, tiny_causal_lm_path, tmp_path, capsys) -> None:
-    def flags(run: Path) -> list[str]:
-        return [*base_flags(tiny_causal_lm_path, task_files["prompts"], run, "hf", steps=4),
-                *grpo_flags(task_files["reward"]), "--ckpt.save_steps", "2", "--ckpt.max_num", "1"]
-
-    assert main(["train", "ppo", *flags(tmp_path / "straight")]) == 0
-    crash = crash_plugin(tmp_path, 2)
-    assert main(["train", "ppo", "--plugins", str(crash), *flags(tmp_path / "resumed")]) == 2  # a plugin's error
-    assert "failed in its rlhf_step_end hook: RuntimeError: simulated crash" in capsys.readouterr().err
-    assert [m["step"] for m in read_metrics(tmp_path / "resumed" / "out")] == [1, 2]
-    assert main(["train", "ppo", *flags(tmp_path / "resumed"), "--ckpt.load_enable"]) == 0
-
-    straight = read_metrics(tmp_path / "straight" / "out")
-    resumed = read_metrics(tmp_path / "resumed" / "out")
-    assert [m["step"] for m in resumed] == [1, 2, 3, 4]
-    for before, after in zip(straight[2:], resumed[2:]):
-        for key in ("reward", "response_length", "policy_loss", "advantage_mean", "actor_lr", "group_reward_std"):
-            assert after[key] == pytest.approx(before[key], rel=1e-5, abs=1e-6), (after["step"], key)
-
-
-@pytest.mark.parametrize("engine", ["hf", "vllm"])
-def test_rollout_logprobs_follow_the_sampling_temperature(engine, ray_cluster, tiny_causal_lm_path) -> None:
-    """Engines report log-probs of the temperature-scaled distribution, the trainer's convention."""
-    import ray
-    from rlhf_plugin_hf_generate.engine import HFEngine
-    from rlhf_plugin_vllm.engine import VLLMEngine
-    from transformers import AutoModelForCausalLM
-
-    from rlhf.config.ppo import PPOConfig
-
-    config = PPOConfig()
-    config.ds.param_dtype = "fp32"
-    engine_class = VLLMEngine if engine == "vllm" else HFEngine
-    actor = ray.remote(engine_class).options(num_cpus=0).remote(str(tiny_causal_lm_path), "fp32", 128, 0,
-                                                               config.model_dump(mode="json"))
+    # sampling at temperature 0.7: the log-probs reported are those of the actor's logits / 0.7
     prompt = [5, 40, 41, 42]
-    result = ray.get(actor.generate.remote([{"prompt_ids": prompt, "max_tokens": 6, "seed": 3}], 0.7, 1.0), timeout=600)[0]
-    model = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path)
-    ids = torch.tensor([prompt + result["response_ids"]])
+    result = controller.engines.generate([{"prompt_ids": prompt, "max_tokens": 6, "seed": 3}], 0.7, 1.0)[0]
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt) - 1 : -1] / 0.7
+        logits = actor_model(torch.tensor([prompt + result["response_ids"]])).logits[0, len(prompt) - 1 : -1] / 0.7
     expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(result["response_ids"])[:, None])[:, 0]
     assert torch.allclose(torch.tensor(result["logprobs"]), expected, atol=1e-4)
-    ray.kill(actor)
+
+
+@pytest.mark.parametrize("engine,extra", [("hf", []), ("hf", ["--rollout.engine", "hf"]),
+                                          ("vllm", ["--ds.lora.rank", "8", "--actor.adam.lr", "1e-2"]),
+                                          ("vllm", ["--rollout.engine", "vllm-inprocess", "--actor.num_gpus_per_node", "2"])],
+                         ids=["hf-inprocess", "hf", "vllm-lora", "vllm-inprocess-2-ranks"])
+def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_cluster, task_files, tiny_causal_lm_path,
+                                                             tmp_path) -> None:
+    """With LoRA the engines get the base weights with the adapters folded in; an engine in the actor's ranks has
+    the trained weights themselves (HF) or reloads its rank's (vLLM, one engine per rank). A vLLM engine process
+    without LoRA: the GRPO test above."""
+    controller = ppo_controller(
+        base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=1) + grpo_flags(task_files["reward"])
+        + ["--actor.lr_warmup_ratio", "0", *extra], tmp_path / "out")  # one step would otherwise warm up at lr 0
+    controller._check_inputs()
+    controller._setup()
+    controller.train_step(controller.schedule.next_batch())  # generate, train, sync
+    assert_engines_hold_the_actors_weights(controller, tiny_causal_lm_path)

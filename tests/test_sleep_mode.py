@@ -18,22 +18,34 @@ pytestmark = pytest.mark.slow
 CHECKS = Path(__file__).resolve().parents[1] / "plugins" / "backends" / "deepspeed" / "tests" / "checks"
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_deepspeed_states_sleep_between_steps_and_training_is_unchanged(stage, tiny_causal_lm_path: Path) -> None:
+BOTH_STAGES = """
+import runpy, sys
+
+script, model = sys.argv[1:]
+for stage in ("2", "3"):  # DeepSpeed's import and gloo group once for both stages
+    sys.argv = [script, model, stage]
+    runpy.run_path(script, run_name="__main__")
+"""
+
+
+def test_deepspeed_states_sleep_between_steps_and_training_is_unchanged(tiny_causal_lm_path: Path) -> None:
+    """ZeRO-2 and ZeRO-3, each trained plain and asleep between steps (deepspeed_sleep.py, both stages in one process)."""
     env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}}
 
-    result = subprocess.run([sys.executable, str(CHECKS / "deepspeed_sleep.py"), str(tiny_causal_lm_path), str(stage)],
+    result = subprocess.run([sys.executable, "-c", BOTH_STAGES, str(CHECKS / "deepspeed_sleep.py"), str(tiny_causal_lm_path)],
                             capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
-    runs = json.loads(result.stdout.strip().splitlines()[-1])
-    plain, slept = runs["plain"], runs["slept"]
-    # what DeepSpeed itself reports offloaded: every wanted state it moves at this stage, between every step
-    moved = {2: ["hp_params", "lp_grads", "optim_states"], 3: ["contiguous_grad_buffer", "lp_grads"]}[stage]
-    assert slept["asleep"] == [moved] * 4 and slept["awake"] == [[]] * 4
-    assert plain["asleep"] == [[]] * 4  # without the flag nothing moves
-    assert slept["losses"] == pytest.approx(plain["losses"], abs=1e-6, rel=0)
-    assert plain["losses"][-1] != plain["losses"][0]  # it trained
-    assert slept["asleep_loss"] == pytest.approx(plain["asleep_loss"], abs=1e-6, rel=0)  # forwards work while asleep
+    printed = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"plain"')]
+    assert len(printed) == 2, result.stdout[-4000:]
+    for stage, runs in zip((2, 3), printed):
+        plain, slept = runs["plain"], runs["slept"]
+        # what DeepSpeed itself reports offloaded: every wanted state it moves at this stage, between every step
+        moved = {2: ["hp_params", "lp_grads", "optim_states"], 3: ["contiguous_grad_buffer", "lp_grads"]}[stage]
+        assert slept["asleep"] == [moved] * 4 and slept["awake"] == [[]] * 4, stage
+        assert plain["asleep"] == [[]] * 4, stage  # without the flag nothing moves
+        assert slept["losses"] == pytest.approx(plain["losses"], abs=1e-6, rel=0), stage
+        assert plain["losses"][-1] != plain["losses"][0], stage  # it trained
+        assert slept["asleep_loss"] == pytest.approx(plain["asleep_loss"], abs=1e-6, rel=0), stage  # forwards work asleep
 
 
 def _controller(flags: list[str], run: Path) -> Any:
@@ -53,9 +65,12 @@ def _controller(flags: list[str], run: Path) -> Any:
 def _release(controller: Any) -> None:
     import ray
 
+    from rlhf.runtime.cluster.local import LocalHandle
+
     for group in (controller.actor, controller.critic):
         for worker in group.workers:
-            ray.kill(worker)
+            if not isinstance(worker, LocalHandle):  # ranks in this process end with the run
+                ray.kill(worker)
     for engine in controller.engines.engines:
         ray.kill(engine)
 
@@ -64,7 +79,9 @@ def test_sleeping_engines_and_states_train_exactly_as_awake_ones(ray_cluster, ta
                                                                  tmp_path) -> None:
     """PPO with a critic, actor and critic colocated with one vLLM engine: with both sleep flags the
     engine gets OpenRLHF's sleep/wake sequence, the critic fits before the actor (each model's
-    states reloaded only around its own fit), and every loss equals the run without them."""
+    states reloaded only around its own fit), and every loss equals the run without them. That awake
+    reference keeps its ranks in this process (no rank processes to start): where the ranks live
+    changes no number."""
     import ray
 
     from rlhf.records.metrics import read_metrics
@@ -86,7 +103,7 @@ def test_sleeping_engines_and_states_train_exactly_as_awake_ones(ray_cluster, ta
             _release(controller)
         return read_metrics(tmp_path / name / "out"), history, [(model, event) for _, model, event in sorted(logged)]
 
-    awake_metrics, awake_history, awake_states = run("awake")
+    awake_metrics, awake_history, awake_states = run("awake", "--train.in_process", "on")
     slept_metrics, slept_history, slept_states = run("slept", "--vllm.enable_sleep", "--ds.enable_sleep")
     assert awake_history == [] and awake_states == []  # without the flags nothing is ever put to sleep
     # both asleep after set-up (set up side by side: either first); then each step the critic alone
