@@ -21,6 +21,8 @@ pytestmark = pytest.mark.slow
 def one_rank(capsys, monkeypatch):
     """``rlhf ARGV`` on one rank in this process, reported as :func:`run_rlhf` reports a child (exit status,
     stderr): a one-rank run is not about its process, and in-process it costs no interpreter or imports."""
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
     from rlhf.cli.main import main
 
     monkeypatch.setenv("RLHF_NO_PROGRESS", "1")
@@ -28,6 +30,9 @@ def one_rank(capsys, monkeypatch):
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
         capsys.readouterr()
         status = main(list(argv))
+        # a ZeRO-3 run's engines keep transformers' ZeRO-3 switch on until they are collected: a later from_pretrained
+        # in this process would build empty, partitioned weights
+        unset_hf_deepspeed_config()
         return subprocess.CompletedProcess(argv, status, "", capsys.readouterr().err)
 
     return run
