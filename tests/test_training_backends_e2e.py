@@ -33,10 +33,13 @@ def _assert_same_weights(a: Path, b: Path, rel: float = 1e-5) -> None:
         assert float((tensor - second[name]).abs().max()) <= rel * scale, name
 
 
-def test_grpo_with_two_ranks_takes_the_same_first_step_on_fsdp2_as_on_deepspeed_zero3(task_files, tiny_causal_lm_path,
-                                                                                         tmp_path) -> None:
+def test_grpo_with_two_ranks_takes_the_same_first_step_on_fsdp2_as_on_deepspeed_zero3(ray_cluster, task_files,
+                                                                                         tiny_causal_lm_path, tmp_path) -> None:
     """The same fp32 GRPO step (same rollouts: HF generate, seeded) trained by two ZeRO-3 ranks and by two FSDP2
-    ranks: the same policy loss and the same weights after it, to fp32 rounding."""
+    ranks: the same policy loss and the same weights after it, to fp32 rounding. Both runs are driven from this
+    process on the shared Ray cluster (their ranks are its actors)."""
+    from rlhf.cli.main import main
+
     runs = {}
     for backend, extra in (("deepspeed", ["--ds.zero_stage", "3"]), ("fsdp2", ["--train.backend", "fsdp2"])):
         run = tmp_path / backend
@@ -45,7 +48,7 @@ def test_grpo_with_two_ranks_takes_the_same_first_step_on_fsdp2_as_on_deepspeed_
                  "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--train.micro_batch_size", "2",
                  "--algo.kl.init_coef", "0", "--actor.num_gpus_per_node", "2", "--ds.attn_implementation", "eager",
                  "--rollout.micro_batch_size", "4", *extra]  # two rollout micro-batches: one per actor rank
-        assert_ok(run_rlhf("train", "ppo", *flags, timeout=900))
+        assert main(["train", "ppo", *flags]) == 0
         runs[backend] = run
     metrics = {backend: read_metrics(run / "out")[0] for backend, run in runs.items()}
     assert metrics["fsdp2"]["reward"] == metrics["deepspeed"]["reward"]  # the same rollouts were trained on
@@ -90,30 +93,53 @@ def _with_value_head(model: Path, target: Path) -> Path:
     return target
 
 
-@pytest.mark.parametrize("trainer", ["sft", "dpo", "rm"])
-def test_a_supervised_trainer_takes_the_same_steps_on_fsdp2_as_on_deepspeed(trainer, tiny_causal_lm_path, tmp_path) -> None:
-    """Two ranks of each backend, two optimizer steps of four micro-batches: the same losses each step and the
-    same saved model (DPO's reference is an evaluated FSDP2 model; RM reads its backbone and head as two FSDP units)."""
-    data = _sft_rows(tmp_path / "sft.jsonl", 16) if trainer == "sft" else _pairs(tmp_path / "pairs.jsonl", 16)
+def _one_deepspeed_rank(trainer: str, model: Path, data: Path, run: Path) -> None:
+    """The DeepSpeed ZeRO-3 reference, on one rank in this process: two data-parallel ranks train the same global
+    batches (each step's loss and gradient are global token or sample means), so FSDP2's two ranks must match it;
+    in-process, it costs no interpreter, imports or process group of its own."""
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    from rlhf.cli.main import main
+
+    assert main(_supervised(trainer, model, data, run, "--train.backend", "deepspeed", "--ds.zero_stage", "3")) == 0
+    # The run's engines keep transformers' ZeRO-3 switch on until they are collected: a later from_pretrained in this
+    # process (the RM test's value head) would build empty, partitioned weights.
+    unset_hf_deepspeed_config()
+
+
+def _assert_same_steps(fsdp2: Path, deepspeed: Path, steps: int, weights: bool = True) -> None:
+    losses = {run: [m["loss"] for m in read_metrics(run / "out") if "loss" in m] for run in (fsdp2, deepspeed)}
+    assert len(losses[fsdp2]) == steps
+    assert losses[fsdp2] == pytest.approx(losses[deepspeed], rel=1e-5)
+    if weights:
+        _assert_same_weights(deepspeed / "out", fsdp2 / "out")
+
+
+@pytest.mark.parametrize("trainer", ["dpo", "rm"])
+def test_a_preference_trainer_takes_the_same_steps_on_fsdp2_as_on_deepspeed(trainer, tiny_causal_lm_path, tmp_path) -> None:
+    """Two FSDP2 ranks and DeepSpeed ZeRO-3 (one rank, the same global batches), two optimizer steps of four
+    micro-batches: the same losses each step and the same saved model (DPO's reference is an evaluated FSDP2 model;
+    RM reads its backbone and head as two FSDP units). SFT's comparison: test_an_fsdp2_run_resumes_exactly_where_it_stopped."""
+    data = _pairs(tmp_path / "pairs.jsonl", 16)
     model = _with_value_head(tiny_causal_lm_path, tmp_path / "rm-start") if trainer == "rm" else tiny_causal_lm_path
-    runs = {backend: tmp_path / backend for backend in ("deepspeed", "fsdp2")}
-    for backend, run in runs.items():
-        assert_ok(run_rlhf(*_supervised(trainer, model, data, run, "--train.backend", backend,
-                                        "--ds.zero_stage", "3"), launcher=TWO_RANKS))
-    losses = {backend: [m["loss"] for m in read_metrics(run / "out") if "loss" in m] for backend, run in runs.items()}
-    assert len(losses["fsdp2"]) == 2
-    assert losses["fsdp2"] == pytest.approx(losses["deepspeed"], rel=1e-5)
-    if trainer != "rm":  # known gap, open: after RM's two steps some embedding rows differ by up to 2 x lr
-        _assert_same_weights(runs["deepspeed"] / "out", runs["fsdp2"] / "out")
+    fsdp2, deepspeed = tmp_path / "fsdp2", tmp_path / "deepspeed"
+    assert_ok(run_rlhf(*_supervised(trainer, model, data, fsdp2, "--train.backend", "fsdp2", "--ds.zero_stage", "3"),
+                       launcher=TWO_RANKS))
+    _one_deepspeed_rank(trainer, model, data, deepspeed)
+    # known gap, open: after RM's two steps some embedding rows differ by up to 2 x lr
+    _assert_same_steps(fsdp2, deepspeed, steps=2, weights=trainer != "rm")
 
 
 def test_an_fsdp2_run_resumes_exactly_where_it_stopped(tiny_causal_lm_path, tmp_path) -> None:
     """Two FSDP2 ranks crash after step 2 (checkpoint at step 2) and resume: steps 3-4 and the saved model equal
-    those of the uninterrupted run, bit for bit."""
+    those of the uninterrupted run, bit for bit. That uninterrupted SFT run also takes the steps DeepSpeed ZeRO-3
+    takes (one rank, the same global batches): the same losses each of its 4 steps and the same saved model."""
     data = _sft_rows(tmp_path / "sft.jsonl", 32)
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight, resumed, deepspeed = tmp_path / "straight", tmp_path / "resumed", tmp_path / "deepspeed"
     flags = ("--train.backend", "fsdp2", "--ckpt.save_steps", "2")
     assert_ok(run_rlhf(*_supervised("sft", tiny_causal_lm_path, data, straight, *flags), launcher=TWO_RANKS))
+    _one_deepspeed_rank("sft", tiny_causal_lm_path, data, deepspeed)
+    _assert_same_steps(straight, deepspeed, steps=4)
     failed = run_rlhf("--plugins", str(crash_plugin(tmp_path, 2)), *_supervised("sft", tiny_causal_lm_path, data, resumed,
                                                                                  *flags), launcher=TWO_RANKS)
     assert failed.returncode != 0 and "simulated crash after step 2" in failed.stderr
