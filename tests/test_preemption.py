@@ -4,7 +4,9 @@ The signal is sent mid-step by the test, as a scheduler would: a plugin's learni
 optimizer step of step 2 (in whichever process trains) and pauses there, and the test signals the driver
 then. The run finishes step 2, writes its checkpoint, prints one ``rlhf: preempted`` line naming it and exits
 75; the same command with ``--ckpt.load_enable`` then logs steps 3.. with the metrics of an uninterrupted
-run (rel. diff <= 1e-6). Each uninterrupted run is the reference of every test of its trainer.
+run (rel. diff <= 1e-6). The signalled runs are the real command, each with its own Ray; the uninterrupted
+reference and the resume are ``rlhf``'s ``main`` in the test's process (RL on the session's shared Ray cluster;
+vLLM's stay the real command), one after the other in the same test, so both train with the same thread share.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import TwoNodeCluster, base_flags, pause_plugin, wait_until_none_left
 
+from rlhf.cli.main import main
 from rlhf.errors import PREEMPTED_EXIT
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, child_env, run_rlhf
@@ -141,6 +144,16 @@ def assert_resumes_as_uninterrupted(run: Path, reference: Path, ignored: tuple[s
             assert math.isclose(resumed[step][key], expected[step][key], rel_tol=1e-6, abs_tol=1e-6), (step, key)
 
 
+def run_in_process(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """``rlhf ARGV`` in this process (on the session's shared Ray cluster where it trains RL): it must succeed.
+    Returns what it printed to stderr."""
+    capsys.readouterr()
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 0, err[-4000:]
+    return err
+
+
 # --------------------------------------------------------------------------------------------- SFT
 
 
@@ -159,25 +172,24 @@ def sft_flags(model: Path, data: Path, run: Path) -> list[str]:
             "--ckpt.save_steps", "-1", "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "out")]
 
 
-@pytest.fixture(scope="module")
-def sft_reference(tiny_causal_lm_path: Path, sft_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run = tmp_path_factory.mktemp("sft-uninterrupted")
-    assert_ok(run_rlhf(*sft_flags(tiny_causal_lm_path, sft_data, run)))
-    return run
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
-def test_sft_preempted_mid_step_checkpoints_and_resumes_exactly(signum, tiny_causal_lm_path, sft_data, sft_reference,
-                                                                tmp_path: Path) -> None:
-    flags = sft_flags(tiny_causal_lm_path, sft_data, tmp_path)
-    plugin = marker_plugin(tmp_path / "marks", "step")
-    result = signalled_run(["--plugins", str(plugin), *flags, "--train.lr_scheduler", "marking"], tmp_path / "marks",
-                           [("step", signum)])
-    assert_preempted(result, tmp_path / "ckpt", signum)
-    assert not (tmp_path / "out" / "model.safetensors").exists()  # a preempted run is not a finished one
-    resumed = assert_ok(run_rlhf(*flags, "--ckpt.load_enable"))
-    assert f"resumed from {tmp_path / 'ckpt' / 'global_step2'} (step 2)" in resumed.stderr
-    assert_resumes_as_uninterrupted(tmp_path, sft_reference)
+def test_sft_preempted_mid_step_checkpoints_and_resumes_exactly(tiny_causal_lm_path, sft_data, tmp_path: Path,
+                                                                capsys) -> None:
+    """For SIGTERM and for SIGUSR1, the real command signalled mid-step 2 checkpoints and exits 75; the resume then
+    logs step 3 as the uninterrupted run did. The uninterrupted run and the resumes run in this process (the same
+    thread share): one reference serves both signals."""
+    reference = tmp_path / "uninterrupted"
+    run_in_process(sft_flags(tiny_causal_lm_path, sft_data, reference), capsys)
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        run = tmp_path / signal.Signals(signum).name
+        flags = sft_flags(tiny_causal_lm_path, sft_data, run)
+        plugin = marker_plugin(run / "marks", "step")
+        result = signalled_run(["--plugins", str(plugin), *flags, "--train.lr_scheduler", "marking"], run / "marks",
+                               [("step", signum)])
+        assert_preempted(result, run / "ckpt", signum)
+        assert not (run / "out" / "model.safetensors").exists()  # a preempted run is not a finished one
+        resumed = run_in_process([*flags, "--ckpt.load_enable"], capsys)
+        assert f"resumed from {run / 'ckpt' / 'global_step2'} (step 2)" in resumed, signum
+        assert_resumes_as_uninterrupted(run, reference)
 
 
 def test_a_second_signal_during_the_save_stops_at_once_and_keeps_no_checkpoint(tiny_causal_lm_path, sft_data,
@@ -223,26 +235,15 @@ def rl_flags(case: str, model: Path, task_files: dict[str, Path], run: Path) -> 
             "--ckpt.save_steps", "-1", *extra]
 
 
-@pytest.fixture(scope="module")
-def rl_reference(tiny_causal_lm_path: Path, task_files, tmp_path_factory: pytest.TempPathFactory):
-    """The uninterrupted run of each case, made once per module (and xdist worker) when a test first asks."""
-    made: dict[str, Path] = {}
-
-    def reference(case: str) -> Path:
-        if case not in made:
-            run = tmp_path_factory.mktemp(f"{case}-uninterrupted")
-            assert_ok(run_rlhf(*rl_flags(case, tiny_causal_lm_path, task_files, run), timeout=900))
-            made[case] = run
-        return made[case]
-
-    return reference
-
-
 @pytest.mark.parametrize("case,signum", [("hf", signal.SIGUSR1), ("vllm", signal.SIGTERM), ("async", signal.SIGTERM)],
                          ids=["hf-SIGUSR1", "vllm-SIGTERM", "async-SIGTERM"])
-def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tiny_causal_lm_path, task_files,
-                                                               rl_reference, tmp_path: Path, ray_tmpdir: str) -> None:
-    reference = rl_reference(case)
+def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tiny_causal_lm_path, task_files, tmp_path: Path,
+                                                               ray_tmpdir: str, capsys, request) -> None:
+    """The preempted run is the real command (its own Ray, signalled); the uninterrupted reference and the resume run
+    in this process on the shared Ray cluster, one after the other (the same process, so the same thread share), and
+    the resume reads the checkpoint the preempted command wrote. vLLM's stay the real command: in-process its runs
+    still start their engine and rank workers, and it measured no cheaper (90.5 CPU-s alone as commands, 102-104
+    in-process, at load 18-28)."""
     flags = rl_flags(case, tiny_causal_lm_path, task_files, tmp_path)
     plugin = marker_plugin(tmp_path / "marks", "step")
     result = signalled_run(["--plugins", str(plugin), *flags, "--actor.lr_scheduler", "marking"], tmp_path / "marks",
@@ -251,8 +252,15 @@ def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tin
     assert wait_until_none_left(ray_tmpdir) == []  # the run's Ray went down with it
     if case == "async":  # batch 3, generated ahead by step 1's weights, is kept rather than made again
         assert (tmp_path / "ckpt" / "global_step2" / "rollouts.pkl").is_file()
-    resumed = assert_ok(run_rlhf(*flags, "--ckpt.load_enable", timeout=900))
-    assert f"resumed from {tmp_path / 'ckpt' / 'global_step2'} (step 2)" in resumed.stderr
+    reference = tmp_path / "uninterrupted"
+    if case == "vllm":
+        assert_ok(run_rlhf(*rl_flags(case, tiny_causal_lm_path, task_files, reference), timeout=900))
+        resumed = assert_ok(run_rlhf(*flags, "--ckpt.load_enable", timeout=900)).stderr
+    else:
+        request.getfixturevalue("ray_cluster")
+        run_in_process(rl_flags(case, tiny_causal_lm_path, task_files, reference), capsys)
+        resumed = run_in_process([*flags, "--ckpt.load_enable"], capsys)
+    assert f"resumed from {tmp_path / 'ckpt' / 'global_step2'} (step 2)" in resumed
     if case != "async":
         assert_resumes_as_uninterrupted(tmp_path, reference)
         return

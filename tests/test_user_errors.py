@@ -5,11 +5,15 @@ The first table is refused before any worker runs: each case goes through the CL
 trainer's config rules and the controller's checks of the sources and of every prompt row in this
 process (the same calls, without Ray: a data mistake is found while Ray and the workers start, 17 s a
 case through the command), and a few of them, one per kind of mistake, through the real command. The
-runs below it fail mid-run, in a Ray worker or a plugin hook, and are marked slow.
+runs below it fail mid-run, in a Ray worker or a plugin hook, and are marked slow: those about a worker's
+process (its death, its log) are the real command; a raising hook, NaN rewards and a reward server that is down
+run ``rlhf``'s ``main`` in this process on the session's shared Ray cluster (the same exit status and stderr).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import subprocess
@@ -60,6 +64,19 @@ def train_flags(model: Path, prompts: Path, reward: Path, run: Path, *extra: str
 
 def train(model: Path, prompts: Path, reward: Path, run: Path, *extra: str, steps: int = 2):
     return run_rlhf("train", "ppo", *train_flags(model, prompts, reward, run, *extra, steps=steps), timeout=300)
+
+
+def train_in_process(model: Path, prompts: Path, reward: Path, run: Path, *extra: str,
+                     steps: int = 2) -> subprocess.CompletedProcess[str]:
+    """``rlhf train ppo`` as :func:`train` runs it, but ``rlhf``'s ``main`` in this process, on the session's shared
+    Ray cluster (for a mistake found mid-run, where the command's own process is not what is tested): the exit
+    status and what it printed to stderr, as the command would give them."""
+    from rlhf.cli.main import main
+
+    argv = ["train", "ppo", *train_flags(model, prompts, reward, run, *extra, steps=steps)]
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        status = main(argv)
+    return subprocess.CompletedProcess(argv, status, "", err.getvalue())
 
 
 CASES = {
@@ -200,10 +217,11 @@ HOOK_PLUGINS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("hook", list(HOOK_PLUGINS))
-def test_a_plugin_raising_in_a_hook_is_named_with_its_hook(hook, tiny_causal_lm_path, task_files, tmp_path) -> None:
+def test_a_plugin_raising_in_a_hook_is_named_with_its_hook(hook, tiny_causal_lm_path, task_files, ray_cluster,
+                                                           tmp_path) -> None:
     plugin = tmp_path / f"observer_{hook}.py"
     plugin.write_text(f"import rlhf\nrlhf_plugin_api = rlhf.PLUGIN_API_VERSION\n\n{HOOK_PLUGINS[hook]}")
-    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin))
+    result = train_in_process(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin))
     assert_user_error(result, f"plugin 'observer_{hook}'", f"rlhf_{hook}", str(plugin))
 
 
@@ -274,18 +292,19 @@ def test_a_worker_dying_in_the_middle_of_a_weight_sync_is_named_not_its_peers_er
 
 
 @pytest.mark.slow
-def test_nan_rewards_stop_the_run_instead_of_training_on_them(tiny_causal_lm_path, task_files, tmp_path) -> None:
+def test_nan_rewards_stop_the_run_instead_of_training_on_them(tiny_causal_lm_path, task_files, ray_cluster,
+                                                               tmp_path) -> None:
     reward = tmp_path / "nan_reward.py"
     reward.write_text("def reward_func(queries, prompts, labels, **kwargs):\n    return [float('nan')] * len(queries)\n")
-    result = train(tiny_causal_lm_path, task_files["prompts"], reward, tmp_path, "--reward.on_error", "skip-sample")
+    result = train_in_process(tiny_causal_lm_path, task_files["prompts"], reward, tmp_path, "--reward.on_error", "skip-sample")
     assert_user_error(result, "reward_func_file", "non-finite reward nan", "all 8 samples")
     assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 @pytest.mark.slow
-def test_a_reward_server_that_is_down_names_its_url(tiny_causal_lm_path, task_files, tmp_path) -> None:
+def test_a_reward_server_that_is_down_names_its_url(tiny_causal_lm_path, task_files, ray_cluster, tmp_path) -> None:
     url = f"http://127.0.0.1:{free_port()}/get_reward"
-    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--reward.remote_url", url,
+    result = train_in_process(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--reward.remote_url", url,
                    "--remote.retries", "1", "--remote.timeout_s", "2")
     assert_user_error(result, url)
 
