@@ -29,6 +29,8 @@ def guess_prompts(tmp_path_factory) -> Path:
 def agent_flags(model: Path, prompts: Path, run: Path, engine: str, steps: int, env: Path = GUESS_ENV) -> list[str]:
     flags = base_flags(model, prompts, run, engine, steps)
     flags[flags.index("--data.max_samples") + 1] = str(16 * steps)
+    if engine == "vllm":  # the ranks in this process beside the engine's (one Ray worker fewer to start, 6-8 CPU-s):
+        flags[flags.index("--train.in_process") + 1] = "on"  # ZeRO stage 0 leaves no global DeepSpeed state behind
     return flags + ["--train.agent_func_path", str(env), "--algo.advantage.estimator", "group_norm",
                     "--algo.kl.init_coef", "0", "--rollout.batch_size", "16", "--rollout.n_samples_per_prompt", "4",
                     "--rollout.max_new_tokens", "4", "--data.max_len", "96", "--train.batch_size", "64",

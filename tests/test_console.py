@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags
+from rlhf_test_support import base_flags, wait_until_none_left
 
 from rlhf.testing.cli import assert_ok, child_env
 
@@ -43,11 +44,15 @@ RLHF_LINE = re.compile(r"^(rl steps: \d+/\d+ |(DEBUG|INFO|WARNING|ERROR|CRITICAL
 
 
 @pytest.mark.slow
-def test_a_run_prints_only_its_own_lines_and_logs_the_libraries(tiny_causal_lm_path, task_files, tmp_path) -> None:
+def test_a_run_prints_only_its_own_lines_and_logs_the_libraries(tiny_causal_lm_path, task_files, tmp_path,
+                                                                ray_tmpdir) -> None:
+    """A completed ``rlhf train ppo`` with a vLLM engine: only rlhf's lines on the console, the libraries' in
+    rlhf.log. The same run is tests/test_multi_node.py's completed run: it started its own Ray (no RAY_ADDRESS), and no
+    raylet, GCS or worker of it (nor the engine's processes) is left behind."""
     flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "vllm", 2)
     done = subprocess.run([sys.executable, "-m", "rlhf", "train", "ppo", *flags, "--reward.remote_url",
                            str(task_files["reward"]), *GRPO], capture_output=True, text=True, timeout=600,
-                          env=child_env(HF_HUB_OFFLINE="1", RLHF_PROGRESS_INTERVAL_S="0"))
+                          env=child_env(HF_HUB_OFFLINE="1", RLHF_PROGRESS_INTERVAL_S="0", RAY_TMPDIR=ray_tmpdir))
     assert_ok(done)
     assert "\r" not in done.stderr
     foreign = [line for line in done.stderr.splitlines() if not RLHF_LINE.match(line)]
@@ -60,6 +65,9 @@ def test_a_run_prints_only_its_own_lines_and_logs_the_libraries(tiny_causal_lm_p
                   "NUMA binding",  # torch's C++ warning in that worker
                   "vllm.config"):  # vLLM's own log records
         assert noise in log, noise
+    sessions = list(Path(ray_tmpdir, "ray").glob("session_2*"))
+    assert len(sessions) == 1  # the run's own Ray started there, so its processes name that folder
+    assert wait_until_none_left(ray_tmpdir) == []
 
 
 @pytest.mark.slow

@@ -155,9 +155,12 @@ def test_the_torchvision_clash_is_named_by_doctor_and_by_a_run(torchvision_site:
     assert status == 1 and clash["status"] == "fail"
     assert "operator torchvision::nms does not exist" in clash["detail"]
     assert clash["fix"] == "pip uninstall -y torchvision torchaudio torchcodec"
+    # the smallest run, in the CLI's own process: the error is the subject, not Ray (the defaults start a Ray cluster
+    # and 8 ranks each of actor, reference and critic as Ray actors before the error comes: 20-30 CPU-s more)
     run = cli("train", "ppo", "--actor.model_name_or_path", str(tiny_causal_lm_path), "--data.prompt_dataset",
               str(task_files["prompts"]), "--data.input_key", "input", "--data.label_key", "label", "--reward.remote_url", str(task_files["reward"]),
-              check=False)
+              "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1", "--critic.num_gpus_per_node", "1",
+              "--vllm.num_engines", "0", "--train.in_process", "on", check=False)
     assert_user_error(run, "torchvision 0.28.0 does not work with torch", "pip uninstall -y torchvision")
     assert "LlamaConfig" not in run.stderr
     demo = cli("demo", "--run-dir", str(tmp_path / "demo"), check=False)  # fails inside transformers
