@@ -11,8 +11,6 @@ small tmpfs mounted in a user+mount namespace (``unshare -rm``) under ``--ckpt.p
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 import subprocess
 import sys
@@ -22,7 +20,7 @@ import pytest
 from rlhf_test_support import base_flags, crash_plugin, truncate
 
 from rlhf.records.metrics import read_metrics
-from rlhf.testing.cli import assert_ok, assert_user_error, child_env
+from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -32,22 +30,12 @@ def ppo_flags(model: Path, task_files: dict[str, Path], run: Path, steps: int) -
             "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.kl.init_coef", "0"]
 
 
-def in_process(*argv: str) -> subprocess.CompletedProcess[str]:
-    """``rlhf ARGV`` in this process, on the session's shared Ray cluster (these tests are about checkpoints, not
-    about the command's process): its exit status and what it printed to stderr, as :func:`run_rlhf` returns them."""
-    from rlhf.cli.main import main
-
-    with contextlib.redirect_stderr(io.StringIO()) as err:
-        status = main(list(argv))
-    return subprocess.CompletedProcess(argv, status, "", err.getvalue())
-
-
 @pytest.fixture(scope="module")
 def crashed(tmp_path_factory, tiny_causal_lm_path, task_files, ray_cluster) -> Path:
     """A 4-step run with --ckpt.load_enable (nothing to resume yet) that crashed after step 3; checkpoint at step 2."""
     run = tmp_path_factory.mktemp("crashed")
     plugin = crash_plugin(run, 3)
-    result = in_process("--plugins", str(plugin), *ppo_flags(tiny_causal_lm_path, task_files, run, steps=4),
+    result = run_in_process("--plugins", str(plugin), *ppo_flags(tiny_causal_lm_path, task_files, run, steps=4),
                         "--ckpt.save_steps", "2", "--ckpt.load_enable", "--logger.tensorboard_dir", str(run / "tb"))
     assert result.returncode != 0 and "simulated crash after step 3" in result.stderr
     assert f"WARNING rlhf.checkpoint: --ckpt.load_enable: no checkpoint under {run / 'ckpt'}; starting from step 0" \
@@ -63,7 +51,7 @@ def test_a_resume_says_where_it_resumed_from_and_logs_each_step_once(crashed, ti
 
     run = tmp_path / "run"
     shutil.copytree(crashed, run)
-    result = assert_ok(in_process(*ppo_flags(tiny_causal_lm_path, task_files, run, steps=4), "--ckpt.save_steps", "2",
+    result = assert_ok(run_in_process(*ppo_flags(tiny_causal_lm_path, task_files, run, steps=4), "--ckpt.save_steps", "2",
                                   "--ckpt.load_enable", "--logger.tensorboard_dir", str(run / "tb")))
     assert f"WARNING rlhf.checkpoint: --ckpt.load_enable: resumed from {run / 'ckpt' / 'global_step2'} (step 2)" \
         in result.stderr
@@ -77,7 +65,7 @@ def test_a_resume_says_where_it_resumed_from_and_logs_each_step_once(crashed, ti
 def test_a_truncated_checkpoint_stops_the_resume_with_one_line(crashed, tiny_causal_lm_path, task_files, tmp_path) -> None:
     shutil.copytree(crashed / "ckpt", tmp_path / "ckpt")
     truncate(tmp_path / "ckpt" / "global_step2" / "actor" / "mp_rank_00_model_states.pt")
-    result = in_process(*ppo_flags(tiny_causal_lm_path, task_files, tmp_path, steps=4), "--ckpt.load_enable")
+    result = run_in_process(*ppo_flags(tiny_causal_lm_path, task_files, tmp_path, steps=4), "--ckpt.load_enable")
     assert_user_error(result, f"checkpoint {tmp_path / 'ckpt' / 'global_step2' / 'actor'} cannot be loaded",
                       "truncated or corrupt", f"delete {tmp_path / 'ckpt' / 'global_step2'}", "drop --ckpt.load_enable")
 
@@ -87,7 +75,7 @@ def test_a_checkpoint_of_another_model_size_stops_the_resume(crashed, tiny_token
 
     wider = build_causal_lm(tmp_path / "wider", tiny_tokenizer_path, hidden_size=256)
     shutil.copytree(crashed / "ckpt", tmp_path / "ckpt")
-    result = in_process(*ppo_flags(wider, task_files, tmp_path, steps=4), "--ckpt.load_enable")
+    result = run_in_process(*ppo_flags(wider, task_files, tmp_path, steps=4), "--ckpt.load_enable")
     assert_user_error(result, str(tmp_path / "ckpt" / "global_step2" / "actor"), "another size",
                       "[512, 128] there, [512, 256] in the model being trained")
 

@@ -22,10 +22,9 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import TwoNodeCluster, base_flags, pause_plugin, wait_until_none_left
 
-from rlhf.cli.main import main
 from rlhf.errors import PREEMPTED_EXIT
 from rlhf.records.metrics import read_metrics
-from rlhf.testing.cli import assert_ok, child_env, run_rlhf
+from rlhf.testing.cli import assert_ok, child_env, run_in_process, run_rlhf
 
 pytestmark = pytest.mark.slow
 
@@ -144,16 +143,6 @@ def assert_resumes_as_uninterrupted(run: Path, reference: Path, ignored: tuple[s
             assert math.isclose(resumed[step][key], expected[step][key], rel_tol=1e-6, abs_tol=1e-6), (step, key)
 
 
-def run_in_process(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """``rlhf ARGV`` in this process (on the session's shared Ray cluster where it trains RL): it must succeed.
-    Returns what it printed to stderr."""
-    capsys.readouterr()
-    status = main(argv)
-    err = capsys.readouterr().err
-    assert status == 0, err[-4000:]
-    return err
-
-
 # --------------------------------------------------------------------------------------------- SFT
 
 
@@ -172,13 +161,12 @@ def sft_flags(model: Path, data: Path, run: Path) -> list[str]:
             "--ckpt.save_steps", "-1", "--ckpt.path", str(run / "ckpt"), "--ckpt.output_dir", str(run / "out")]
 
 
-def test_sft_preempted_mid_step_checkpoints_and_resumes_exactly(tiny_causal_lm_path, sft_data, tmp_path: Path,
-                                                                capsys) -> None:
+def test_sft_preempted_mid_step_checkpoints_and_resumes_exactly(tiny_causal_lm_path, sft_data, tmp_path: Path) -> None:
     """For SIGTERM and for SIGUSR1, the real command signalled mid-step 2 checkpoints and exits 75; the resume then
     logs step 3 as the uninterrupted run did. The uninterrupted run and the resumes run in this process (the same
     thread share): one reference serves both signals."""
     reference = tmp_path / "uninterrupted"
-    run_in_process(sft_flags(tiny_causal_lm_path, sft_data, reference), capsys)
+    assert_ok(run_in_process(*sft_flags(tiny_causal_lm_path, sft_data, reference)))
     for signum in (signal.SIGTERM, signal.SIGUSR1):
         run = tmp_path / signal.Signals(signum).name
         flags = sft_flags(tiny_causal_lm_path, sft_data, run)
@@ -187,7 +175,7 @@ def test_sft_preempted_mid_step_checkpoints_and_resumes_exactly(tiny_causal_lm_p
                                [("step", signum)])
         assert_preempted(result, run / "ckpt", signum)
         assert not (run / "out" / "model.safetensors").exists()  # a preempted run is not a finished one
-        resumed = run_in_process([*flags, "--ckpt.load_enable"], capsys)
+        resumed = assert_ok(run_in_process(*flags, "--ckpt.load_enable")).stderr
         assert f"resumed from {run / 'ckpt' / 'global_step2'} (step 2)" in resumed, signum
         assert_resumes_as_uninterrupted(run, reference)
 
@@ -238,7 +226,7 @@ def rl_flags(case: str, model: Path, task_files: dict[str, Path], run: Path) -> 
 @pytest.mark.parametrize("case,signum", [("hf", signal.SIGUSR1), ("vllm", signal.SIGTERM), ("async", signal.SIGTERM)],
                          ids=["hf-SIGUSR1", "vllm-SIGTERM", "async-SIGTERM"])
 def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tiny_causal_lm_path, task_files, tmp_path: Path,
-                                                               ray_tmpdir: str, capsys, request) -> None:
+                                                               ray_tmpdir: str, request) -> None:
     """The preempted run is the real command (its own Ray, signalled); the uninterrupted reference and the resume run
     in this process on the shared Ray cluster, one after the other (the same process, so the same thread share), and
     the resume reads the checkpoint the preempted command wrote. vLLM's stay the real command: in-process its runs
@@ -258,8 +246,8 @@ def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tin
         resumed = assert_ok(run_rlhf(*flags, "--ckpt.load_enable", timeout=900)).stderr
     else:
         request.getfixturevalue("ray_cluster")
-        run_in_process(rl_flags(case, tiny_causal_lm_path, task_files, reference), capsys)
-        resumed = run_in_process([*flags, "--ckpt.load_enable"], capsys)
+        assert_ok(run_in_process(*rl_flags(case, tiny_causal_lm_path, task_files, reference)))
+        resumed = assert_ok(run_in_process(*flags, "--ckpt.load_enable")).stderr
     assert f"resumed from {tmp_path / 'ckpt' / 'global_step2'} (step 2)" in resumed
     if case != "async":
         assert_resumes_as_uninterrupted(tmp_path, reference)

@@ -5,37 +5,15 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from rlhf_test_support import crash_plugin, truncate
 
 from rlhf.records.metrics import read_metrics
-from rlhf.testing.cli import assert_ok, assert_user_error, run_rlhf
+from rlhf.testing.cli import assert_ok, assert_user_error, run_in_process, run_rlhf
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def one_rank(capsys, monkeypatch):
-    """``rlhf ARGV`` on one rank in this process, reported as :func:`run_rlhf` reports a child (exit status,
-    stderr): a one-rank run is not about its process, and in-process it costs no interpreter or imports."""
-    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-
-    from rlhf.cli.main import main
-
-    monkeypatch.setenv("RLHF_NO_PROGRESS", "1")
-
-    def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        capsys.readouterr()
-        status = main(list(argv))
-        # a ZeRO-3 run's engines keep transformers' ZeRO-3 switch on until they are collected: a later from_pretrained
-        # in this process would build empty, partitioned weights
-        unset_hf_deepspeed_config()
-        return subprocess.CompletedProcess(argv, status, "", capsys.readouterr().err)
-
-    return run
 
 
 def _rows(path: Path, count: int, seed: int, word: str) -> Path:
@@ -47,7 +25,7 @@ def _rows(path: Path, count: int, seed: int, word: str) -> Path:
     return path
 
 
-def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path, one_rank) -> None:
+def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path) -> None:
     """A run that crashed after step 3 (its checkpoint is at step 2) resumes from step 2, says so, logs each step
     once, and trains steps 3-8 as the uninterrupted run did; a truncated copy of its checkpoint is refused. All four
     runs are of one rank, in this process."""
@@ -62,19 +40,19 @@ def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path, one
                 "--ckpt.output_dir", str(run / "out")]
 
     straight, resumed, spoiled = tmp_path / "straight", tmp_path / "resumed", tmp_path / "spoiled"
-    assert_ok(one_rank(*flags(straight)))
+    assert_ok(run_in_process(*flags(straight)))
     crash = crash_plugin(tmp_path, 3)
-    failed = one_rank("--plugins", str(crash), *flags(resumed), "--ckpt.load_enable")  # nothing to resume yet
+    failed = run_in_process("--plugins", str(crash), *flags(resumed), "--ckpt.load_enable")  # nothing to resume yet
     assert failed.returncode != 0 and "simulated crash after step 3" in failed.stderr
     assert f"--ckpt.load_enable: no checkpoint under {resumed / 'ckpt'}; starting from step 0" in failed.stderr
     assert sorted(p.name for p in (resumed / "ckpt").iterdir()) == ["global_step2"]
 
     shutil.copytree(resumed / "ckpt", spoiled / "ckpt")
     truncate(spoiled / "ckpt" / "global_step2" / "model" / "mp_rank_00_model_states.pt")
-    assert_user_error(one_rank(*flags(spoiled), "--ckpt.load_enable"),
+    assert_user_error(run_in_process(*flags(spoiled), "--ckpt.load_enable"),
                       f"checkpoint {spoiled / 'ckpt' / 'global_step2' / 'model'} cannot be loaded", "truncated or corrupt")
 
-    result = assert_ok(one_rank(*flags(resumed), "--ckpt.load_enable"))
+    result = assert_ok(run_in_process(*flags(resumed), "--ckpt.load_enable"))
     assert f"--ckpt.load_enable: resumed from {resumed / 'ckpt' / 'global_step2'} (step 2)" in result.stderr
 
     a, b = read_metrics(straight / "out"), read_metrics(resumed / "out")
@@ -92,7 +70,7 @@ def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path, one
 
 
 @pytest.mark.parametrize("stage", [2, 3])
-def test_a_universal_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path, stage, one_rank) -> None:
+def test_a_universal_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path, stage) -> None:
     """--ds.use_universal_ckpt: one rank resumes a 2-rank run from its step-2 checkpoint (alone under a new
     --ckpt.path, as a crash after step 2 leaves it), and steps 3-6 have the losses of the uninterrupted 2-rank run
     (the step's loss is a global mean, however it is split). A crashed run's resume:
@@ -113,7 +91,7 @@ def test_a_universal_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causa
     (resumed / "out").mkdir()  # and the metrics of its steps 1-2: steps 3-6 must come from the resumed run
     rows = (straight / "out" / "metrics.jsonl").read_text().splitlines(keepends=True)
     (resumed / "out" / "metrics.jsonl").write_text("".join(r for r in rows if json.loads(r)["step"] <= 2))
-    resumed_on_one = assert_ok(one_rank(*flags(resumed), "--ckpt.load_enable"))  # in this process
+    resumed_on_one = assert_ok(run_in_process(*flags(resumed), "--ckpt.load_enable"))  # in this process
     assert "global_step2 (step 2)" in resumed_on_one.stderr  # it did resume (a fresh start would give these losses too)
     assert (resumed / "ckpt" / "global_step2" / "model_universal" / "zero").is_dir()
 

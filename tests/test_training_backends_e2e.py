@@ -12,7 +12,7 @@ import pytest
 from rlhf_test_support import base_flags, crash_plugin
 
 from rlhf.records.metrics import read_metrics
-from rlhf.testing.cli import assert_ok, assert_user_error, refused_in_process, run_rlhf
+from rlhf.testing.cli import assert_ok, assert_user_error, refused_in_process, run_in_process, run_rlhf
 
 pytestmark = pytest.mark.slow
 
@@ -97,14 +97,7 @@ def _one_deepspeed_rank(trainer: str, model: Path, data: Path, run: Path) -> Non
     """The DeepSpeed ZeRO-3 reference, on one rank in this process: two data-parallel ranks train the same global
     batches (each step's loss and gradient are global token or sample means), so FSDP2's two ranks must match it;
     in-process, it costs no interpreter, imports or process group of its own."""
-    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-
-    from rlhf.cli.main import main
-
-    assert main(_supervised(trainer, model, data, run, "--train.backend", "deepspeed", "--ds.zero_stage", "3")) == 0
-    # The run's engines keep transformers' ZeRO-3 switch on until they are collected: a later from_pretrained in this
-    # process (the RM test's value head) would build empty, partitioned weights.
-    unset_hf_deepspeed_config()
+    assert_ok(run_in_process(*_supervised(trainer, model, data, run, "--train.backend", "deepspeed", "--ds.zero_stage", "3")))
 
 
 def _assert_same_steps(fsdp2: Path, deepspeed: Path, steps: int, weights: bool = True) -> None:

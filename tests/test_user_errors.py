@@ -12,8 +12,6 @@ run ``rlhf``'s ``main`` in this process on the session's shared Ray cluster (the
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import subprocess
@@ -25,7 +23,7 @@ from rlhf_test_support import base_flags
 from rlhf.console import RUN_LOG_NAME
 from rlhf.errors import DataError, PluginError, render_exit
 from rlhf.runtime.cluster.liveness import free_port
-from rlhf.testing.cli import assert_user_error, refused_in_process, run_rlhf
+from rlhf.testing.cli import assert_user_error, refused_in_process, run_in_process, run_rlhf
 
 GRPO = ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",
         "--algo.kl.init_coef", "0"]
@@ -71,12 +69,7 @@ def train_in_process(model: Path, prompts: Path, reward: Path, run: Path, *extra
     """``rlhf train ppo`` as :func:`train` runs it, but ``rlhf``'s ``main`` in this process, on the session's shared
     Ray cluster (for a mistake found mid-run, where the command's own process is not what is tested): the exit
     status and what it printed to stderr, as the command would give them."""
-    from rlhf.cli.main import main
-
-    argv = ["train", "ppo", *train_flags(model, prompts, reward, run, *extra, steps=steps)]
-    with contextlib.redirect_stderr(io.StringIO()) as err:
-        status = main(argv)
-    return subprocess.CompletedProcess(argv, status, "", err.getvalue())
+    return run_in_process("train", "ppo", *train_flags(model, prompts, reward, run, *extra, steps=steps))
 
 
 CASES = {

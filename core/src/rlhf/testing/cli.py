@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlhf.cli.main import split_plugin_args
+from rlhf.cli.main import main, split_plugin_args
 from rlhf.errors import render_exit
 from rlhf.host.plugin_host import PluginHost
 from rlhf.launch import trainer_run
@@ -37,6 +37,34 @@ def run_rlhf(*args: str, launcher: Sequence[str] = (), cwd: Path | None = None, 
     full_env = child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1", **(env or {}))
     command = [sys.executable, "-m", *launcher, *(["-m"] if launcher else []), "rlhf", *args]
     return subprocess.run(command, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout)
+
+
+def run_in_process(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``rlhf ARGV`` in this process, reported as :func:`run_rlhf` reports a child (exit status, stderr), without
+    progress bars: for a run that is not about its process (one rank; RL on the session's Ray cluster), which then
+    costs no interpreter, imports or cluster of its own.
+
+    Afterwards transformers' ZeRO-3 switch is off: a DeepSpeed ZeRO-3 run with a frozen model (DPO's reference)
+    leaves that model's engine alive in the process, and with it the switch, so a later ``from_pretrained`` here
+    would build empty, partitioned weights (an open bug of in-process runs)."""
+    import contextlib
+    import io
+
+    progress = os.environ.get("RLHF_NO_PROGRESS")
+    os.environ["RLHF_NO_PROGRESS"] = "1"
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            status = main(list(argv))
+    finally:
+        if progress is None:
+            del os.environ["RLHF_NO_PROGRESS"]
+        else:
+            os.environ["RLHF_NO_PROGRESS"] = progress
+        if "transformers" in sys.modules:
+            from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+            unset_hf_deepspeed_config()
+    return subprocess.CompletedProcess(list(argv), status, "", err.getvalue())
 
 
 def assert_ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,27 +14,8 @@ from rlhf_supervised.config import SupervisedDataSection
 from rlhf_supervised.conversations import pretrain_text, prompt_response
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
-from rlhf.cli.main import main
-from rlhf.testing.cli import assert_ok, assert_user_error, refused_in_process, run_rlhf
-
-
-@pytest.fixture
-def in_process(capsys, monkeypatch):
-    """``rlhf ARGV`` of one rank in this process, reported as :func:`run_rlhf` reports a child (exit status,
-    stderr): these runs are not about their process, and in-process they cost no interpreter or imports."""
-    monkeypatch.setenv("RLHF_NO_PROGRESS", "1")
-
-    def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        capsys.readouterr()
-        status = main(list(argv))
-        # a ZeRO-3 run's engines keep transformers' ZeRO-3 switch on until they are collected: a later from_pretrained
-        # in this process would build empty, partitioned weights
-        unset_hf_deepspeed_config()
-        return subprocess.CompletedProcess(argv, status, "", capsys.readouterr().err)
-
-    return run
+from rlhf.testing.cli import assert_ok, assert_user_error, refused_in_process, run_in_process, run_rlhf
 
 
 def write_rows(path: Path, count: int, seed: int = 0) -> Path:
@@ -89,7 +69,7 @@ def _expected_one_step(model_path: Path, data: Path, lr: float, eps: float) -> d
     [("single", 8, 2), ("single", 2, 3), ("torchrun", 2, 2)],
     ids=["1rank-1micro-zero2", "1rank-4micro-zero3", "2ranks-2micro-zero2"],
 )
-def test_one_step_is_the_full_batch_token_mean(tmp_path, tiny_causal_lm_path, in_process, launcher, micro, stage) -> None:
+def test_one_step_is_the_full_batch_token_mean(tmp_path, tiny_causal_lm_path, launcher, micro, stage) -> None:
     """However the 8 samples are split over micro-batches and ranks, the update is the one of a
     single token mean over all their response tokens (checked through AdamW with a large eps,
     whose first step is then nearly linear in the gradient). One rank trains in this process."""
@@ -97,7 +77,7 @@ def test_one_step_is_the_full_batch_token_mean(tmp_path, tiny_causal_lm_path, in
     lr, eps = 1e3, 1e3
     out = tmp_path / "out"
     command = () if launcher == "single" else ("torch.distributed.run", "--standalone", "--nproc_per_node", "2")
-    run = in_process if launcher == "single" else lambda *argv: run_rlhf(*argv, launcher=command)
+    run = run_in_process if launcher == "single" else lambda *argv: run_rlhf(*argv, launcher=command)
     assert_ok(run("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
                "--data.dataset", str(data), "--train.batch_size", "8", "--train.micro_batch_size", str(micro),
                "--train.max_epochs", "1", "--train.lr_warmup_ratio", "0", "--train.max_norm", "0",
@@ -115,14 +95,14 @@ def test_one_step_is_the_full_batch_token_mean(tmp_path, tiny_causal_lm_path, in
 
 
 @pytest.mark.slow
-def test_lora_sft_saves_an_adapter_that_merges_exactly(tmp_path, tiny_causal_lm_path, in_process) -> None:
+def test_lora_sft_saves_an_adapter_that_merges_exactly(tmp_path, tiny_causal_lm_path) -> None:
     """A LoRA run (in this process) saves only its adapter, which learned; `rlhf lora merge` folds it into the base
     model exactly: the merged model's logits are the adapted model's."""
     from peft import PeftModel
 
     data = write_rows(tmp_path / "sft.jsonl", 32)
     out, merged = tmp_path / "adapter", tmp_path / "merged"
-    assert_ok(in_process("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
+    assert_ok(run_in_process("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
                "--data.dataset", str(data), "--data.apply_chat_template", "--train.batch_size", "8",
                "--train.micro_batch_size", "4", "--adam.lr", "1e-2", "--ds.param_dtype", "fp32", "--ds.zero_stage", "2",
                "--ds.lora.rank", "8", "--ds.lora.alpha", "16", "--train.gradient_checkpointing_enable",
@@ -131,7 +111,7 @@ def test_lora_sft_saves_an_adapter_that_merges_exactly(tmp_path, tiny_causal_lm_
     assert not (out / "model.safetensors").exists()  # adapters only
     losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if "loss" in line]
     assert losses[-1] < losses[0]
-    assert_ok(in_process("lora", "merge", "--model_path", str(tiny_causal_lm_path),
+    assert_ok(run_in_process("lora", "merge", "--model_path", str(tiny_causal_lm_path),
                "--lora_path", str(out), "--output_path", str(merged), "--ds.param_dtype", "fp32"))
     ids = torch.tensor([[1, 40, 41, 42, 43, 44, 45]])
     base = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path, dtype=torch.float32)
@@ -144,10 +124,10 @@ def test_lora_sft_saves_an_adapter_that_merges_exactly(tmp_path, tiny_causal_lm_
 
 
 @pytest.mark.slow
-def test_missing_output_key_names_file_row_and_flag(tmp_path, tiny_causal_lm_path, in_process) -> None:
+def test_missing_output_key_names_file_row_and_flag(tmp_path, tiny_causal_lm_path) -> None:
     data = tmp_path / "bad.jsonl"
     data.write_text(json.dumps({"input": "a", "output": "b"}) + "\n" + json.dumps({"input": "c", "answer": "d"}) + "\n")
-    result = in_process("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
+    result = run_in_process("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path),
                         "--data.dataset", str(data), "--ckpt.output_dir", str(tmp_path / "o"), "--ds.param_dtype", "fp32")
     assert result.returncode == 2
     assert f"{data} row 1 has no key 'output'" in result.stderr and "--data.output_key" in result.stderr
@@ -161,7 +141,7 @@ def test_4bit_on_cpu_is_a_clear_error_before_anything_loads(capsys) -> None:
 
 
 @pytest.mark.slow
-def test_moe_balancing_loss_is_added_and_logged(tmp_path, tiny_tokenizer_path, in_process) -> None:
+def test_moe_balancing_loss_is_added_and_logged(tmp_path, tiny_tokenizer_path) -> None:
     from transformers import MixtralConfig, MixtralForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_path)
@@ -174,7 +154,7 @@ def test_moe_balancing_loss_is_added_and_logged(tmp_path, tiny_tokenizer_path, i
     MixtralForCausalLM(config).save_pretrained(moe)
     tokenizer.save_pretrained(moe)
     out = tmp_path / "out"
-    assert_ok(in_process("train", "sft", "--model.model_name_or_path", str(moe),
+    assert_ok(run_in_process("train", "sft", "--model.model_name_or_path", str(moe),
                "--data.dataset", str(write_rows(tmp_path / "sft.jsonl", 16)), "--train.batch_size", "8",
                "--train.micro_batch_size", "4", "--ds.param_dtype", "fp32", "--model.aux_loss_coef", "0.01",
                "--ckpt.output_dir", str(out)))
