@@ -93,7 +93,8 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
     flags = ["--plugins", str(observer), "--ckpt.save_steps", "1",
              *base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=3), *_grpo(task_files),
              "--train.in_process", "off"]
-    env = child_env(HF_HUB_OFFLINE="1", RAY_TMPDIR=ray_tmpdir)
+    # faulthandler: a driver that does not end in time is stopped with SIGABRT, which prints every thread's stack
+    env = child_env(HF_HUB_OFFLINE="1", RAY_TMPDIR=ray_tmpdir, PYTHONFAULTHANDLER="1")
     env.pop("RAY_worker_niceness", None)  # an in-process run in this worker may have set it: the default is the subject
     with (tmp_path / "driver.err").open("w") as err:  # with its progress bar, which must not be left half-drawn
         driver = subprocess.Popen([sys.executable, "-m", "rlhf", "train", "ppo", *flags], stdout=subprocess.DEVNULL,
@@ -108,7 +109,13 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
             workers = [int(p.split(":")[0]) for p in running if "ray::PolicyWorker" in p]
             assert workers and all(_niceness(pid) == 0 for pid in workers), running
             driver.send_signal(signum)
-            returncode = driver.wait(timeout=120)
+            try:
+                returncode = driver.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                driver.send_signal(signal.SIGABRT)
+                driver.wait(timeout=60)
+                pytest.fail(f"the driver did not end within 300 s of {signum.name}; its stacks and log:\n"
+                            + (tmp_path / "driver.err").read_text()[-12000:])
         finally:
             if driver.poll() is None:
                 driver.kill()
