@@ -97,8 +97,10 @@ def test_no_ray_process_of_a_killed_run_survives(signum, task_files, tiny_causal
     env = child_env(HF_HUB_OFFLINE="1", RAY_TMPDIR=ray_tmpdir, PYTHONFAULTHANDLER="1")
     env.pop("RAY_worker_niceness", None)  # an in-process run in this worker may have set it: the default is the subject
     with (tmp_path / "driver.err").open("w") as err:  # with its progress bar, which must not be left half-drawn
+        # Ctrl-C's default for the driver, as a terminal gives it: a suite started as a background job (`nohup … &`)
+        # hands SIGINT down ignored, and Python then leaves it ignored (the run slept on through the signal)
         driver = subprocess.Popen([sys.executable, "-m", "rlhf", "train", "ppo", *flags], stdout=subprocess.DEVNULL,
-                                  stderr=err, env=env)
+                                  stderr=err, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             deadline = time.monotonic() + 600
             while not observer.with_suffix(".running").exists() and driver.poll() is None and time.monotonic() < deadline:
