@@ -95,8 +95,9 @@ class PluginHost:
         sel = self.selection
         for group, ep in self._entry_points():
             # one parse of the distribution's METADATA for its name and version (``dist.name`` and ``dist.version``
-            # would parse it each), and its requirements from the distribution found (``metadata.requires(name)``
-            # would search sys.path for it again)
+            # would parse it each); its requirements come from the distribution found (``dist.requires`` parses it
+            # once more, and also reads an egg-info's requires.txt), where ``metadata.requires(name)`` would first
+            # search sys.path for it again
             meta = ep.dist.metadata if ep.dist else None
             dist, version = (meta["Name"], meta["Version"]) if meta else (None, None)
             self._ep_identities.update(canonical(x) for x in (ep.name, dist) if x)
