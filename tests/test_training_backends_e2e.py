@@ -35,18 +35,21 @@ def _assert_same_weights(a: Path, b: Path, rel: float = 1e-5) -> None:
 
 def test_grpo_with_two_ranks_takes_the_same_first_step_on_fsdp2_as_on_deepspeed_zero3(ray_cluster, task_files,
                                                                                          tiny_causal_lm_path, tmp_path) -> None:
-    """The same fp32 GRPO step (same rollouts: HF generate, seeded) trained by two ZeRO-3 ranks and by two FSDP2
-    ranks: the same policy loss and the same weights after it, to fp32 rounding. Both runs are driven from this
-    process on the shared Ray cluster (their ranks are its actors)."""
+    """The same fp32 GRPO step (same rollouts: HF generate, seeded) trained by two FSDP2 ranks and by DeepSpeed
+    ZeRO-3: the same policy loss and the same weights after it, to fp32 rounding. Two data-parallel ranks train the
+    global batch one rank trains (the loss is a global mean), so the ZeRO-3 reference is one rank, in this process;
+    the FSDP2 run's two ranks are actors of the shared Ray cluster. (Two ZeRO-3 ranks train in test_rl_e2e's
+    and test_weight_sync's two-rank cases.)"""
     from rlhf.cli.main import main
 
     runs = {}
-    for backend, extra in (("deepspeed", ["--ds.zero_stage", "3"]), ("fsdp2", ["--train.backend", "fsdp2"])):
+    for backend, extra in (("deepspeed", ["--ds.zero_stage", "3", "--actor.num_gpus_per_node", "1"]),
+                           ("fsdp2", ["--train.backend", "fsdp2", "--actor.num_gpus_per_node", "2"])):
         run = tmp_path / backend
         flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], run, "hf", steps=1),
                  "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
                  "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--train.micro_batch_size", "2",
-                 "--algo.kl.init_coef", "0", "--actor.num_gpus_per_node", "2", "--ds.attn_implementation", "eager",
+                 "--algo.kl.init_coef", "0", "--ds.attn_implementation", "eager",
                  "--rollout.micro_batch_size", "4", *extra]  # two rollout micro-batches: one per actor rank
         assert main(["train", "ppo", *flags]) == 0
         runs[backend] = run
