@@ -72,7 +72,7 @@ def _sft_losses(tmp_path: Path, model: Path, name: str, ranks: int, *extra: str,
 def test_zpg_trains_as_plain_zero3(tmp_path: Path, tiny_causal_lm_path: Path) -> None:
     """4 ranks, hpZ groups of 2: the same losses as plain ZeRO-3 on 1 rank (the same global batches; the plain
     4-rank run, which equals it, cost 4 more processes)."""
-    plain = _sft_losses(tmp_path, tiny_causal_lm_path, "plain", 1)
+    plain = _sft_losses(tmp_path, tiny_causal_lm_path, "plain", 1, in_process=True)
     hierarchical = _sft_losses(tmp_path, tiny_causal_lm_path, "zpg", 4, "--ds.zpg", "2")
     assert len(plain) == 3 and hierarchical == pytest.approx(plain, rel=1e-5)
 
