@@ -32,7 +32,12 @@ def run(tmp_path: Path, name: str, tiny_causal_lm_path: Path, task_files: dict[s
 def test_ranks_in_this_process_train_the_steps_ray_workers_train(ray_cluster, tiny_causal_lm_path, task_files,
                                                                  tmp_path) -> None:
     """Actor and reference in this process (auto: one rank each, HF generate in the actor's rank) give the
-    metrics of every step that the same run gives on Ray workers; no Ray is started for it."""
+    metrics of every step that the same run gives on Ray workers; no Ray is started for it.
+
+    An in-process vLLM engine's shutdown destroys torch's default process group; the next in-process run of the
+    same process (tests, notebooks) makes a new one and trains, on DeepSpeed too, from the same first step."""
+    import torch
+
     rank_variables = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_ACCELERATOR")
     before = {key: os.environ.get(key) for key in rank_variables}
     local = run(tmp_path, "local", tiny_causal_lm_path, task_files)
@@ -40,6 +45,8 @@ def test_ranks_in_this_process_train_the_steps_ray_workers_train(ray_cluster, ti
     where = json.loads((tmp_path / "local" / "out" / "workers.json").read_text())
     assert [(w["group"], w["in_process"], w["pid"]) for w in where] == [("actor", True, os.getpid()),
                                                                         ("ref", True, os.getpid())]
+    torch.distributed.destroy_process_group()  # what vLLM's engine shutdown does
+    assert run(tmp_path, "after-destroy", tiny_causal_lm_path, task_files)[0]["reward"] == pytest.approx(local[0]["reward"])
     on_ray = run(tmp_path, "ray", tiny_causal_lm_path, task_files, "--train.in_process", "off")
     assert {w["group"] for w in json.loads((tmp_path / "ray" / "out" / "workers.json").read_text())} == {"actor", "ref"}
     assert len(local) == len(on_ray) == 3
@@ -63,14 +70,3 @@ def test_a_run_in_one_process_imports_no_ray(tiny_causal_lm_path, task_files, tm
     result = subprocess.run([sys.executable, "-c", probe, *flags], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ray imported: False" in result.stdout, result.stdout[-2000:]
-
-
-def test_a_run_after_the_process_group_was_destroyed_trains(tiny_causal_lm_path, task_files, tmp_path) -> None:
-    """An in-process vLLM engine's shutdown destroys torch's default process group; the next in-process run of
-    the same process (tests, notebooks) makes a new one and trains, on DeepSpeed too."""
-    import torch
-
-    first = run(tmp_path, "first", tiny_causal_lm_path, task_files)
-    torch.distributed.destroy_process_group()  # what vLLM's engine shutdown does
-    assert run(tmp_path, "second", tiny_causal_lm_path, task_files)[0]["reward"] == pytest.approx(first[0]["reward"])
-

@@ -15,6 +15,9 @@ pytestmark = pytest.mark.slow
 ], ids=["separate", "actor-ref", "all"])
 def test_each_rank_gets_its_bundle_and_colocated_groups_share_them(flags, together, ray_cluster, task_files,
                                                                    tiny_causal_lm_path, tmp_path) -> None:
+    """Each group has one placement group, the same one exactly for the groups a colocation flag puts together
+    and a different one for each set; every rank of a set sits on a bundle of its own, and each bundle's CPU is
+    shared by the ranks on it (with --train.colocate_all, also by the engine, on bundle 0)."""
     import ray
 
     from rlhf.config.loading import ConfigParser
@@ -30,7 +33,10 @@ def test_each_rank_gets_its_bundle_and_colocated_groups_share_them(flags, togeth
         + ["--reward.remote_url", str(task_files["reward"]), "--algo.kl.init_coef", "0.01", "--actor.num_gpus_per_node", "2",
            "--ref.num_gpus_per_node", "2", "--critic.num_gpus_per_node", "2", "--train.batch_size", "8",
            "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "2", "--rollout.n_samples_per_prompt", "2",
-           "--critic.model_name_or_path", str(tiny_causal_lm_path), "--rollout.engine", "hf", *flags])  # an engine actor
+           "--critic.model_name_or_path", str(tiny_causal_lm_path),
+           # an engine actor where it shares the ranks' bundles; elsewhere it would sit in a placement group of its own,
+           # which nothing here reads, so it generates in the actor's ranks
+           "--rollout.engine", "hf" if "--train.colocate_all" in flags else "hf-inprocess", *flags])
     config = PPOTrainer.prepare_config(config, host)
     config.plugin_set = host.resolved()
     controller = PPOController(config, host, tmp_path / "out")

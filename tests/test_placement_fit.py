@@ -4,6 +4,9 @@ The cluster (``engine_checks/declared_gpu_cluster.py``) declares one GPU on this
 Ray's resources, not ``torch.cuda``, so the runs below ask for GPUs exactly as on a one-GPU node. The issue's
 case: on one H100, ZeRO-3 and FSDP2 put the HF engine in a process of its own; the actor's placement group
 took the GPU and the engine waited for another, silently, until killed.
+
+The runs are a user's ``rlhf`` commands with RAY_ADDRESS set, in one process of their own that stays up for the
+module (:class:`RlhfCommands`): each reports its exit status, all of its stderr and its seconds, as a child would.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from rlhf_test_support import base_flags
 
 from rlhf.records.metrics import read_metrics
 from rlhf.runtime.cluster.capacity import Request, shortfall
-from rlhf.testing.cli import assert_user_error, child_env, run_rlhf
+from rlhf.testing.cli import assert_user_error, child_env
 
 CHECKS = Path(__file__).parent / "engine_checks"
 
@@ -63,6 +65,93 @@ def one_gpu_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Declar
     shutil.rmtree(ray_tmpdir, ignore_errors=True)
 
 
+#: the process of :class:`RlhfCommands`: a JSON request per stdin line, a JSON reply per line on its first stdout
+RLHF_COMMANDS = """
+import contextlib, io, json, os, sys, tempfile, time, traceback
+from rlhf.cli.main import main
+
+replies = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)  # whatever else writes to stdout (a library, Ray's log lines) stays out of the replies
+for line in sys.stdin:
+    request = json.loads(line)
+    before = {key: os.environ.get(key) for key in request["env"]}
+    os.environ.update(request["env"])
+    shown = io.StringIO()
+    with tempfile.TemporaryFile("w+") as said:
+        sys.stderr.flush()
+        console = os.dup(2)
+        os.dup2(said.fileno(), 2)  # all of the command's stderr, as a child's would be captured
+        started = time.monotonic()
+        try:
+            with contextlib.redirect_stdout(shown):
+                code = main(request["argv"])
+        except BaseException:  # a reply all the same: the test shows it
+            traceback.print_exc()
+            code = -1
+        seconds = time.monotonic() - started
+        sys.stderr.flush()
+        os.dup2(console, 2)
+        os.close(console)
+        said.seek(0)
+        stderr = said.read()
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    if "transformers" in sys.modules:  # a ZeRO-3 run leaves transformers' switch on (see rlhf.testing.cli.run_in_process)
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+        unset_hf_deepspeed_config()
+    replies.write(json.dumps({"exit": code, "stdout": shown.getvalue(), "stderr": stderr, "seconds": seconds}) + "\\n")
+    replies.flush()
+"""
+
+
+class RlhfCommands:
+    """A user's ``rlhf`` commands against the cluster, one after another, each as ``main`` runs it, in one process
+    that stays up: each Python start with torch, DeepSpeed and Ray's driver costs more than a refused run or a plan.
+    Each command's exit status and stderr are all of it, as a child of its own would report them."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log.open("w")  # the driver's own stderr, outside any command (read when it dies)
+        self.process = subprocess.Popen([sys.executable, "-c", RLHF_COMMANDS], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                        env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1", **env))
+        self.log_path = log
+
+    def __call__(self, *argv: str, env: dict[str, str] | None = None,
+                 timeout: float = 600) -> tuple[subprocess.CompletedProcess[str], float]:
+        """``rlhf ARGV`` with ``env`` set for it: what it reported, and the seconds it took."""
+        import select
+
+        self.process.stdin.write(json.dumps({"argv": list(argv), "env": env or {}}) + "\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        if not ready:  # its late reply would answer the next command
+            self.process.kill()
+        line = self.process.stdout.readline() if ready else ""
+        assert line, f"no reply within {timeout:.0f} s: {self.log_path.read_text()[-4000:]}"
+        reply = json.loads(line)
+        assert reply["exit"] != -1, reply["stderr"][-4000:]
+        return subprocess.CompletedProcess(list(argv), reply["exit"], reply["stdout"], reply["stderr"]), reply["seconds"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def rlhf_on_one_gpu(one_gpu_cluster: DeclaredGpuCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RlhfCommands]:
+    """``rlhf`` commands of a user whose RAY_ADDRESS is the one-GPU cluster."""
+    commands = RlhfCommands(one_gpu_cluster.env, tmp_path_factory.mktemp("rlhf-commands") / "driver.log")
+    yield commands
+    commands.close()
+
+
 def _grpo(tiny_causal_lm_path: Path, task_files: dict[str, Path], tmp_path: Path) -> list[str]:
     """The demo's GRPO shape, one step, one actor rank; the engine is the run's choice (``auto``)."""
     return [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=1),
@@ -73,101 +162,69 @@ def _grpo(tiny_causal_lm_path: Path, task_files: dict[str, Path], tmp_path: Path
 @pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--ds.zero_stage", "3"], ["--train.backend", "fsdp2"]], ids=["zero3", "fsdp2"])
 def test_a_run_that_needs_two_gpus_on_one_ends_at_once_naming_the_flag_that_fits(
-        flags, one_gpu_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
-    started = time.monotonic()
-    result = run_rlhf("train", "ppo", *_grpo(tiny_causal_lm_path, task_files, tmp_path), *flags, env=one_gpu_cluster.env,
-                      timeout=120)
-    elapsed = time.monotonic() - started
+        flags, one_gpu_cluster, rlhf_on_one_gpu, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    result, seconds = rlhf_on_one_gpu("train", "ppo", *_grpo(tiny_causal_lm_path, task_files, tmp_path), *flags, timeout=120)
     assert_user_error(result, "needs 2 GPUs", "has 1 (1 node with 1 GPU)", "actor 1 = --actor.num_nodes 1 x "
                       "--actor.num_gpus_per_node 1", "rollout engines 1 = --vllm.num_engines 0", "add --train.colocate_all")
-    assert elapsed < 30, f"the refusal took {elapsed:.0f} s"
+    assert seconds < 30, f"the refusal took {seconds:.0f} s"
     assert one_gpu_cluster.ask("release") == 1  # the run left nothing placed
-
-
-PLANS_AND_RUNS = """
-import contextlib, io, json, sys
-from rlhf.cli.main import main
-
-results = []
-for kind, argv in json.loads(sys.argv[2]):
-    shown = io.StringIO()
-    with contextlib.redirect_stdout(shown):
-        code = main(argv)
-    results.append({"kind": kind, "exit": code, "json": json.loads(shown.getvalue()) if kind == "plan" else None})
-with open(sys.argv[1], "w") as out:
-    json.dump(results, out)
-"""
-
-
-def plans_and_runs(commands: list[tuple[str, list[str]]], env: dict[str, str], result: Path) -> list[dict]:
-    """``rlhf plan`` (its JSON read back) and ``rlhf train`` commands, in order, in one process: each Python start
-    with torch, DeepSpeed and Ray's driver costs more than a plan."""
-    completed = subprocess.run([sys.executable, "-c", PLANS_AND_RUNS, str(result), json.dumps(commands)],
-                               capture_output=True, text=True, env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1",
-                                                                            **env), timeout=600)
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return json.loads(result.read_text())
 
 
 @pytest.mark.slow
 def test_rlhf_plan_names_the_colocation_and_the_named_flags_colocate_the_engine_on_the_one_gpu_and_train(
-        one_gpu_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
+        rlhf_on_one_gpu, task_files, tiny_causal_lm_path, tmp_path) -> None:
     """`rlhf plan` reads the nodes of the cluster at RAY_ADDRESS (one declared GPU): actor and engine need two, and
     the first change that fits is the hybrid engine, which puts both on the one GPU.
 
     Then the hybrid engine (what the refusal above says) and the finer --train.colocate actor+engines on ZeRO-3:
-    the engine shares the actor's one GPU, as `rlhf plan` places it, and each run trains. The plans and runs share
-    one process (a user's `rlhf` commands, each as `main` runs it)."""
-    plan = ["plan", "train", "ppo", "--actor.model_name_or_path", str(tiny_causal_lm_path), "--actor.num_gpus_per_node",
-            "1", "--vllm.num_engines", "1", "--algo.kl.init_coef", "0", "--algo.advantage.estimator", "reinforce",
-            "--plan.gpu_memory", "80GiB", "--json"]
-    commands = [("plan", plan), ("plan", [*plan, "--train.colocate_all"])]
-    colocations = {"colocate_all": ["--train.colocate_all"], "finer": ["--train.colocate", "actor+engines"]}
-    for name, colocation in colocations.items():
-        flags = [*_grpo(tiny_causal_lm_path, task_files, tmp_path / name), "--ds.zero_stage", "3", *colocation]
-        commands += [("plan", ["plan", "train", "ppo", *flags, "--plan.gpu_memory", "80GiB", "--json"]),
-                     ("train", ["train", "ppo", *flags])]
-    needs_two, fixed, *colocated = plans_and_runs(commands, one_gpu_cluster.env, tmp_path / "results.json")
+    the engine shares the actor's one GPU, as `rlhf plan` places it, and each run trains."""
+    def plan(*argv: str) -> tuple[int, dict]:
+        result, _ = rlhf_on_one_gpu("plan", *argv, "--plan.gpu_memory", "80GiB", "--json")
+        return result.returncode, json.loads(result.stdout)
 
-    assert needs_two["exit"] == 1
-    assert needs_two["json"]["cluster"]["nodes"] == [1.0] and "needs 2 GPUs" in needs_two["json"]["placement_problem"]
-    assert needs_two["json"]["fix"] == "--train.colocate_all"
-    assert fixed["exit"] == 0
-    assert fixed["json"]["fits"] is True and fixed["json"]["gpus"][0]["holds"] == ["actor rank 0", "engine 0"]
-    for name, (planned, trained) in zip(colocations, zip(colocated[::2], colocated[1::2])):
-        assert [gpu["holds"] for gpu in planned["json"]["gpus"]] == [["actor rank 0", "engine 0"]], name
-        assert trained["exit"] == 0, name
+    flags = ["train", "ppo", "--actor.model_name_or_path", str(tiny_causal_lm_path), "--actor.num_gpus_per_node", "1",
+             "--vllm.num_engines", "1", "--algo.kl.init_coef", "0", "--algo.advantage.estimator", "reinforce"]
+    needs_two, fixed = plan(*flags), plan(*flags, "--train.colocate_all")
+    assert needs_two[0] == 1
+    assert needs_two[1]["cluster"]["nodes"] == [1.0] and "needs 2 GPUs" in needs_two[1]["placement_problem"]
+    assert needs_two[1]["fix"] == "--train.colocate_all"
+    assert fixed[0] == 0
+    assert fixed[1]["fits"] is True and fixed[1]["gpus"][0]["holds"] == ["actor rank 0", "engine 0"]
+    for name, colocation in {"colocate_all": ["--train.colocate_all"], "finer": ["--train.colocate", "actor+engines"]}.items():
+        run = [*_grpo(tiny_causal_lm_path, task_files, tmp_path / name), "--ds.zero_stage", "3", *colocation]
+        _, planned = plan("train", "ppo", *run)
+        assert [gpu["holds"] for gpu in planned["gpus"]] == [["actor rank 0", "engine 0"]], name
+        trained, _ = rlhf_on_one_gpu("train", "ppo", *run)
+        assert trained.returncode == 0, (name, trained.stderr[-4000:])
         assert [m["step"] for m in read_metrics(tmp_path / name / "out")] == [1], name
 
 
 @pytest.mark.slow
-def test_a_placement_group_not_placed_in_time_ends_with_one_line_naming_it(one_gpu_cluster, task_files,
+def test_a_placement_group_not_placed_in_time_ends_with_one_line_naming_it(one_gpu_cluster, rlhf_on_one_gpu, task_files,
                                                                            tiny_causal_lm_path, tmp_path) -> None:
     """The run fits the cluster (one rank, the engine in it), but another job holds the GPU."""
     assert one_gpu_cluster.ask("hold 1") == 0
     try:
-        started = time.monotonic()
-        result = run_rlhf("train", "ppo", *_grpo(tiny_causal_lm_path, task_files, tmp_path),
-                          env={**one_gpu_cluster.env, "RLHF_PLACEMENT_TIMEOUT_S": "2"}, timeout=120)
-        elapsed = time.monotonic() - started
+        result, seconds = rlhf_on_one_gpu("train", "ppo", *_grpo(tiny_causal_lm_path, task_files, tmp_path),
+                                          env={"RLHF_PLACEMENT_TIMEOUT_S": "2"}, timeout=120)
     finally:
         one_gpu_cluster.ask("release")
     assert_user_error(result, "did not place actor: 1 bundle(s) of {GPU: 1}, PACK (--actor.num_nodes 1 x "
                       "--actor.num_gpus_per_node 1) within 2 s", "RLHF_PLACEMENT_TIMEOUT_S", "GPU 1, 0 free",
                       "1 node with 1 GPU", "ray status")
-    assert elapsed < 30, f"the run took {elapsed:.0f} s to give up"
+    assert seconds < 30, f"the run took {seconds:.0f} s to give up"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--vllm.sync_backend", "nccl"], ["--ds.load_in_4bit", "--ds.lora.rank", "4"]],
                          ids=["nccl", "4-bit"])
-def test_a_driver_without_cuda_leaves_the_gpu_choices_to_the_cluster_it_joins(flags, one_gpu_cluster, task_files,
+def test_a_driver_without_cuda_leaves_the_gpu_choices_to_the_cluster_it_joins(flags, rlhf_on_one_gpu, task_files,
                                                                               tiny_causal_lm_path, tmp_path) -> None:
     """This process has no CUDA and the cluster it joins has a GPU (a head node without GPUs): NCCL and 4-bit
     loading are the cluster's to run, so the run goes on to the placement, which a vLLM engine process beside the
     actor cannot fit, instead of refusing them for want of CUDA here."""
-    result = run_rlhf("train", "ppo", *_grpo(tiny_causal_lm_path, task_files, tmp_path), "--vllm.num_engines", "1",
-                      *flags, env=one_gpu_cluster.env, timeout=120)
+    result, _ = rlhf_on_one_gpu("train", "ppo", *_grpo(tiny_causal_lm_path, task_files, tmp_path), "--vllm.num_engines",
+                                "1", *flags, timeout=120)
     assert_user_error(result, "needs 2 GPUs", "has 1 (1 node with 1 GPU)", "rollout engines 1 = --vllm.num_engines 1")
     assert "CUDA" not in result.stderr
 
