@@ -55,6 +55,9 @@ def test_the_pages_mark_their_complete_commands() -> None:
 @pytest.mark.parametrize(("page", "yours", "commands"), try_it_blocks(), ids=[page for page, _, _ in try_it_blocks()])
 def test_a_try_it_by_hand_block_trains_two_steps_as_written(page: str, yours: str | None, commands: str,
                                                            tmp_path: Path) -> None:
+    """The block runs as written and trains two steps, one rank per role. plugins/rollout-engine.md's block is where
+    an engine written from its page (``rlhf plugin new rollout-engine``) installs and trains, in a Ray actor of its own
+    (tests/test_backend_plugins.py runs the conformance kit on it)."""
     if yours:
         (tmp_path / yours).write_text(READERS_PLUGIN)
     site = tmp_path / ".site"
@@ -64,7 +67,8 @@ def test_a_try_it_by_hand_block_trains_two_steps_as_written(page: str, yours: st
     done = subprocess.run(["bash", "-e", "-c", as_run_here(commands, site)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, f"{page}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    assert [m["step"] for m in read_metrics(tmp_path / "out")] == [1, 2]
+    metrics = read_metrics(tmp_path / "out")
+    assert [m["step"] for m in metrics] == [1, 2] and all("policy_loss" in m for m in metrics)  # two trained steps
     workers = json.loads((tmp_path / "out" / "workers.json").read_text())
     groups = [w["group"] for w in (workers if isinstance(workers, list) else workers.get("workers", []))]
     assert groups and all(groups.count(group) == 1 for group in groups), groups  # one rank per role, not 8
