@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,22 +11,26 @@ from rlhf_test_support import PRIVATE, base_flags
 
 from rlhf.cli.main import main
 from rlhf.records.metrics import read_metrics
-from rlhf.testing.cli import child_env
+from rlhf.testing.cli import run_in_process
 
 pytestmark = pytest.mark.slow
 
 
 def test_third_party_pack_trains_composed_with_first_party_rewards(third_party_site: Path, task_files,
-                                                                  tiny_causal_lm_path: Path, tmp_path: Path) -> None:
+                                                                  tiny_causal_lm_path: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pip-installed pack's term (echo_length, with its own --echo.scale) trains beside first-party terms and
+    length penalties: every term is logged each step and the run records the plugins and their settings. The pack's
+    site dir is on this process's path for the test only: the run (HF engine, no critic, no reference, no reward
+    model) keeps its ranks and reward terms in this process and starts no Ray."""
+    monkeypatch.syspath_prepend(str(third_party_site))
+    monkeypatch.syspath_prepend(str(PRIVATE))
     flags = [*base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=2),
              "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16",
              "--algo.kl.init_coef", "0",
              "--reward.functions", "echo_length:0.01,math_answer:1.0,format:0.1:zero", "--reward.score_term", "math_answer",
              "--echo.scale", "0.5", "--reward.overlong_buffer_len", "2", "--reward.stop_properly_penalty_coef", "0.5"]
-    env = child_env(PYTHONPATH=os.pathsep.join([str(third_party_site), str(PRIVATE)]), RLHF_NO_PROGRESS="1",
-                    RAY_ADDRESS="")
-    result = subprocess.run([sys.executable, "-m", "rlhf", "train", "ppo", *flags], capture_output=True, text=True,
-                            timeout=900, env=env)
+    result = run_in_process("train", "ppo", *flags)
     assert result.returncode == 0, result.stderr[-4000:]
     metrics = read_metrics(tmp_path / "out")
     assert [m["step"] for m in metrics] == [1, 2]

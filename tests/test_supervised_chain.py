@@ -11,16 +11,19 @@ from rlhf_test_support import base_flags
 
 from rlhf.cli.main import main
 from rlhf.records.metrics import read_metrics
-from rlhf.testing.cli import assert_ok, run_rlhf
+from rlhf.testing.cli import assert_ok, run_in_process
 
 pytestmark = pytest.mark.slow
 
 
 def _train(*args: str) -> None:
-    assert_ok(run_rlhf("train", *args))
+    """``rlhf train ARGS`` (one rank) in this process, as the PPO stage runs too."""
+    assert_ok(run_in_process("train", *args))
 
 
 def test_sft_then_rm_then_ppo(ray_cluster, task_files, tiny_causal_lm_path, tmp_path) -> None:
+    """Each stage reads the one before: the RM (from the SFT model) stores a reward std > 0, and PPO with GAE trains
+    2 steps with that RM, its critic starting from the RM and its actor from the SFT model."""
     rng = random.Random(0)
     sft_rows, pairs = tmp_path / "sft.jsonl", tmp_path / "pairs.jsonl"
     with sft_rows.open("w") as sft, pairs.open("w") as prefs:

@@ -1,4 +1,5 @@
-"""``rlhf generate`` end to end in a subprocess, on the tiny offline models (HF and vLLM engines)."""
+"""``rlhf generate`` end to end on the tiny offline models: the HF engine and ``--score_only`` in the test's own
+process (they need no process of their own), the vLLM engine and the refused flag in a subprocess."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from rlhf_plugin_best_of_n.post_processors import iterative_dpo
 
-from rlhf.testing.cli import run_rlhf
+from rlhf.testing.cli import run_in_process, run_rlhf
 
 TEMPLATE = "User: {}\nAssistant: "
 PROMPTS = [f"what is {a}+{b}? please compute" for a, b in [(1, 2), (13, 4), (25, 25), (7, 90), (310, 2), (5, 5)]]
@@ -19,6 +20,11 @@ PROMPTS = [f"what is {a}+{b}? please compute" for a, b in [(1, 2), (13, 4), (25,
 def run_generate(tmp_path: Path, *argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return run_rlhf("generate", *argv, timeout=timeout,
                     env={"HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")})
+
+
+def generate_here(*argv: str) -> subprocess.CompletedProcess:
+    """``rlhf generate ARGV`` in this process (HF engine or scoring only: no engine process, no vLLM state left)."""
+    return run_in_process("generate", *argv)
 
 
 def prompt_file(tmp_path: Path) -> str:
@@ -56,11 +62,13 @@ def test_unknown_post_processor_exits_2_naming_the_flag(tmp_path):
 
 @pytest.mark.slow
 def test_generate_hf_iter_dpo_end_to_end(tmp_path, tiny_causal_lm_path, tiny_reward_model_path):
+    """HF engine, 4 samples a prompt: the iter_dpo pairs keep the raw prompts, carry the rewards transformers gives
+    them, and are the best and worst of the scored samples that the same seed gives without a post-processor."""
     common = ["--model", str(tiny_causal_lm_path), "--dataset", prompt_file(tmp_path), "--input_key", "question",
               "--input_template", TEMPLATE, "--best_of_n", "4", "--max_new_tokens", "12", "--engine", "hf",
               "--reward_model", str(tiny_reward_model_path), "--dtype", "fp32", "--micro_batch_size", "4", "--seed", "3"]
     pairs_path, samples_path = tmp_path / "out" / "pairs.jsonl", tmp_path / "out" / "samples.jsonl"
-    result = run_generate(tmp_path, *common, "--post_processor", "iter_dpo", "--output", str(pairs_path))
+    result = generate_here(*common, "--post_processor", "iter_dpo", "--output", str(pairs_path))
     assert result.returncode == 0, result.stderr
     pairs = read_jsonl(pairs_path)
     assert len(pairs) == len(PROMPTS)
@@ -73,7 +81,7 @@ def test_generate_hf_iter_dpo_end_to_end(tmp_path, tiny_causal_lm_path, tiny_rew
     assert [p["chosen_reward"] for p in pairs] + [p["rejected_reward"] for p in pairs] == pytest.approx(reference, abs=1e-4)
 
     # the same seed samples the same responses: the pairs are the best/worst of every scored sample
-    result = run_generate(tmp_path, *common, "--output", str(samples_path))
+    result = generate_here(*common, "--output", str(samples_path))
     assert result.returncode == 0, result.stderr
     samples = read_jsonl(samples_path)
     assert len(samples) == 4 * len(PROMPTS)
@@ -84,11 +92,13 @@ def test_generate_hf_iter_dpo_end_to_end(tmp_path, tiny_causal_lm_path, tiny_rew
 
 @pytest.mark.slow
 def test_generate_hf_csft_on_an_iteration_slice(tmp_path, tiny_causal_lm_path, tiny_reward_model_path):
+    """``--iter 1 --rollout_batch_size 4`` samples the rows [4, 8); csft tags each prompt with its reward,
+    z-normalised over the whole set."""
     output = tmp_path / "csft.jsonl"
-    result = run_generate(tmp_path, "--model", str(tiny_causal_lm_path), "--dataset", prompt_file(tmp_path), "--input_key",
-                          "question", "--best_of_n", "3", "--max_new_tokens", "8", "--engine", "hf", "--dtype", "fp32",
-                          "--iter", "1", "--rollout_batch_size", "4", "--reward_model", str(tiny_reward_model_path),
-                          "--post_processor", "csft", "--normalize_reward", "--output", str(output))
+    result = generate_here("--model", str(tiny_causal_lm_path), "--dataset", prompt_file(tmp_path), "--input_key",
+                           "question", "--best_of_n", "3", "--max_new_tokens", "8", "--engine", "hf", "--dtype", "fp32",
+                           "--iter", "1", "--rollout_batch_size", "4", "--reward_model", str(tiny_reward_model_path),
+                           "--post_processor", "csft", "--normalize_reward", "--output", str(output))
     assert result.returncode == 0, result.stderr
     rows = read_jsonl(output)
     assert len(rows) == 2 * 3  # rows [4, 8) of 6 prompts: the last two, 3 samples each
@@ -125,9 +135,9 @@ def test_score_only_scores_a_file_as_openrlhf_batch_inference_rm(tmp_path, tiny_
     data = tmp_path / "responses.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     scored, pairs = tmp_path / "scored.jsonl", tmp_path / "pairs.jsonl"
-    result = run_generate(tmp_path, "--score_only", "--model", "unused", "--reward_model", str(tiny_reward_model_path),
-                          "--dataset", str(data), "--input_key", "question", "--output_key", "answer",
-                          "--input_template", TEMPLATE, "--dtype", "fp32", "--output", str(scored))
+    result = generate_here("--score_only", "--model", "unused", "--reward_model", str(tiny_reward_model_path),
+                           "--dataset", str(data), "--input_key", "question", "--output_key", "answer",
+                           "--input_template", TEMPLATE, "--dtype", "fp32", "--output", str(scored))
     assert result.returncode == 0, result.stderr
     out = read_jsonl(scored)
     assert [(r["input"], r["output"]) for r in out] == [(r["question"], r["answer"]) for r in rows]
@@ -135,9 +145,9 @@ def test_score_only_scores_a_file_as_openrlhf_batch_inference_rm(tmp_path, tiny_
     assert [r["reward"] for r in out] == pytest.approx(reference, abs=1e-4)
 
     # the OpenRLHF <= 0.9 command line: the reward model is --pretrain, the task --eval_task rm
-    result = run_generate(tmp_path, "--eval_task", "rm", "--pretrain", str(tiny_reward_model_path), "--dataset", str(data),
-                          "--input_key", "question", "--output_key", "answer", "--input_template", TEMPLATE,
-                          "--output_path", str(pairs), "--post_processor", "iter_dpo", "--dtype", "fp32")
+    result = generate_here("--eval_task", "rm", "--pretrain", str(tiny_reward_model_path), "--dataset", str(data),
+                           "--input_key", "question", "--output_key", "answer", "--input_template", TEMPLATE,
+                           "--output_path", str(pairs), "--post_processor", "iter_dpo", "--dtype", "fp32")
     assert result.returncode == 0, result.stderr
     assert "rlhf generate --score_only --model" in result.stderr  # the deprecation line shows today's command
     assert read_jsonl(pairs) == iterative_dpo(out)

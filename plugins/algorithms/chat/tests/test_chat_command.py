@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rlhf_plugin_chat.command import ChatCommand
 
-from rlhf.testing.cli import assert_user_error, run_rlhf
+from rlhf.testing.cli import assert_user_error, run_in_process, run_rlhf
 from rlhf.testing.conformance import CommandKit
 
 MAX_NEW_TOKENS = 12
@@ -140,5 +140,7 @@ def test_bad_flags_are_one_line_errors(argv: list[str], names: list[str]) -> Non
 
 
 def test_a_model_that_cannot_load_is_a_user_error(tmp_path: Path) -> None:
-    result = run_rlhf("chat", "--model", str(tmp_path / "missing"), timeout=300)
+    """Exit 2 and one ``rlhf: error:`` line naming --model and the path; in this process (it never reaches the
+    terminal), so it costs no interpreter and no torch import of its own."""
+    result = run_in_process("chat", "--model", str(tmp_path / "missing"))
     assert_user_error(result, "--model", str(tmp_path / "missing"))

@@ -1,4 +1,5 @@
-"""``rlhf train kd`` end to end through the real CLI in a subprocess, on CPU (ZeRO-3 over gloo)."""
+"""``rlhf train kd`` end to end through the real CLI on CPU (ZeRO-3 over gloo): the one-rank runs in the test's own
+process, the refused flag in a subprocess."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhf.testing.cli import run_rlhf
+from rlhf.testing.cli import run_in_process, run_rlhf
 
 
 def rlhf(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -54,14 +55,16 @@ def mean_kl(teacher_path: Path, student_path: Path, text: str) -> float:
 
 @pytest.mark.slow
 def test_kd_trains_student_towards_teacher(tmp_path, tiny_tokenizer_path, tiny_causal_lm_path) -> None:
+    """12 steps of pure KD (α = 1) on ZeRO-3 with an offloaded teacher lower the logged KD term, and the saved
+    student is closer to the teacher (held-out KL) than the starting model was."""
     teacher = build_teacher(tmp_path / "teacher", tiny_tokenizer_path)
     data = write_rows(tmp_path / "train.jsonl", 32, seed=0)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    result = rlhf("train", "kd", "--model.model_name_or_path", str(tiny_causal_lm_path),
-                  "--teacher.model_name_or_path", str(teacher), "--teacher.offload", "--data.dataset", str(data),
-                  "--ds.zero_stage", "3", "--ds.param_dtype", "fp32", "--model.kd_coef", "1.0", "--adam.lr", "1e-3",
-                  "--train.batch_size", "8", "--train.micro_batch_size", "4", "--train.max_epochs", "3",
-                  "--ckpt.output_dir", str(out), "--ckpt.path", str(ckpt))
+    result = run_in_process("train", "kd", "--model.model_name_or_path", str(tiny_causal_lm_path),
+                            "--teacher.model_name_or_path", str(teacher), "--teacher.offload", "--data.dataset", str(data),
+                            "--ds.zero_stage", "3", "--ds.param_dtype", "fp32", "--model.kd_coef", "1.0", "--adam.lr", "1e-3",
+                            "--train.batch_size", "8", "--train.micro_batch_size", "4", "--train.max_epochs", "3",
+                            "--ckpt.output_dir", str(out), "--ckpt.path", str(ckpt))
     assert result.returncode == 0, result.stderr[-4000:]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, 13))
@@ -96,9 +99,9 @@ def test_teacher_with_a_smaller_vocabulary_is_a_config_error(tmp_path, tiny_toke
     model.resize_token_embeddings(400)  # the tokenizer has 512 tokens
     model.save_pretrained(teacher)
     data = write_rows(tmp_path / "train.jsonl", 8, seed=2)
-    result = rlhf("train", "kd", "--model.model_name_or_path", str(tiny_causal_lm_path),
-                  "--teacher.model_name_or_path", str(teacher), "--data.dataset", str(data), "--ds.param_dtype", "fp32",
-                  "--train.batch_size", "8", "--train.micro_batch_size", "4", "--train.max_epochs", "1",
-                  "--ckpt.output_dir", str(tmp_path / "out"), "--ckpt.path", str(tmp_path / "ckpt"))
+    result = run_in_process("train", "kd", "--model.model_name_or_path", str(tiny_causal_lm_path),
+                            "--teacher.model_name_or_path", str(teacher), "--data.dataset", str(data), "--ds.param_dtype",
+                            "fp32", "--train.batch_size", "8", "--train.micro_batch_size", "4", "--train.max_epochs", "1",
+                            "--ckpt.output_dir", str(tmp_path / "out"), "--ckpt.path", str(tmp_path / "ckpt"))
     assert result.returncode == 2, result.stderr[-4000:]
     assert "--teacher.model_name_or_path" in result.stderr and "has 400 tokens but the student's has 512" in result.stderr

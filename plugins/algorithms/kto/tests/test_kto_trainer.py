@@ -14,7 +14,7 @@ from rlhf_plugin_kto.trainer import KTOConfig, KTOTrainer
 from rlhf_supervised.batch import per_sample_sum, token_logprobs
 
 from rlhf.errors import UserError
-from rlhf.testing.cli import run_rlhf
+from rlhf.testing.cli import run_in_process
 
 WORDS = "the a an answer question what is plus minus times number think step result".split()
 
@@ -130,33 +130,38 @@ def write_jsonl(path: Path, items: list[dict]) -> Path:
     return path
 
 
-def rlhf(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return run_rlhf("train", "kto", *args, cwd=cwd)
+def rlhf(*args: str) -> subprocess.CompletedProcess:
+    """``rlhf train kto ARGS`` (one rank) in this process, which the test has moved into its tmp_path."""
+    return run_in_process("train", "kto", *args)
 
 
 @pytest.mark.slow
-def test_cli_bad_row_exits_2_naming_the_row(tmp_path, tiny_causal_lm_path):
+def test_cli_bad_row_exits_2_naming_the_row(tmp_path, tiny_causal_lm_path, monkeypatch):
+    """A row without a label stops the run: exit 2, the file, the row and --data.label_key named."""
+    monkeypatch.chdir(tmp_path)
     data = rows(8)
     del data[5]["label"]
     path = write_jsonl(tmp_path / "bad.jsonl", data)
     result = rlhf("--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset", str(path),
                   "--train.batch_size", "4", "--train.micro_batch_size", "4", "--ds.param_dtype", "fp32", "--ckpt.output_dir", str(tmp_path / "out"),
-                  "--ckpt.path", str(tmp_path / "ckpt"), cwd=tmp_path)
+                  "--ckpt.path", str(tmp_path / "ckpt"))
     assert result.returncode == 2, result.stderr[-3000:]
     assert "bad.jsonl row 5 has no key 'label'" in result.stderr and "--data.label_key" in result.stderr
 
 
 @pytest.mark.slow
-def test_cli_training_zero3_lowers_the_loss(tmp_path, tiny_causal_lm_path):
+def test_cli_training_zero3_lowers_the_loss(tmp_path, tiny_causal_lm_path, monkeypatch):
+    """16 ZeRO-3 steps: the first loss is 1 - σ(0) (policy == reference), the last ones are lower, the eval loss
+    falls below 0.45 with desirable rewards above 0 above undesirable ones, and the saved model loads."""
     from transformers import AutoModelForCausalLM
 
+    monkeypatch.chdir(tmp_path)
     data = write_jsonl(tmp_path / "kto.jsonl", rows(32))
     out = tmp_path / "out"
     result = rlhf("--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset", str(data),
                   "--eval.dataset", str(data), "--train.batch_size", "8", "--train.micro_batch_size", "4",
                   "--train.max_epochs", "4", "--ds.param_dtype", "fp32", "--ds.zero_stage", "3", "--adam.lr", "1e-3",
-                  "--model.beta", "0.1", "--ckpt.output_dir", str(out), "--ckpt.path", str(tmp_path / "ckpt"),
-                  cwd=tmp_path)
+                  "--model.beta", "0.1", "--ckpt.output_dir", str(out), "--ckpt.path", str(tmp_path / "ckpt"))
     assert result.returncode == 0, result.stderr[-5000:]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "loss" in r]

@@ -17,7 +17,7 @@ from rlhf_plugin_prm.losses import IGNORE, SOFT, prm_loss
 from rlhf_plugin_prm.trainer import PRMConfig, PRMTrainer
 
 from rlhf.config.base import ConfigError
-from rlhf.testing.cli import run_rlhf
+from rlhf.testing.cli import run_in_process
 
 STEP = "<|user|>"
 WORDS = "the a an answer question what is plus minus times number think step result".split()
@@ -145,8 +145,9 @@ def write_jsonl(path: Path, items: list[dict]) -> Path:
     return path
 
 
-def rlhf(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return run_rlhf("train", "prm", *args, cwd=cwd)
+def rlhf(*args: str) -> subprocess.CompletedProcess:
+    """``rlhf train prm ARGS`` (one rank) in this process, which the test has moved into its tmp_path."""
+    return run_in_process("train", "prm", *args)
 
 
 def base_flags(model: Path, data: Path, tmp_path: Path) -> list[str]:
@@ -156,11 +157,13 @@ def base_flags(model: Path, data: Path, tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_cli_label_count_mismatch_exits_2_naming_the_row(tmp_path, tiny_causal_lm_path):
+def test_cli_label_count_mismatch_exits_2_naming_the_row(tmp_path, tiny_causal_lm_path, monkeypatch):
+    """A row with fewer labels than placeholders stops the run: exit 2, the file, the row and the label key named."""
+    monkeypatch.chdir(tmp_path)
     data = rows(8)
     data[6]["label"] = data[6]["label"][:-1]
     path = write_jsonl(tmp_path / "bad.jsonl", data)
-    result = rlhf(*base_flags(tiny_causal_lm_path, path, tmp_path), cwd=tmp_path)
+    result = rlhf(*base_flags(tiny_causal_lm_path, path, tmp_path))
     assert result.returncode == 2, result.stderr[-3000:]
     assert "bad.jsonl row 6:" in result.stderr and "labels (--data.label_key 'label')" in result.stderr
 
@@ -184,13 +187,15 @@ def placeholder_accuracy(model_path, data: list[dict]) -> float:
 
 
 @pytest.mark.slow
-def test_cli_training_zero2_packed_learns_the_step_labels(tmp_path, tiny_causal_lm_path):
+def test_cli_training_zero2_packed_learns_the_step_labels(tmp_path, tiny_causal_lm_path, monkeypatch):
+    """16 packed ZeRO-2 steps: the loss falls by 40 %, eval accuracy reaches 0.9, and the saved model prefers the
+    labelled reward token at held-out placeholders (0.9, and 0.2 better than the start), as the eval reported."""
+    monkeypatch.chdir(tmp_path)
     train, held_out = rows(32), rows(16, seed=99)
     data = write_jsonl(tmp_path / "prm.jsonl", train)
     write_jsonl(tmp_path / "eval.jsonl", held_out)
     result = rlhf(*base_flags(tiny_causal_lm_path, data, tmp_path), "--eval.dataset", str(tmp_path / "eval.jsonl"),
-                  "--train.max_epochs", "4", "--ds.zero_stage", "2", "--ds.packing_samples", "--adam.lr", "1e-3",
-                  cwd=tmp_path)
+                  "--train.max_epochs", "4", "--ds.zero_stage", "2", "--ds.packing_samples", "--adam.lr", "1e-3")
     assert result.returncode == 0, result.stderr[-5000:]
     out = tmp_path / "out"
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -12,11 +12,12 @@ import torch
 from rlhf_plugin_rm.losses import pairwise_loss
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from rlhf.testing.cli import assert_ok, run_rlhf
+from rlhf.testing.cli import assert_ok, run_in_process
 
 
 def rlhf(*args: str) -> None:
-    assert_ok(run_rlhf(*args))
+    """``rlhf ARGS`` (one rank) in this process: the runs here are about what they save, not their process."""
+    assert_ok(run_in_process(*args))
 
 
 def write_pairs(path: Path, count: int, seed: int) -> Path:
@@ -86,6 +87,8 @@ def test_rm_trains_and_stores_reward_statistics_of_the_eval_set(tmp_path, tiny_c
 
 @pytest.mark.slow
 def test_lora_reward_model_merges_with_is_rm(tmp_path, tiny_reward_model_path) -> None:
+    """A LoRA RM run saves only the adapter; ``rlhf lora merge --is_rm`` gives the rewards of base + adapter, which
+    differ from the base model's, and keeps the run's reward statistics."""
     from peft import PeftModel
 
     train = write_pairs(tmp_path / "train.jsonl", 16, 2)
