@@ -5,9 +5,10 @@ The first table is refused before any worker runs: each case goes through the CL
 trainer's config rules and the controller's checks of the sources and of every prompt row in this
 process (the same calls, without Ray: a data mistake is found while Ray and the workers start, 17 s a
 case through the command), and a few of them, one per kind of mistake, through the real command. The
-runs below it fail mid-run, in a Ray worker or a plugin hook, and are marked slow: those about a worker's
-process (its death, its log) are the real command; a raising hook, NaN rewards and a reward server that is down
-run ``rlhf``'s ``main`` in this process on the session's shared Ray cluster (the same exit status and stderr).
+runs below it fail mid-run, in a Ray worker or a plugin hook, and are marked slow: a dead worker named with its
+log is the real command (the run's own cluster routes its workers' output to the run's log); a worker dying inside a
+weight sync, a raising hook, NaN rewards and a reward server that is down run ``rlhf``'s ``main`` in this process on
+the session's shared Ray cluster (the same exit status and stderr).
 """
 
 from __future__ import annotations
@@ -275,12 +276,14 @@ def rlhf_worker_init(role, rank, config):
 
 @pytest.mark.slow
 def test_a_worker_dying_in_the_middle_of_a_weight_sync_is_named_not_its_peers_error(tiny_causal_lm_path, task_files,
-                                                                                      tmp_path) -> None:
+                                                                                      ray_cluster, tmp_path) -> None:
+    """The actor's Ray worker and the engine's are the run's own actors on the session's shared cluster (the death is
+    the worker's, not the command's process): the one line names the dead actor, not the engine's gloo error."""
     plugin = tmp_path / "dies_in_sync.py"
     plugin.write_text(DIES_IN_SYNC)
-    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin),
-                   "--rollout.engine", "hf", "--vllm.sync_backend", "gloo",  # an engine process to sync into
-                   "--train.in_process", "off")  # the actor rank in a Ray worker of its own, to die there
+    result = train_in_process(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins",
+                              str(plugin), "--rollout.engine", "hf", "--vllm.sync_backend", "gloo",  # an engine process to sync into
+                              "--train.in_process", "off")  # the actor rank in a Ray worker of its own, to die there
     assert_user_error(result, "Ray worker 'actor' rank 0", "died", "--ckpt.load_enable")
 
 
