@@ -161,16 +161,19 @@ def test_a_mistake_before_the_run_reaches_the_user_as_one_line(case, bad, tiny_c
     assert_nothing_but_the_log(tmp_path / "out")  # refused before writing anything
 
 
+@pytest.mark.timeout(60)  # without the check this run would take over five minutes
 @pytest.mark.parametrize("form", ["host:port", "ray://host:port"])
-def test_a_ray_address_where_nothing_listens_is_one_line(form, tiny_causal_lm_path, task_files, tmp_path) -> None:
+def test_a_ray_address_where_nothing_listens_is_one_line(form, tiny_causal_lm_path, task_files, tmp_path,
+                                                         monkeypatch) -> None:
     """RAY_ADDRESS naming a closed port (a cluster that is down): refused at once, where Ray itself
     would retry for minutes (20 attempts of 30 s for a GCS address, 30 s for ray://). ("auto" is not
-    tried here: with exactly one Ray running anywhere on the machine, Ray joins that one.)"""
+    tried here: with exactly one Ray running anywhere on the machine, Ray joins that one.) ``rlhf``'s ``main``
+    in this process: the refusal comes before any Ray connects, this process's included."""
     port = free_port()  # bound, then closed: nothing listens there
     address = {"host:port": f"127.0.0.1:{port}", "ray://host:port": f"ray://127.0.0.1:{port}"}[form]
     flags = train_flags(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, steps=1)
-    # a timeout of a minute: without the check this run would take over five
-    result = run_rlhf("train", "ppo", *flags, env={"RAY_ADDRESS": address}, timeout=60)
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    result = run_in_process("train", "ppo", *flags)
     assert_user_error(result, f"RAY_ADDRESS={address}", f":{port}", "nothing answers", "ray start --head",
                       "unset RAY_ADDRESS")
     assert_nothing_but_the_log(tmp_path / "out")
