@@ -44,22 +44,23 @@ def run_in_process(*argv: str) -> subprocess.CompletedProcess[str]:
     progress bars: for a run that is not about its process (one rank; RL on the session's Ray cluster), which then
     costs no interpreter, imports or cluster of its own.
 
-    Afterwards transformers' ZeRO-3 switch is off: a DeepSpeed ZeRO-3 run with a frozen model (DPO's reference)
-    leaves that model's engine alive in the process, and with it the switch, so a later ``from_pretrained`` here
-    would build empty, partitioned weights (an open bug of in-process runs)."""
+    Afterwards this process is left as a child would leave it: its environment is restored (a run sets variables
+    for the libraries it drives, e.g. DeepSpeed's ``DS_ACCELERATOR``, which a later child would inherit and then
+    behave differently), and transformers' ZeRO-3 switch is off: a DeepSpeed ZeRO-3 run with a frozen model (DPO's
+    reference) leaves that model's engine alive in the process, and with it the switch, so a later
+    ``from_pretrained`` here would build empty, partitioned weights (an open bug of in-process runs)."""
     import contextlib
     import io
 
-    progress = os.environ.get("RLHF_NO_PROGRESS")
+    environment = dict(os.environ)
     os.environ["RLHF_NO_PROGRESS"] = "1"
     try:
         with contextlib.redirect_stderr(io.StringIO()) as err:
             status = main(list(argv))
     finally:
-        if progress is None:
-            del os.environ["RLHF_NO_PROGRESS"]
-        else:
-            os.environ["RLHF_NO_PROGRESS"] = progress
+        for key in set(os.environ) - set(environment):
+            del os.environ[key]
+        os.environ.update(environment)
         if "transformers" in sys.modules:
             from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 

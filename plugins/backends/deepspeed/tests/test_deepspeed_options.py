@@ -16,7 +16,7 @@ from rlhf_plugin_deepspeed.config import on_gpu, train_config
 from rlhf_supervised.config import SupervisedConfig
 
 from rlhf.records.metrics import read_metrics
-from rlhf.testing.cli import assert_ok, assert_user_error, child_env, refused_in_process, run_rlhf
+from rlhf.testing.cli import assert_ok, assert_user_error, child_env, refused_in_process, run_in_process, run_rlhf
 
 
 def _ds_block(**ds: object) -> dict:
@@ -60,9 +60,8 @@ def _sft_losses(tmp_path: Path, model: Path, name: str, ranks: int, *extra: str,
             "--adam.lr", "1e-3", "--ds.param_dtype", "fp32", "--ds.zero_stage", "3",
             "--ds.attn_implementation", "eager", "--ckpt.output_dir", str(tmp_path / name), *extra)
     if in_process:
-        from rlhf.cli.main import main
-
-        assert ranks == 1 and main(list(argv)) == 0
+        assert ranks == 1
+        assert_ok(run_in_process(*argv))
     else:
         assert_ok(run_rlhf(*argv, launcher=launcher))
     return [m["loss"] for m in read_metrics(tmp_path / name)]
