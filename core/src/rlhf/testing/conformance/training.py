@@ -67,7 +67,9 @@ def kit_config(config: Any = None) -> Any:
 
 def _join_one_rank_group(backend: Any) -> None:
     """A one-rank group on a fresh port, never on launcher variables inherited from elsewhere. They stay set
-    (DeepSpeed reads LOCAL_RANK later); children of a test process should get ``rlhf.testing.cli.child_env``."""
+    (DeepSpeed reads LOCAL_RANK later); children of a test process should get ``rlhf.testing.cli.child_env``.
+    A group an earlier in-process run of this process left is joined as it is, its rank variables set again: that
+    run restored the environment (``rlhf.testing.cli.run_in_process``) but the group outlives it."""
     import socket
 
     import torch.distributed as dist
@@ -77,6 +79,9 @@ def _join_one_rank_group(backend: Any) -> None:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    else:
+        os.environ.update(RANK=str(dist.get_rank()), WORLD_SIZE=str(dist.get_world_size()),
+                          LOCAL_RANK=os.environ.get("LOCAL_RANK", "0"))
     backend.init_distributed()
 
 
