@@ -192,8 +192,14 @@ class TwoNodeCluster:
         return json.loads(self.process.stdout.readline())
 
     def close(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        end_stdin_server(self.process, timeout=120)
+
+
+def end_stdin_server(process: subprocess.Popen, timeout: float) -> None:
+    """End a helper process that serves requests read from its stdin: closing stdin ends its loop; one that has not
+    ended within ``timeout`` seconds is killed."""
+    process.stdin.close()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()

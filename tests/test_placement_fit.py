@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags
+from rlhf_test_support import base_flags, end_stdin_server
 
 from rlhf.records.metrics import read_metrics
 from rlhf.runtime.cluster.capacity import Request, shortfall
@@ -46,11 +46,7 @@ class DeclaredGpuCluster:
         return float(self.process.stdout.readline())
 
     def close(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        end_stdin_server(self.process, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +132,7 @@ class RlhfCommands:
         return subprocess.CompletedProcess(list(argv), reply["exit"], reply["stdout"], reply["stderr"]), reply["seconds"]
 
     def close(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        end_stdin_server(self.process, timeout=60)
         self.log.close()
 
 
