@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 from rlhf_plugin_reward_server.server import build_app
 
-from rlhf.runtime.cluster.liveness import free_port
+from rlhf.distributed import free_port
 from rlhf.testing.cli import assert_user_error, run_rlhf
 
 # ----------------------------------------------------------------- the rlhf command

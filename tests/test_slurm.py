@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import base_flags, pause_plugin
 
+from rlhf.distributed import free_port
 from rlhf.records.metrics import read_metrics
-from rlhf.runtime.cluster.liveness import free_port
 from rlhf.testing.cli import assert_ok, child_env, run_rlhf
 
 # Minutes, not seconds (a Ray head under SLURM, two runs and a reference run): opt-in with RLHF_TEST_SLURM=1.

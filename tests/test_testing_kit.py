@@ -16,7 +16,7 @@ CHECKS = Path(__file__).parent / "engine_checks"
 
 
 def run_check(script: str, *args: str, timeout: int = 300) -> dict:
-    from rlhf.runtime.cluster.liveness import free_port
+    from rlhf.distributed import free_port
     from rlhf.testing.cli import child_env
 
     env = child_env(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MASTER_PORT=str(free_port()))

@@ -22,8 +22,8 @@ import pytest
 from rlhf_test_support import base_flags
 
 from rlhf.console import RUN_LOG_NAME
+from rlhf.distributed import free_port
 from rlhf.errors import DataError, PluginError, render_exit
-from rlhf.runtime.cluster.liveness import free_port
 from rlhf.testing.cli import assert_user_error, refused_in_process, run_in_process, run_rlhf
 
 GRPO = ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8",

@@ -16,7 +16,7 @@ import torch
 from rlhf_plugin_torch_sync.broadcast import BroadcastGroup, receive_weights, send_weights
 from rlhf_test_support import base_flags
 
-from rlhf.runtime.cluster.liveness import free_port
+from rlhf.distributed import free_port
 from rlhf.runtime.sync.weights import gathered_buckets, module_layout
 from rlhf.weight_buckets import buckets
 

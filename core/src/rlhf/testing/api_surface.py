@@ -44,6 +44,7 @@ PUBLIC_MODULES = (
     "rlhf.weight_buckets",
     "rlhf.media",
     "rlhf.devices",
+    "rlhf.distributed",
     "rlhf.planning",
     "rlhf.payloads",
     "rlhf.config.base",

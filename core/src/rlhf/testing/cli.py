@@ -15,18 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.cli.main import main, split_plugin_args
+from rlhf.distributed import GROUP_VARIABLES, restored_process
 from rlhf.errors import render_exit
 from rlhf.host.plugin_host import PluginHost
 from rlhf.launch import trainer_run
 
-#: Variables a launcher (torchrun, an outer test) may have set that would make a child join the wrong group.
-_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
 
 def child_env(**extra: str) -> dict[str, str]:
-    """This process's environment without launcher variables, plus ``extra``: for any child that may
-    join a process group. An in-process trainer test leaves its (still listening) MASTER_PORT behind."""
-    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS}
+    """This process's environment without the group variables (a launcher's, or those of the one-rank group a test
+    kit joined in this process), plus ``extra``: for any child that may join a process group."""
+    env = {k: v for k, v in os.environ.items() if k not in GROUP_VARIABLES}
     env.update(extra)
     return env
 
@@ -44,27 +42,16 @@ def run_in_process(*argv: str) -> subprocess.CompletedProcess[str]:
     progress bars: for a run that is not about its process (one rank; RL on the session's Ray cluster), which then
     costs no interpreter, imports or cluster of its own.
 
-    Afterwards this process is left as a child would leave it: its environment is restored (a run sets variables
-    for the libraries it drives, e.g. DeepSpeed's ``DS_ACCELERATOR``, which a later child would inherit and then
-    behave differently), and transformers' ZeRO-3 switch is off: a DeepSpeed ZeRO-3 run with a frozen model (DPO's
-    reference) leaves that model's engine alive in the process, and with it the switch, so a later
-    ``from_pretrained`` here would build empty, partitioned weights (an open bug of in-process runs)."""
+    Afterwards this process is left as a child would leave it (:func:`rlhf.distributed.restored_process`), whatever
+    the command: the trainers restore their process themselves, and a run of any other command may set variables
+    for the libraries it drives (e.g. vLLM's), which a later child of the test would inherit."""
     import contextlib
     import io
 
-    environment = dict(os.environ)
-    os.environ["RLHF_NO_PROGRESS"] = "1"
-    try:
+    with restored_process():
+        os.environ["RLHF_NO_PROGRESS"] = "1"
         with contextlib.redirect_stderr(io.StringIO()) as err:
             status = main(list(argv))
-    finally:
-        for key in set(os.environ) - set(environment):
-            del os.environ[key]
-        os.environ.update(environment)
-        if "transformers" in sys.modules:
-            from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-
-            unset_hf_deepspeed_config()
     return subprocess.CompletedProcess(list(argv), status, "", err.getvalue())
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import types
@@ -21,6 +20,7 @@ pytest.importorskip("transformers")
 from rlhf_plugin_fsdp2.backend import FSDP2Backend  # noqa: E402
 
 import rlhf  # noqa: E402
+from rlhf.distributed import free_port  # noqa: E402
 from rlhf.errors import ConfigError  # noqa: E402
 
 CHECKS = Path(__file__).parent / "checks"
@@ -28,12 +28,6 @@ sys.path.insert(0, str(CHECKS))
 import fsdp2_ranks as ranks  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-6
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,9 +57,9 @@ def out(model_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ranks")
     sources = [str(Path(__file__).parents[1] / "src"), str(Path(rlhf.__file__).parents[1])]  # the copies imported here
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sources + [os.environ.get("PYTHONPATH", "")]),
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(ranks.WORLD),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(ranks.WORLD),
            "OMP_NUM_THREADS": "1"}  # two ranks on two cores: more threads only spin against each other
-    resume_port = str(_free_port())
+    resume_port = str(free_port())
     procs = [subprocess.Popen([sys.executable, str(CHECKS / "fsdp2_ranks.py"), model_dir, str(out), resume_port],
                               env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in range(ranks.WORLD)]

@@ -70,7 +70,7 @@ def reference_steps(model_dir: Path, batches: torch.Tensor, steps: int) -> list[
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [2, 3])
 def test_deepspeed_muon_step_matches_an_independent_update(stage: int, tiny_causal_lm_path: Path, tmp_path: Path) -> None:
-    from rlhf.runtime.cluster.liveness import free_port
+    from rlhf.distributed import free_port
 
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}
     ranks = [subprocess.Popen([sys.executable, str(HERE / "muon_zero_step.py"), str(tiny_causal_lm_path), str(stage),

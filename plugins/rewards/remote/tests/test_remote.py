@@ -12,9 +12,9 @@ from rlhf_plugin_remote.client import RemoteOptions, RemoteReward
 from rlhf_plugin_reward_server.server import build_app
 from rlhf_plugin_weighted_rewards.terms import CompositeReward, TermSpec
 
+from rlhf.distributed import free_port
 from rlhf.errors import RewardSourceError, find_user_error
 from rlhf.reward_terms import call_reward
-from rlhf.runtime.cluster.liveness import free_port
 from rlhf.testing.conformance import RewardFunctionKit
 
 

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from rlhf_plugin_remote.client import RemoteOptions, RemoteReward
 
+from rlhf.distributed import free_port
 from rlhf.errors import ConfigError, RewardSourceError
-from rlhf.runtime.cluster.liveness import free_port
 
 QUERIES, PROMPTS, LABELS = ["Q:a", "Q:bb", "Q:ccc", "Q:dddd"], ["Q:"] * 4, ["1", "2", "3", "4"]
 TWO_TRIES = RemoteOptions(timeout_s=2.0, retries=2, backoff_s=0.0)

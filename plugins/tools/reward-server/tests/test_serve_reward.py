@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from rlhf.runtime.cluster.liveness import free_port
+from rlhf.distributed import free_port
 
 
 @pytest.fixture

@@ -1,14 +1,12 @@
 """Calls to Ray workers that name the worker that died: a dead actor (or a collective whose peer died) becomes
-one WorkerError naming its group, rank and host, instead of Ray's or gloo's own error. Also the CPU share and
-the free port every rank needs. Runs in the controller (and, for ``free_port``, in every rank)."""
+one WorkerError naming its group, rank and host, instead of Ray's or gloo's own error. Also the CPU share every
+rank takes. Runs in the controller (and, for ``use_cpu_share``, in every rank)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -233,32 +231,3 @@ def use_cpu_share(processes: int) -> int:
     threads = int(os.environ.get("RLHF_WORKER_THREADS") or max(1, cores // max(1, processes)))
     torch.set_num_threads(threads)
     return threads
-
-
-def free_port() -> int:
-    """A TCP port that is free now, for a process group's rendezvous (rank 0 binds it moments later).
-
-    Drawn at random below the kernel's ephemeral range rather than by binding port 0: port 0 gives a port from that
-    range, which every outgoing connection on the machine also draws from, and under a Ray cluster's many
-    connections one of them took the port before the group's store bound it (DeepSpeed's EADDRINUSE). The draw uses
-    the system's randomness: a run seeds ``random``, and two runs on one machine would otherwise draw alike."""
-    low = _ephemeral_low()
-    draw = random.SystemRandom()
-    for _ in range(100):
-        port = draw.randrange(max(1024, low - 12000), low) if low > 2048 else 0
-        with socket.socket() as sock:
-            try:
-                sock.bind(("", port))
-            except OSError:
-                continue
-            return sock.getsockname()[1]
-    raise WorkerError("no free TCP port for the ranks' rendezvous: 100 ports below the ephemeral range were taken")
-
-
-def _ephemeral_low() -> int:
-    """The lowest local port the kernel gives outgoing connections (Linux; elsewhere its usual default)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
-            return int(handle.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768

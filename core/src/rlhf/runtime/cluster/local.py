@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rlhf.console import rank_prints_to_run_log
+from rlhf.distributed import restored_process
 from rlhf.errors import ConfigError
 from rlhf.runtime.cluster.host_memory import give_back_memory
 from rlhf.runtime.cluster.placement import ranks_of
@@ -127,25 +128,10 @@ def _model_groups(config: PPOConfig, critic: bool, reward_models: int) -> list[t
 
 @contextlib.contextmanager
 def in_process_ranks() -> Iterator[None]:
-    """Around a run whose ranks live in this process: afterwards the environment (``RANK``, ``MASTER_PORT``, a
-    backend's settings), torch's thread count and its deterministic-algorithms switch are as before, so a later
-    run in the same process (a test, a notebook) starts clean. ``--train.full_determinism_enable`` turns that
-    switch on, and a later run left with it trained 2-3x slower on CPU (deterministic kernels, and every new
-    tensor filled). The one-rank process group stays: a later in-process run joins it as it is (a training
-    backend may keep a handle on it, as DeepSpeed does, so a new one would not be the one it uses)."""
-    import torch
-
-    environment, threads = dict(os.environ), torch.get_num_threads()
-    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    cudnn = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    """Around a run whose ranks live in this process: the process as before afterwards
+    (:func:`rlhf.distributed.restored_process`), and the heap's free part given back to the system."""
     try:
-        yield
+        with restored_process():
+            yield
     finally:
-        torch.set_num_threads(threads)
-        # before the environment: switching determinism on sets torch inductor's cache variable
-        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
-        for key in set(os.environ) - set(environment):
-            del os.environ[key]
-        os.environ.update(environment)
         give_back_memory()

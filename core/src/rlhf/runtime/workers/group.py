@@ -15,11 +15,12 @@ from typing import Any
 from rlhf.components.first_use import FirstUse
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.training_backend import backend_class, backend_label, training_backend
+from rlhf.distributed import free_port
 from rlhf.host.plugin_host import PluginHost
 from rlhf.host.selection import PluginSelection
 from rlhf.models.loading import seed_process
 from rlhf.runtime.cluster.host_memory import keep_freed_memory
-from rlhf.runtime.cluster.liveness import free_port, track, use_cpu_share, wait, whereabouts
+from rlhf.runtime.cluster.liveness import track, use_cpu_share, wait, whereabouts
 from rlhf.runtime.cluster.local import LocalHandle
 
 

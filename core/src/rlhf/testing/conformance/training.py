@@ -12,12 +12,12 @@ that shards runs the same code; its sharding is tested with more ranks in its ow
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from rlhf.components import build
+from rlhf.distributed import group_environment, restored_process
 from rlhf.errors import CheckpointError
 from rlhf.registry import ComponentKind
 from rlhf.testing.accelerator import put_on_accelerator, simulated_accelerator
@@ -66,22 +66,10 @@ def kit_config(config: Any = None) -> Any:
 
 
 def _join_one_rank_group(backend: Any) -> None:
-    """A one-rank group on a fresh port, never on launcher variables inherited from elsewhere. They stay set
-    (DeepSpeed reads LOCAL_RANK later); children of a test process should get ``rlhf.testing.cli.child_env``.
-    A group an earlier in-process run of this process left is joined as it is, its rank variables set again: that
-    run restored the environment (``rlhf.testing.cli.run_in_process``) but the group outlives it."""
-    import socket
-
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    else:
-        os.environ.update(RANK=str(dist.get_rank()), WORLD_SIZE=str(dist.get_world_size()),
-                          LOCAL_RANK=os.environ.get("LOCAL_RANK", "0"))
+    """A one-rank group, never one on launcher variables inherited from elsewhere (the group this process already
+    joined, if an earlier in-process run left one). They stay set for the kit's pass (DeepSpeed reads LOCAL_RANK
+    later)."""
+    group_environment(launcher=False)
     backend.init_distributed()
 
 
@@ -120,7 +108,14 @@ def _far(got: dict[str, Any] | None, want: dict[str, Any]) -> str | None:
 
 def check_training_backend(backend_class: type, model_path: Any, config: Any = None) -> None:
     """Build ``backend_class`` for ``config`` (see :func:`kit_config`) and check the protocol's contract
-    on the tiny causal LM at ``model_path``."""
+    on the tiny causal LM at ``model_path``, in this process; afterwards the process is as it was
+    (:func:`rlhf.distributed.restored_process`: a backend sets variables for its library, such as DeepSpeed's
+    ``DS_ACCELERATOR``, which a later child of the test would inherit)."""
+    with restored_process():
+        _check_training_backend(backend_class, model_path, config)
+
+
+def _check_training_backend(backend_class: type, model_path: Any, config: Any) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -7,13 +7,12 @@ launcher's ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables form the group (gloo o
 
 from __future__ import annotations
 
-import os
-import socket
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
 from rlhf.config.checks import check_optimizer
+from rlhf.distributed import group_environment
 from rlhf.models.extensions import active, load_model
 from rlhf.models.loading import dtype_of, load_causal_lm, load_value_model
 from rlhf.models.lora import apply_lora, quantization_kwargs
@@ -32,18 +31,9 @@ def join_process_group(backend: Any, local_rank: int = -1) -> tuple[int, int]:
     """
     import torch.distributed as dist
 
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    os.environ.setdefault("LOCAL_RANK", str(max(local_rank, 0)))  # a launcher's LOCAL_RANK wins
+    group_environment(local_rank)
     backend.init_distributed()
     return dist.get_rank(), dist.get_world_size()
-
-
-def _free_port() -> int:
-    """A TCP port free on this machine now, for a one-rank group's rendezvous."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def optimizer_section(config: SupervisedConfig) -> SimpleNamespace:

@@ -27,6 +27,7 @@ from rlhf.config.checks import check_4bit, check_global_batch, require_positive
 from rlhf.config.training_backend import backend_label, check_backend_config, training_backend
 from rlhf.data.sources import load_mixed
 from rlhf.data.workers import computed_in_order
+from rlhf.distributed import restored_process
 from rlhf.errors import Preempted
 from rlhf.models.loading import attn_implementation, check_model_source, load_tokenizer, seed_process
 from rlhf.models.saving import save_final
@@ -173,6 +174,12 @@ class SupervisedTrainer:
 
     # ----- the loop ---------------------------------------------------------------------
     def run(self) -> None:
+        """The run, in this process; afterwards the process is as it was (:func:`rlhf.distributed.restored_process`),
+        so that a later run in it (a test, a notebook) starts as a new process would."""
+        with restored_process():
+            self._run()
+
+    def _run(self) -> None:
         import torch
 
         cfg = self.config
