@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 from rlhf.testing.cli import child_env
@@ -83,8 +84,10 @@ class RlhfCli:
         full_env = {k: v for k, v in child_env().items() if not k.startswith("RLHF_")}
         full_env["PYTHONPATH"] = os.pathsep.join([*self.site_dirs, str(PRIVATE)])
         full_env.update(env or {})
-        result = subprocess.run([sys.executable, "-m", "rlhf", *args], capture_output=True, text=True,
-                                env=full_env, cwd=cwd, timeout=120)
+        # unless told, in a folder of its own: in the checkout, a run's default ./ckpt (its run log) would land there
+        with tempfile.TemporaryDirectory(prefix="rlhf-cli-") as scratch:
+            result = subprocess.run([sys.executable, "-m", "rlhf", *args], capture_output=True, text=True,
+                                    env=full_env, cwd=cwd or scratch, timeout=120)
         if check and result.returncode != 0:
             raise AssertionError(f"rlhf {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
         return result
