@@ -138,42 +138,36 @@ def _assert_same_steps(fsdp2: Path, deepspeed: Path, steps: int, weights: bool =
         _assert_same_weights(deepspeed / "out", fsdp2 / "out")
 
 
-def test_the_preference_trainers_take_the_same_steps_on_fsdp2_as_on_deepspeed(tiny_causal_lm_path, tmp_path) -> None:
-    """DPO and RM, each on two FSDP2 ranks and on DeepSpeed ZeRO-3 (one rank, the same global batches), two optimizer
-    steps of four micro-batches: the same losses each step and the same saved model (DPO's reference is an evaluated
-    FSDP2 model; RM reads its backbone and head as two FSDP units). The two FSDP2 runs take turns in one launch
-    (:func:`runs_in_turn`). SFT's comparison: test_an_fsdp2_run_resumes_exactly_where_it_stopped."""
-    data = _pairs(tmp_path / "pairs.jsonl", 16)
-    models = {"dpo": tiny_causal_lm_path, "rm": _with_value_head(tiny_causal_lm_path, tmp_path / "rm-start")}
-    runs = runs_in_turn(tmp_path / "launch", 2, *(tuple(_supervised(trainer, model, data, tmp_path / f"{trainer}-fsdp2",
-                                                                    "--train.backend", "fsdp2", "--ds.zero_stage", "3"))
-                                                  for trainer, model in models.items()))
-    for (trainer, model), run in zip(models.items(), runs):
+def test_fsdp2_takes_deepspeeds_steps_and_resumes_exactly_where_it_stopped(tiny_causal_lm_path, tmp_path) -> None:
+    """SFT, DPO and RM, each on two FSDP2 ranks and on DeepSpeed ZeRO-3 (one rank, the same global batches: each
+    step's loss and gradient are global means): the same losses each step and the same saved model (SFT 4 steps;
+    DPO and RM two optimizer steps of four micro-batches; DPO's reference is an evaluated FSDP2 model, RM reads its
+    backbone and head as two FSDP units). And two FSDP2 ranks that crash after step 2 (checkpoint at step 2) and
+    resume: steps 3-4 and the saved model equal those of the uninterrupted SFT run, bit for bit.
+    The five FSDP2 runs take turns in one launch of two ranks (:func:`runs_in_turn`): the crash is a run's failure
+    (its status and message), not its process's; the resume starts from what the crashed run left on disk."""
+    sft, pairs = _sft_rows(tmp_path / "sft.jsonl", 32), _pairs(tmp_path / "pairs.jsonl", 16)
+    straight, resumed = tmp_path / "sft-fsdp2", tmp_path / "resumed"
+    flags = ("--train.backend", "fsdp2", "--ckpt.save_steps", "2")
+    preference = {"dpo": tiny_causal_lm_path, "rm": _with_value_head(tiny_causal_lm_path, tmp_path / "rm-start")}
+    straight_run, crashed, result, *preference_runs = runs_in_turn(
+        tmp_path / "launch", 2, tuple(_supervised("sft", tiny_causal_lm_path, sft, straight, *flags)),
+        ("--plugins", str(crash_plugin(tmp_path, 2)), *_supervised("sft", tiny_causal_lm_path, sft, resumed, *flags)),
+        tuple(_supervised("sft", tiny_causal_lm_path, sft, resumed, *flags, "--ckpt.load_enable")),
+        *(tuple(_supervised(trainer, model, pairs, tmp_path / f"{trainer}-fsdp2", "--train.backend", "fsdp2",
+                            "--ds.zero_stage", "3")) for trainer, model in preference.items()))
+
+    runs = {"sft": (tiny_causal_lm_path, sft, straight_run),
+            **{trainer: (model, pairs, run) for (trainer, model), run in zip(preference.items(), preference_runs)}}
+    for trainer, (model, data, run) in runs.items():
         assert_ok(run)
-        fsdp2, deepspeed = tmp_path / f"{trainer}-fsdp2", tmp_path / f"{trainer}-deepspeed"
+        deepspeed = tmp_path / f"{trainer}-deepspeed"
         _one_deepspeed_rank(trainer, model, data, deepspeed)
         # known gap, open: after RM's two steps some embedding rows differ by up to 2 x lr
-        _assert_same_steps(fsdp2, deepspeed, steps=2, weights=trainer != "rm")
+        _assert_same_steps(tmp_path / f"{trainer}-fsdp2", deepspeed, steps=4 if trainer == "sft" else 2,
+                           weights=trainer != "rm")
 
-
-def test_an_fsdp2_run_resumes_exactly_where_it_stopped(tiny_causal_lm_path, tmp_path) -> None:
-    """Two FSDP2 ranks crash after step 2 (checkpoint at step 2) and resume: steps 3-4 and the saved model equal
-    those of the uninterrupted run, bit for bit. That uninterrupted SFT run also takes the steps DeepSpeed ZeRO-3
-    takes (one rank, the same global batches): the same losses each of its 4 steps and the same saved model.
-    The three FSDP2 runs take turns in one launch of two ranks (:func:`runs_in_turn`): the crash is a run's failure
-    (its status and message), not its process's; the resume starts from what the crashed run left on disk."""
-    data = _sft_rows(tmp_path / "sft.jsonl", 32)
-    straight, resumed, deepspeed = tmp_path / "straight", tmp_path / "resumed", tmp_path / "deepspeed"
-    flags = ("--train.backend", "fsdp2", "--ckpt.save_steps", "2")
-    crashed_then_resumed = runs_in_turn(
-        tmp_path / "launch", 2, tuple(_supervised("sft", tiny_causal_lm_path, data, straight, *flags)),
-        ("--plugins", str(crash_plugin(tmp_path, 2)), *_supervised("sft", tiny_causal_lm_path, data, resumed, *flags)),
-        tuple(_supervised("sft", tiny_causal_lm_path, data, resumed, *flags, "--ckpt.load_enable")))
-    assert_ok(crashed_then_resumed[0])
-    _one_deepspeed_rank("sft", tiny_causal_lm_path, data, deepspeed)
-    _assert_same_steps(straight, deepspeed, steps=4)
-    failed, result = crashed_then_resumed[1:]
-    assert failed.returncode != 0 and "simulated crash after step 2" in failed.stderr
+    assert crashed.returncode != 0 and "simulated crash after step 2" in crashed.stderr
     assert "(step 2)" in assert_ok(result).stderr
     losses = {run: {m["step"]: m["loss"] for m in read_metrics(run / "out") if "loss" in m} for run in (straight, resumed)}
     assert sorted(losses[resumed]) == [1, 2, 3, 4]
