@@ -120,10 +120,12 @@ def test_grpo_with_a_reward_file_alike_in_the_rank_in_an_engine_process_and_resu
 
 def test_ppo_with_critic_reward_model_and_kl(ray_cluster, task_files, tiny_causal_lm_path, tiny_reward_model_path,
                                               tmp_path) -> None:
-    """PPO with a critic, a reward model and a reference on ZeRO-3, each group on a Ray worker of its own beside an HF
-    engine process (vLLM runs the GRPO test above; this run is about the models around the actor)."""
+    """PPO with a critic, a reward model and a reference on ZeRO-3, their ranks in this process beside an HF engine
+    process (vLLM runs the GRPO test above; this run is about the models around the actor, not where their ranks
+    live: test_training_options_e2e's tensor-parallel run has actor, critic and reference ranks on Ray workers, and
+    test_device_placement a reward model's)."""
     flags = base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, "hf", steps=2)
-    flags += ["--rollout.engine", "hf", "--train.in_process", "off", "--reward.model_name_or_path", str(tiny_reward_model_path), "--rollout.n_samples_per_prompt", "2",
+    flags += ["--rollout.engine", "hf", "--train.in_process", "on", "--reward.model_name_or_path", str(tiny_reward_model_path), "--rollout.n_samples_per_prompt", "2",
               "--train.batch_size", "8", "--ds.zero_stage", "3", "--ckpt.save_steps", "2", "--ckpt.save_hf"]
     assert main(["train", "ppo", *flags]) == 0
     metrics = assert_run_outputs(tmp_path, tiny_causal_lm_path, 2, ("critic_loss", "value_mean", "kl", "ppo_clip_ratio"))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from rlhf_plugin_deepspeed.config import on_gpu, train_config
 from rlhf_supervised.config import SupervisedConfig
+from test_training_backends_e2e import runs_in_turn  # tests/ is on the path (pyproject's pythonpath)
 
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, child_env, refused_in_process, run_in_process, run_rlhf
@@ -46,25 +47,34 @@ def test_deepcompile_on_cpu_is_a_clear_error(capsys) -> None:
         assert_user_error(refused_in_process(capsys, trainer, "--ds.deepcompile"), "--ds.deepcompile", "CUDA GPU")
 
 
-def _sft_losses(tmp_path: Path, model: Path, name: str, ranks: int, *extra: str, in_process: bool = False) -> list[float]:
-    """The losses of a 3-step SFT run on ``ranks`` ranks; one rank ``in_process`` runs in this process (no interpreter,
-    imports or launcher of its own)."""
+def _sft_argv(tmp_path: Path, model: Path, name: str, *extra: str) -> tuple[str, ...]:
+    """``rlhf`` arguments of a 3-step SFT run at ZeRO-3 (unless ``extra`` says otherwise) that writes to ``name``."""
     data = tmp_path / "sft.jsonl"
     if not data.exists():
         rng = random.Random(0)
         data.write_text("".join(json.dumps({"input": f"what is {a}+{b}?", "output": str(a + b)}) + "\n"
                                 for a, b in ((rng.randint(1, 99), rng.randint(1, 99)) for _ in range(24))))
-    launcher = ("torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)) if ranks > 1 else ()
-    argv = ("train", "sft", "--model.model_name_or_path", str(model), "--data.dataset", str(data),
+    return ("train", "sft", "--model.model_name_or_path", str(model), "--data.dataset", str(data),
             "--train.batch_size", "8", "--train.micro_batch_size", "2", "--train.max_epochs", "1",
             "--adam.lr", "1e-3", "--ds.param_dtype", "fp32", "--ds.zero_stage", "3",
             "--ds.attn_implementation", "eager", "--ckpt.output_dir", str(tmp_path / name), *extra)
+
+
+def _losses(tmp_path: Path, name: str) -> list[float]:
+    return [m["loss"] for m in read_metrics(tmp_path / name)]
+
+
+def _sft_losses(tmp_path: Path, model: Path, name: str, ranks: int, *extra: str, in_process: bool = False) -> list[float]:
+    """The losses of a 3-step SFT run on ``ranks`` ranks; one rank ``in_process`` runs in this process (no interpreter,
+    imports or launcher of its own)."""
+    argv = _sft_argv(tmp_path, model, name, *extra)
     if in_process:
         assert ranks == 1
         assert_ok(run_in_process(*argv))
     else:
+        launcher = ("torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)) if ranks > 1 else ()
         assert_ok(run_rlhf(*argv, launcher=launcher))
-    return [m["loss"] for m in read_metrics(tmp_path / name)]
+    return _losses(tmp_path, name)
 
 
 @pytest.mark.slow
@@ -80,17 +90,22 @@ def test_zpg_trains_as_plain_zero3(tmp_path: Path, tiny_causal_lm_path: Path) ->
 def test_tensor_parallel_sft_trains_as_one_rank(tmp_path: Path, tiny_causal_lm_path: Path) -> None:
     """--ds.tensor_parallel_size 2 on 2 ranks (AutoTP, one data-parallel rank), at ZeRO stage 1 and at stage 2: the
     losses and the saved model of the same run on 1 rank (one reference for both: on one rank stages 1 and 2 train
-    the same numbers, and each 2-rank run is held to it at the same tolerance)."""
+    the same numbers, and each 2-rank run is held to it at the same tolerance). The two 2-rank runs take turns in one
+    launch (test_training_backends_e2e.runs_in_turn)."""
     from transformers import AutoModelForCausalLM
 
     one = _sft_losses(tmp_path, tiny_causal_lm_path, "one", 1, "--ds.zero_stage", "1", in_process=True)
     assert len(one) == 3
     whole = AutoModelForCausalLM.from_pretrained(tmp_path / "one").state_dict()
-    for stage in (1, 2):
+    stages = (1, 2)
+    # both 2-rank runs take turns in one launch: its ranks' imports and process group serve both
+    runs = runs_in_turn(tmp_path / "launch", 2, *(_sft_argv(tmp_path, tiny_causal_lm_path, f"tp-zero{stage}",
+                                                            "--ds.tensor_parallel_size", "2", "--ds.zero_stage", str(stage))
+                                                  for stage in stages))
+    for stage, run in zip(stages, runs):
+        assert_ok(run)
         name = f"tp-zero{stage}"
-        split = _sft_losses(tmp_path, tiny_causal_lm_path, name, 2, "--ds.tensor_parallel_size", "2",
-                            "--ds.zero_stage", str(stage))
-        assert split == pytest.approx(one, rel=1e-5), stage
+        assert _losses(tmp_path, name) == pytest.approx(one, rel=1e-5), stage
         gathered = AutoModelForCausalLM.from_pretrained(tmp_path / name).state_dict()
         assert set(gathered) == set(whole)
         for key, tensor in whole.items():
