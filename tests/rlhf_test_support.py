@@ -206,3 +206,31 @@ def end_stdin_server(process: subprocess.Popen, timeout: float) -> None:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+_RUNS_IN_TURN = """\
+import json, os, sys
+from rlhf.testing.cli import run_in_process
+commands, report = json.loads(open(sys.argv[1]).read()), sys.argv[2] + "." + os.environ["RANK"]
+results = [run_in_process(*argv) for argv in commands]
+open(report, "w").write(json.dumps([[done.returncode, done.stderr] for done in results]))
+"""
+
+
+def runs_in_turn(workdir: Path, ranks: int, *commands: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
+    """``rlhf COMMAND`` for each command in turn, all in one torchrun launch of ``ranks`` ranks: each run joins the
+    group the first one set up (rlhf.distributed), so the runs after the first pay no interpreters, imports or
+    rendezvous of their own. Each run is reported as run_rlhf reports a launch: the highest status of its ranks
+    and their stderr, joined (rank 0 first)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    script, listed, report = workdir / "runs_in_turn.py", workdir / "commands.json", workdir / "report"
+    script.write_text(_RUNS_IN_TURN)
+    listed.write_text(json.dumps([list(command) for command in commands]))
+    launch = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                             str(ranks), str(script), str(listed), str(report)],
+                            capture_output=True, text=True, timeout=900, env=child_env(RLHF_NO_PROGRESS="1", HF_HUB_OFFLINE="1"))
+    assert launch.returncode == 0, f"exit {launch.returncode}:\n{launch.stderr[-4000:]}"
+    per_rank = [json.loads(Path(f"{report}.{rank}").read_text()) for rank in range(ranks)]
+    return [subprocess.CompletedProcess(list(command), max(rank[i][0] for rank in per_rank),
+                                        "", "".join(rank[i][1] for rank in per_rank))
+            for i, command in enumerate(commands)]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rlhf_plugin_deepspeed.config import on_gpu, train_config
 from rlhf_supervised.config import SupervisedConfig
-from test_training_backends_e2e import runs_in_turn  # tests/ is on the path (pyproject's pythonpath)
+from rlhf_test_support import runs_in_turn
 
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, child_env, refused_in_process, run_in_process, run_rlhf
@@ -91,7 +91,7 @@ def test_tensor_parallel_sft_trains_as_one_rank(tmp_path: Path, tiny_causal_lm_p
     """--ds.tensor_parallel_size 2 on 2 ranks (AutoTP, one data-parallel rank), at ZeRO stage 1 and at stage 2: the
     losses and the saved model of the same run on 1 rank (one reference for both: on one rank stages 1 and 2 train
     the same numbers, and each 2-rank run is held to it at the same tolerance). The two 2-rank runs take turns in one
-    launch (test_training_backends_e2e.runs_in_turn)."""
+    launch (rlhf_test_support.runs_in_turn)."""
     from transformers import AutoModelForCausalLM
 
     one = _sft_losses(tmp_path, tiny_causal_lm_path, "one", 1, "--ds.zero_stage", "1", in_process=True)
