@@ -12,6 +12,9 @@ import pytest
 
 from rlhf.distributed import free_port
 
+#: httpx's default is 5 s: a reward computed on a loaded 2-core CI machine took longer (a ReadTimeout at load 29)
+HTTP = httpx.Client(timeout=60)
+
 
 @pytest.fixture
 def served(request):
@@ -36,18 +39,18 @@ def served(request):
 
 def test_serves_a_registered_reward_function(served) -> None:
     base = served("--function", "math_answer")
-    assert httpx.get(f"{base}/health").json() == {"status": "ok", "reward": "math_answer"}
-    answer = httpx.post(f"{base}/get_reward", json={"query": ["Q: 1+1=2", "Q: 1+1=3"], "prompts": ["Q:", "Q:"],
+    assert HTTP.get(f"{base}/health").json() == {"status": "ok", "reward": "math_answer"}
+    answer = HTTP.post(f"{base}/get_reward", json={"query": ["Q: 1+1=2", "Q: 1+1=3"], "prompts": ["Q:", "Q:"],
                                                     "labels": ["2", "2"]}).json()
     assert answer["rewards"] == [1.0, 0.0] and answer["scores"] == [1.0, 0.0]
-    bad = httpx.post(f"{base}/get_reward", json={"query": ["a", "b"], "prompts": ["a"], "labels": ["1", "2"]})
+    bad = HTTP.post(f"{base}/get_reward", json={"query": ["a", "b"], "prompts": ["a"], "labels": ["1", "2"]})
     assert bad.status_code == 422
 
 
 @pytest.mark.slow
 def test_serves_a_reward_model(served, tiny_reward_model_path) -> None:
     base = served("--model", str(tiny_reward_model_path))
-    answer = httpx.post(f"{base}/get_reward", json={"query": ["hello world", "what is 1+1"]}).json()
+    answer = HTTP.post(f"{base}/get_reward", json={"query": ["hello world", "what is 1+1"]}).json()
     assert len(answer["rewards"]) == 2 and answer["rewards"] != [0.0, 0.0]
 
 
@@ -66,12 +69,12 @@ def test_a_server_with_an_api_key_answers_only_requests_that_carry_it(served, mo
     monkeypatch.setenv("RLHF_REWARD_API_KEY", "s3cret")  # the server's process inherits it: no key on its command line
     base = served("--function", "math_answer")
     body = {"query": ["Q: 1+1=2"], "prompts": ["Q:"], "labels": ["2"]}
-    refused = httpx.post(f"{base}/get_reward", json=body)
+    refused = HTTP.post(f"{base}/get_reward", json=body)
     assert refused.status_code == 401 and "API key" in refused.json()["error"]
-    assert httpx.post(f"{base}/get_reward", json=body, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert HTTP.post(f"{base}/get_reward", json=body, headers={"Authorization": "Bearer wrong"}).status_code == 401
     for header in ({"Authorization": "Bearer s3cret"}, {"X-Api-Key": "s3cret"}):
-        assert httpx.post(f"{base}/get_reward", json=body, headers=header).json()["rewards"] == [1.0]
-    assert httpx.get(f"{base}/health").status_code == 200  # health checks need no key
+        assert HTTP.post(f"{base}/get_reward", json=body, headers=header).json()["rewards"] == [1.0]
+    assert HTTP.get(f"{base}/health").status_code == 200  # health checks need no key
 
 
 def test_a_reward_model_scores_in_batches_cut_to_max_len_and_normalised(tiny_reward_model_path, tmp_path) -> None:
