@@ -5,7 +5,7 @@
     python benchmarks/async_pipeline.py --smoke          # 2 steps of 8 prompts each (CI runs this)
 
 Both runs start from the same briefly supervised demo model (2-digit addition, the
-demo's flags: 32 prompts x 8 samples per step, exact-match reward, group_norm) and
+demo's flags: 32 prompts (``--prompts``) x 8 samples per step, exact-match reward, group_norm) and
 differ only in ``--train.async_enable`` (queue size 1). They run one after the other in this
 process, as ``rlhf demo`` runs its GRPO (the figures are step times, so process start-up is not
 among them; the first two steps of each run are left out). The learning rate is 5e-4 (``--lr``)
