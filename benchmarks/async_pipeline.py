@@ -2,11 +2,13 @@
 
     python benchmarks/async_pipeline.py                  # 30 GRPO steps each, vLLM engine
     python benchmarks/async_pipeline.py --engine hf --steps 20
-    python benchmarks/async_pipeline.py --smoke          # 3 steps each (CI runs this)
+    python benchmarks/async_pipeline.py --smoke          # 2 steps of 8 prompts each (CI runs this)
 
 Both runs start from the same briefly supervised demo model (2-digit addition, the
-demo's flags: 32 prompts x 8 samples per step, exact-match reward, group_norm) and
-differ only in ``--train.async_enable`` (queue size 1); the learning rate is 5e-4 (``--lr``)
+demo's flags: 32 prompts (``--prompts``) x 8 samples per step, exact-match reward, group_norm) and
+differ only in ``--train.async_enable`` (queue size 1). They run one after the other in this
+process, as ``rlhf demo`` runs its GRPO (the figures are step times, so process start-up is not
+among them; the first two steps of each run are left out). The learning rate is 5e-4 (``--lr``)
 instead of the demo's 1e-4, so both curves move within a few dozen steps. A step's wall time is what the
 training loop spends on it: ``timing/step_total`` (sync: generate + reward + experience +
 train + weight sync) plus, in async mode, ``async/queue_wait`` (the time it waited for the
@@ -24,12 +26,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
-
-CLI = "import sys; from rlhf.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 def step_seconds(rows: list[dict]) -> list[float]:
@@ -55,20 +53,23 @@ def prepare(work: Path, smoke: bool) -> Path:
     return model_dir
 
 
-def run(mode: str, work: Path, model: Path, steps: int, engine: str, lr: float) -> list[dict]:
+def run(mode: str, work: Path, model: Path, steps: int, prompts: int, engine: str, lr: float) -> list[dict]:
     from rlhf_plugin_demo.run import rl_arguments
 
+    from rlhf.host.plugin_host import PluginHost
+    from rlhf.launch import trainer_run
     from rlhf.records.metrics import read_metrics
 
     run_dir = work / mode
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "prompts.jsonl").write_text((work / "prompts.jsonl").read_text())
     (run_dir / "reward.py").write_text((work / "reward.py").read_text())
-    flags = rl_arguments(run_dir, model, steps, 0, engine) + (["--train.async_enable"] if mode == "async" else [])
-    flags += ["--data.max_samples", str(32 * steps), "--actor.adam.lr", str(lr)]
-    done = subprocess.run([sys.executable, "-c", CLI, "train", "ppo", *flags], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{mode} run failed:\n{done.stderr[-3000:]}")
+    flags = rl_arguments(run_dir, model, steps, 0, engine, prompts_per_step=prompts)
+    flags += [*(["--train.async_enable"] if mode == "async" else []), "--data.max_samples", str(prompts * steps),
+              "--actor.adam.lr", str(lr)]
+    host = PluginHost.load()
+    parsed = trainer_run(host, "ppo", flags)
+    parsed.trainer(parsed.config, host, parsed.run_dir).run()
     return read_metrics(run_dir / "rl")
 
 
@@ -92,13 +93,15 @@ def plot(curves: dict[str, list[dict]], out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, help="GRPO steps per run (default 30; --smoke: 2)")
+    parser.add_argument("--prompts", type=int, help="prompts per step, 8 samples each (default 32; --smoke: 8)")
     parser.add_argument("--engine", choices=("vllm", "hf"), default="vllm")
     parser.add_argument("--lr", type=float, default=5e-4, help="actor learning rate (the demo's 1e-4 needs hundreds of steps)")
-    parser.add_argument("--smoke", action="store_true", help="3 steps each")
+    parser.add_argument("--smoke", action="store_true", help="the untrained model, 2 steps of 8 prompts each")
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
-    steps = 3 if args.smoke else args.steps
+    steps = args.steps or (2 if args.smoke else 30)
+    prompts = args.prompts or (8 if args.smoke else 32)
     work = args.work or Path(tempfile.mkdtemp(prefix="rlhf-async-bench-"))
     work.mkdir(parents=True, exist_ok=True)
 
@@ -106,9 +109,10 @@ def main() -> None:
 
     model = prepare(work, args.smoke)
     train_pairs, _ = task.split_problems(0)
-    task.write_prompt_file(work / "prompts.jsonl", train_pairs, 32 * steps, 0)
+    task.write_prompt_file(work / "prompts.jsonl", train_pairs, prompts * steps, 0)
     (work / "reward.py").write_text(task.REWARD_FILE)
-    curves = {mode: run(name, work, model, steps, args.engine, args.lr) for mode, name in (("off", "sync"), ("on", "async"))}
+    curves = {mode: run(name, work, model, steps, prompts, args.engine, args.lr)
+              for mode, name in (("off", "sync"), ("on", "async"))}
     plot(curves, work / "async_reward_curves.png")
     print(f"{'async':6} {'steps':>5} {'s/step (steady)':>16} {'first-5 reward':>15} {'last-5 reward':>14} {'staleness':>10}")
     for mode, rows in curves.items():

@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,25 +17,24 @@ pytestmark = pytest.mark.slow
 CHECKS = Path(__file__).resolve().parents[1] / "plugins" / "backends" / "deepspeed" / "tests" / "checks"
 
 
-BOTH_STAGES = """
-import runpy, sys
+def test_deepspeed_states_sleep_between_steps_and_training_is_unchanged(tiny_causal_lm_path: Path, capsys) -> None:
+    """ZeRO-2 and ZeRO-3, each trained plain and asleep between steps (deepspeed_sleep.py, run for each stage in this
+    process, as a trainer runs its ranks here: in this process's one-rank group, the environment and transformers'
+    ZeRO-3 switch put back after each stage; rlhf.distributed)."""
+    from rlhf.distributed import group_environment, restored_process
 
-script, model = sys.argv[1:]
-for stage in ("2", "3"):  # DeepSpeed's import and gloo group once for both stages
-    sys.argv = [script, model, stage]
-    runpy.run_path(script, run_name="__main__")
-"""
-
-
-def test_deepspeed_states_sleep_between_steps_and_training_is_unchanged(tiny_causal_lm_path: Path) -> None:
-    """ZeRO-2 and ZeRO-3, each trained plain and asleep between steps (deepspeed_sleep.py, both stages in one process)."""
-    env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}}
-
-    result = subprocess.run([sys.executable, "-c", BOTH_STAGES, str(CHECKS / "deepspeed_sleep.py"), str(tiny_causal_lm_path)],
-                            capture_output=True, text=True, timeout=600, env=env)
-    assert result.returncode == 0, result.stderr[-4000:]
-    printed = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"plain"')]
-    assert len(printed) == 2, result.stdout[-4000:]
+    script, argv = str(CHECKS / "deepspeed_sleep.py"), sys.argv
+    for stage in ("2", "3"):
+        with restored_process():
+            group_environment(launcher=False)  # the group this process is in, or a one-rank one (the script's defaults)
+            sys.argv = [script, str(tiny_causal_lm_path), stage]
+            try:
+                runpy.run_path(script, run_name="__main__")
+            finally:
+                sys.argv = argv
+    stdout = capsys.readouterr().out
+    printed = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"plain"')]
+    assert len(printed) == 2, stdout[-4000:]
     for stage, runs in zip((2, 3), printed):
         plain, slept = runs["plain"], runs["slept"]
         # what DeepSpeed itself reports offloaded: every wanted state it moves at this stage, between every step
