@@ -242,7 +242,7 @@ def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tin
     reference = tmp_path / "uninterrupted"
     request.getfixturevalue("ray_cluster")
     # the reference only has to be uninterrupted: vLLM's rank lives in this process beside the engine where the cluster
-    # allows (no GPU), one Ray worker fewer to start, with the same one-core thread share as in a worker; the resume
+    # allows (no GPU), one Ray worker fewer to start, with the same thread share as in a worker (half the cores); the resume
     # keeps the preempted run's layout (its rank in a Ray worker, the engine synced from there after the load)
     beside_engine = ["--train.in_process", "auto"] if case == "vllm" else []
     assert_ok(run_in_process(*rl_flags(case, tiny_causal_lm_path, task_files, reference), *beside_engine))
