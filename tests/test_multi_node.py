@@ -44,7 +44,8 @@ def test_actor_ranks_spread_over_two_nodes_train(task_files, tiny_causal_lm_path
         actor = {w["rank"]: w["node_id"] for w in workers if w["group"] == "actor"}
         assert sorted(actor) == [0, 1] and actor[0] != actor[1]  # one rank on each node
         assert set(actor.values()) == set(nodes)
-        assert {w["node_id"] for w in workers if w["group"] == "rollout engine"} <= set(nodes)
+        # the HF engine generates in the actor's ranks: there is no engine process whose node to check
+        assert not [w for w in workers if w["group"] == "rollout engine"]
         # the cluster stays up; the run's placement groups went with its job
         states = cluster.ask("placement_groups")
         assert states and set(states) == {"REMOVED"}
