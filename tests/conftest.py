@@ -51,8 +51,13 @@ def rlhf_cli(third_party_site: Path) -> RlhfCli:
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray cluster shared by every end-to-end test of the session."""
+    import os
+
     import ray
 
+    # the workers at normal priority, as a run's own cluster starts them (rlhf.runtime.cluster.ray_start): at Ray's
+    # niceness 15 they lose the cores to the test's own process and cost more CPU-s waiting
+    os.environ.setdefault("RAY_worker_niceness", "0")
     # "local": never the cluster an earlier `ray start` recorded in /tmp/ray (it would refuse num_cpus)
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=512 * 1024 * 1024,
              log_to_driver=False)
