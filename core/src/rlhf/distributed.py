@@ -67,7 +67,8 @@ def group_environment(local_rank: int = -1, *, launcher: bool = True) -> None:
     - Else a launcher's variables, when ``launcher`` and all of ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
       ``MASTER_PORT`` are set.
     - Else a one-rank group on a :func:`free_port`; a part of a launcher's set (a variable left by something
-      else) is replaced. ``launcher=False`` (a test kit that needs one rank) always takes this case.
+      else) is replaced. ``launcher=False`` (a test kit that needs one rank) takes this case rather than a
+      launcher's.
 
     ``LOCAL_RANK`` (the device on the node): the environment's wins where ``launcher``, then ``local_rank``
     (``--local_rank``, from launchers that do not export it) where it is not negative, then 0."""
