@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,15 +20,10 @@ from pathlib import Path
 import pytest
 from rlhf_test_support import FIXTURES, base_flags, venv_sharing_this_environment
 
+from rlhf.distributed import free_port
 from rlhf.testing.cli import assert_user_error
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

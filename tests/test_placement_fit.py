@@ -65,39 +65,32 @@ def one_gpu_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Declar
 RLHF_COMMANDS = """
 import contextlib, io, json, os, sys, tempfile, time, traceback
 from rlhf.cli.main import main
+from rlhf.distributed import restored_process
 
 replies = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)  # whatever else writes to stdout (a library, Ray's log lines) stays out of the replies
 for line in sys.stdin:
     request = json.loads(line)
-    before = {key: os.environ.get(key) for key in request["env"]}
-    os.environ.update(request["env"])
-    shown = io.StringIO()
-    with tempfile.TemporaryFile("w+") as said:
-        sys.stderr.flush()
-        console = os.dup(2)
-        os.dup2(said.fileno(), 2)  # all of the command's stderr, as a child's would be captured
-        started = time.monotonic()
-        try:
-            with contextlib.redirect_stdout(shown):
-                code = main(request["argv"])
-        except BaseException:  # a reply all the same: the test shows it
-            traceback.print_exc()
-            code = -1
-        seconds = time.monotonic() - started
-        sys.stderr.flush()
-        os.dup2(console, 2)
-        os.close(console)
-        said.seek(0)
-        stderr = said.read()
-    for key, value in before.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    if "transformers" in sys.modules:  # a ZeRO-3 run leaves transformers' switch on (see rlhf.testing.cli.run_in_process)
-        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-        unset_hf_deepspeed_config()
+    with restored_process():  # each command leaves the process as a child of its own would
+        os.environ.update(request["env"])
+        shown = io.StringIO()
+        with tempfile.TemporaryFile("w+") as said:
+            sys.stderr.flush()
+            console = os.dup(2)
+            os.dup2(said.fileno(), 2)  # all of the command's stderr, as a child's would be captured
+            started = time.monotonic()
+            try:
+                with contextlib.redirect_stdout(shown):
+                    code = main(request["argv"])
+            except BaseException:  # a reply all the same: the test shows it
+                traceback.print_exc()
+                code = -1
+            seconds = time.monotonic() - started
+            sys.stderr.flush()
+            os.dup2(console, 2)
+            os.close(console)
+            said.seek(0)
+            stderr = said.read()
     replies.write(json.dumps({"exit": code, "stdout": shown.getvalue(), "stderr": stderr, "seconds": seconds}) + "\\n")
     replies.flush()
 """

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 from collections.abc import Iterator
 from typing import Any
 
 from rlhf.config.checks import engines_colocated_with
+from rlhf.distributed import free_port
 from rlhf.weight_buckets import Entry, buckets, flatten, numel, unflatten
 
 
@@ -96,10 +96,7 @@ class _Broadcast:
         """Rank 0's host, a free port for the group's TCP store, and the layout the engines will receive."""
         import ray
 
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            port = sock.getsockname()[1]
-        return ray.util.get_node_ip_address(), port, source.layout()
+        return ray.util.get_node_ip_address(), free_port(), source.layout()
 
     def join(self, source: Any, address: str, port: int, world_size: int) -> None:
         """Actor side: rank 0 joins as the group's rank 0, the others only gather."""
