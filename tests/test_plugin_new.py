@@ -215,3 +215,31 @@ def test_a_generated_multi_turn_environment_trains_two_steps_beside_a_reward_fun
     for m in metrics:
         assert 1 <= m["reward/agent/turns"] <= 3  # the environment's own log: episodes of one to three turns
         assert m["reward"] == pytest.approx(0.5 * m["reward/agent"] + m["reward/demo_reward_function"], abs=1e-5)
+
+
+def test_the_training_backend_template_is_plain_torch_with_its_plan_and_check_stubs(tmp_path: Path) -> None:
+    """Issue 61: what `rlhf plugin new training-backend NAME` writes names no DDP (it averages gradients itself), and
+    fills in `check_config` and `plan_memory`, the two optional methods docs/plan.md asks a backend for."""
+    import importlib.util
+
+    from rlhf_plugin_scaffold.scaffold import render
+
+    from rlhf.config.ppo import PPOConfig
+    from rlhf.errors import ConfigError
+    from rlhf.testing.conformance.planning import check_backend_plan
+
+    files = render("training-backend", "plain_torch")
+    assert not re.search(r"ddp|DistributedDataParallel|bucket_cap", "\n".join(files.values()), re.IGNORECASE)
+    assert "python -m pytest" in files["README.md"] and "replace the formulas" not in files["README.md"]
+    source = tmp_path / "backend.py"
+    source.write_text(files["src/rlhf_plugin_plain_torch/backend.py"])
+    spec = importlib.util.spec_from_file_location("plain_torch_backend", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    backend = module.PlainTorchBackend
+    config = PPOConfig.model_validate({"actor": {"model_name_or_path": "m"}})
+    backend.check_config(config)  # ZeRO-2 by default: nothing refused
+    config.ds.zero_stage = 3
+    with pytest.raises(ConfigError, match="--ds.zero_stage 3"):
+        backend.check_config(config)
+    check_backend_plan(backend, config)  # well-formed parts, no more per GPU on 8 ranks than on 1

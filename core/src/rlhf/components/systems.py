@@ -252,12 +252,18 @@ class TrainedModel(Protocol):
 
     def save_checkpoint(self, directory: str, tag: str) -> None:
         """Every rank: write the model, optimizer and scheduler states (each rank its shard) under
-        ``directory/tag`` for an exact resume. ``directory`` is a staging dir the core commits."""
+        ``directory/tag`` for an exact resume. ``directory`` is the step's staging folder (the
+        ``global_stepN`` being written, which the core commits atomically once every rank has returned);
+        ``tag`` is the model's role: ``actor``, ``critic``, or ``model`` in a supervised run. Neither is
+        the step number (the core's ``state.json`` beside them records it)."""
         ...
 
     def load_checkpoint(self, directory: str, tag: str) -> None:
-        """Every rank: load what :meth:`save_checkpoint` wrote; a missing, damaged or mismatched
-        checkpoint raises :class:`rlhf.errors.CheckpointError` naming the directory and what to do."""
+        """Every rank: load what :meth:`save_checkpoint` wrote under ``directory/tag``. ``directory`` is now
+        the committed ``global_stepN`` folder, ``tag`` the role as when saving. A checkpoint that is
+        missing or damaged raises :class:`rlhf.errors.CheckpointError` naming ``directory/tag``; one that
+        is intact but does not fit this run (another world size, backend or model shape) says which and
+        the flag that fits it, and never advises deleting it."""
         ...
 
     def awake(self, phase: str) -> Any:

@@ -107,7 +107,8 @@ def _far(got: dict[str, Any] | None, want: dict[str, Any]) -> str | None:
 
 
 def check_training_backend(backend_class: type, model_path: Any, config: Any = None) -> None:
-    """Build ``backend_class`` for ``config`` (see :func:`kit_config`) and check the protocol's contract
+    """Build ``backend_class`` for ``config`` (a run config, default a PPO one; the kit sets it to fp32, eager
+    attention and micro-batches of 2, two per optimizer step) and check the protocol's contract
     on the tiny causal LM at ``model_path``, in this process; afterwards the process is as it was
     (:func:`rlhf.distributed.restored_process`: a backend sets variables for its library, such as DeepSpeed's
     ``DS_ACCELERATOR``, which a later child of the test would inherit)."""

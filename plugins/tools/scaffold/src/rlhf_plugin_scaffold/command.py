@@ -34,11 +34,11 @@ class PluginCommand:
                                   "drop --distribution")
             written = add_component(args.kind, args.name, Path(args.into))
             print(f"added {args.name!r} to {args.into}: " + ", ".join(str(path) for path in written) +
-                  f"\nnext: pip install -e {args.into} && (cd {args.into} && pytest)")
+                  f"\nnext: pip install -e {args.into} && (cd {args.into} && python -m pytest)")
             return 0
         directory = write_plugin(args.kind, args.name, Path(args.dir), args.distribution)
         spec = KINDS[args.kind.replace("_", "-")]
         print(f"wrote {directory} ({spec.name} {args.name!r})\n"
-              f"next: pip install -e {directory} && (cd {directory} && pytest)\n"
+              f"next: pip install -e {directory} && (cd {directory} && python -m pytest)\n"
               f"contract: docs/plugins/{spec.doc}")
         return 0
