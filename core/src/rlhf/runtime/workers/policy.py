@@ -22,6 +22,7 @@ from rlhf.errors import ConfigError
 from rlhf.models.extensions import active, load_model
 from rlhf.models.loading import dtype_of, load_causal_lm, token_id
 from rlhf.models.lora import apply_lora, is_peft, merged_state_dict, quantization_kwargs
+from rlhf.models.saving import without_deepspeed_import
 from rlhf.ops import token_entropy
 from rlhf.records.checkpoints import published
 from rlhf.registry import ComponentKind as K
@@ -369,6 +370,6 @@ class PolicyWorker(_CausalLMWorker):
         with self.ema.applied() if self.ema is not None else contextlib.nullcontext():
             state = self.model.state_dict()
         if self.rank == 0:
-            with published(Path(directory), "model") as staging:
+            with published(Path(directory), "model") as staging, without_deepspeed_import():
                 self.model.module.save_pretrained(staging, state_dict=state)
                 AutoTokenizer.from_pretrained(self.config.actor.model_name_or_path).save_pretrained(staging)
