@@ -114,3 +114,41 @@ def test_an_engine_in_the_training_ranks_is_refused_where_their_weights_are_shar
                                         "--rollout.engine", "hf-inprocess", *flags),
                       "--rollout.engine hf-inprocess generates inside the actor's training ranks", conflict,
                       "--rollout.engine hf")
+
+
+ONE_RANK_BACKEND = '''
+import rlhf
+from rlhf.errors import ConfigError
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+class OneRankBackend:
+    """Serves one rank per model (a plain_torch-like backend); refuses before anything starts."""
+
+    @classmethod
+    def check_groups(cls, config, groups):
+        for group in groups:
+            if group.ranks > 1:
+                raise ConfigError(f"--train.backend one_rank trains one rank per model, but the {group.role} has "
+                                  f"{group.ranks} ({group.ranks_from}); set them to 1")
+
+
+@rlhf.hookimpl
+def rlhf_register_training_backends(register):
+    register("one_rank", OneRankBackend)
+'''
+
+
+def test_a_backend_sees_the_runs_groups_and_refuses_a_role_before_ray_starts(capsys, task_files, tiny_causal_lm_path,
+                                                                             tmp_path) -> None:
+    """Issue 61: ``check_groups(config, groups)`` gets the groups the trainer plans (roles, ranks and the flags that
+    set them), in the CLI process, so a one-rank backend names ``--ref.num_gpus_per_node`` instead of failing in a
+    Ray worker a minute later."""
+    plugin = tmp_path / "one_rank.py"
+    plugin.write_text(ONE_RANK_BACKEND)
+    argv = [*run_flags(task_files, tiny_causal_lm_path, tmp_path, 1), "--plugins", str(plugin), "--train.backend",
+            "one_rank", "--algo.kl.init_coef", "0.01", "--ref.num_gpus_per_node", "2"]
+    assert_user_error(refused_in_process(capsys, "ppo", *argv),
+                      "--train.backend one_rank trains one rank per model, but the ref has 2 "
+                      "(--ref.num_nodes x --ref.num_gpus_per_node); set them to 1")

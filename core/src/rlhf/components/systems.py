@@ -289,6 +289,9 @@ class TrainingBackend(Protocol):
 
     Optional classmethods: ``check_config(config) -> None``, called in the CLI process once before
     anything starts, raising :class:`rlhf.errors.ConfigError` for flags it cannot honour;
+    ``check_groups(config, groups) -> None``, right after it, with the run's model groups
+    (``list[rlhf.planning.ModelGroup]``: each group's ``role``, ``ranks``, ``trained`` and ``ranks_from``, the flags
+    that set its ranks), to refuse a layout it cannot serve (one rank only, no critic…) naming those flags;
     ``preload() -> None``, called in each model worker as it is created, for slow imports that can
     overlap the controller's start-up; and ``sharded_reason(config) -> str | None``, in the CLI
     process and the actor ranks: why a trained model's parameters are not whole on every rank for

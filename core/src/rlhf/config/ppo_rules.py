@@ -22,7 +22,6 @@ from rlhf.config.checks import (
     require_positive,
 )
 from rlhf.config.ppo import PPOConfig
-from rlhf.config.training_backend import check_backend_config
 from rlhf.host.plugin_host import PluginHost
 from rlhf.registry import ComponentKind
 
@@ -149,7 +148,6 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
 
     active_correction(cfg, host.registry)  # its options' errors, in the CLI process
 
-    check_backend_config(cfg, host.registry)
     if cfg.vllm.sync_backend != "auto":  # whether it can run for this config: the controller's input check
         host.registry.registration(ComponentKind.WEIGHT_SYNC_TRANSPORT, cfg.vllm.sync_backend, flag="--vllm.sync_backend")
     if cfg.ds.load_in_4bit:

@@ -13,6 +13,7 @@ __all__ = ["backend_label", "check_backend_config", "training_backend"]
 
 if TYPE_CHECKING:
     from rlhf.config.run import RunConfig
+    from rlhf.planning.groups import ModelGroup
 
 
 def backend_class(config: RunConfig, registry: Any) -> type:
@@ -20,11 +21,18 @@ def backend_class(config: RunConfig, registry: Any) -> type:
     return registry.get(ComponentKind.TRAINING_BACKEND, config.train.backend, flag="--train.backend")
 
 
-def check_backend_config(config: RunConfig, registry: Any) -> None:
-    """In the CLI process, before anything starts: the backend's own ``check_config`` refusals."""
-    check = getattr(backend_class(config, registry), "check_config", None)
+def check_backend_config(config: RunConfig, registry: Any, groups: list[ModelGroup] | None = None) -> None:
+    """In the CLI process, before anything starts: the backend's own ``check_config(config)`` refusals, then, given
+    the run's model groups (what its trainer's ``plan_groups`` names, each with its role and ranks), the optional
+    ``check_groups(config, groups)``: a backend that serves one rank per model, or only some roles, refuses the
+    run here, naming the group's flag, instead of a minute later in a Ray worker."""
+    cls = backend_class(config, registry)
+    check = getattr(cls, "check_config", None)
     if check is not None:
         check(config)
+    check_groups = getattr(cls, "check_groups", None)
+    if check_groups is not None and groups is not None:
+        check_groups(config, groups)
 
 
 def training_backend(config: RunConfig, registry: Any) -> Any:

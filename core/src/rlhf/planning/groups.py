@@ -18,6 +18,8 @@ class ModelGroup:
     value_head: bool = False  #: a one-output head instead of the LM head (critic, reward model)
     section: Any = None  #: the group's config section (optimizer, offload)
     checkpointing: bool = False  #: gradient checkpointing in its training forward
+    #: the flags (or launcher variable) that set ``ranks``, for a refusal to name: "--ref.num_nodes x --ref.num_gpus_per_node"
+    ranks_from: str = ""
 
 
 @dataclass

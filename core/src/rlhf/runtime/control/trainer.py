@@ -7,12 +7,14 @@ loop lives in :mod:`rlhf.runtime.control.controller`.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.ppo_rules import finalize_ppo_config
 from rlhf.config.rollout_engine import rollout_engine_class
+from rlhf.config.training_backend import check_backend_config
 from rlhf.errors import ConfigError
 from rlhf.planning.groups import ModelGroup, RunGroups
 from rlhf.registry import ComponentKind
@@ -31,7 +33,9 @@ class PPOTrainer:
 
     @classmethod
     def prepare_config(cls, config: PPOConfig, plugins: Any) -> PPOConfig:
-        return finalize_ppo_config(config, plugins)
+        config = finalize_ppo_config(config, plugins)
+        check_backend_config(config, plugins.registry, cls.plan_groups(config, plugins.registry).models)
+        return config
 
     @classmethod
     def plan_groups(cls, config: PPOConfig, plugins_registry: Any) -> Any:
@@ -52,6 +56,8 @@ class PPOTrainer:
                                      "--critic.model_name_or_path", ranks_of(config.critic), True, True, config.critic))
         models += [ModelGroup("reward", path, "--reward.model_name_or_path", ranks_of(config.reward), False, True,
                               config.reward) for path in reward_model_paths(config)]
+        models = [dataclasses.replace(group, ranks_from=f"--{group.role}.num_nodes x --{group.role}.num_gpus_per_node")
+                  for group in models]
         engine = rollout_engine_class(config, plugins_registry)
         return RunGroups(models, engine, engine.in_training_rank, max(1, config.vllm.num_engines or 0),
                          config.vllm.tensor_parallel_size)

@@ -14,6 +14,7 @@ Everything runs in the trainer's process(es), one per device (see
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -111,7 +112,8 @@ class SupervisedTrainer:
         check_global_batch(config.train.batch_size, config.train.micro_batch_size, world // tp,
                            "the launcher's WORLD_SIZE / --ds.tensor_parallel_size")
 
-        check_backend_config(config, plugins.registry)
+        groups = [dataclasses.replace(group, ranks=world, ranks_from="the launcher's WORLD_SIZE") for group in cls.plan_groups(config, plugins.registry).models]
+        check_backend_config(config, plugins.registry, groups)  # every group in every rank of the launch
         if config.ds.load_in_4bit:
 
             check_4bit(config.ds)
