@@ -89,10 +89,12 @@ def test_an_engine_written_from_its_docs_page_passes_the_kit(tiny_causal_lm_path
     ("auto", None, [], "hf-inprocess"), ("auto", 0, [], "hf-inprocess"), ("auto", 2, [], "vllm"), ("hf", 2, [], "hf"),
     ("stepwise", 0, [], "stepwise"),
     ("auto", 0, ["--ds.zero_stage", "3"], "hf-inprocess"), ("auto", 0, ["--ds.tensor_parallel_size", "2"], "hf"),
-    ("auto", 0, ["--train.backend", "fsdp2"], "hf-inprocess")])
+    ("auto", 0, ["--train.backend", "fsdp2"], "hf-inprocess"),
+    ("auto", 0, ["--ds.zero_stage", "3", "--train.async_enable", "1"], "hf")])
 def test_auto_keeps_the_meaning_of_vllm_num_engines(engine, num_engines, flags, expected) -> None:
     """0 or unset: HF generate inside the actor's ranks (whole weights, or ZeRO-3/FSDP2 shards it gathers), else
-    (AutoTP, whose ranks would need the same requests) in its own process."""
+    (AutoTP, whose ranks would need the same requests; shards in async mode, where generation and training
+    would interleave differently on each rank) in its own process."""
     from rlhf.config.ppo import PPOConfig
     from rlhf.config.rollout_engine import rollout_engine_name
     from rlhf.host.plugin_host import PluginHost

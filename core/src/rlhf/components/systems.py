@@ -35,7 +35,8 @@ class RolloutEngine(Protocol):
       parameters are split over the ranks (ZeRO-3, AutoTP, FSDP2), unless the engine sets the trait
       ``gathers_sharded_parameters = True`` (then it must gather them itself, every rank in step: read the
       trained model's ``sharded``; the core calls every rank's :meth:`generate`, with an empty share too).
-      AutoTP is refused even then: its ranks would need the same requests.
+      AutoTP is refused even then (its ranks would need the same requests), and so are shards with
+      ``--train.async_enable`` (each rank could meet generation and training in a different order).
 
     Every method below runs where the engine lives.
 

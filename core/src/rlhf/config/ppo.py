@@ -208,7 +208,7 @@ class DataSection(Section):
 class RolloutSection(Section):
     engine: str = flag("auto", "Rollout engine by name (rlhf plugins lists them); auto = vllm when "
                                "--vllm.num_engines > 0, else hf-inprocess (HF generate in the actor's ranks, ZeRO-3 "
-                               "and FSDP2 shards too), else (AutoTP) hf (its own process)")
+                               "and FSDP2 shards too, but not with async), else hf (its own process)")
     max_tokens_per_gpu: int | None = flag(None, "Token budget per device for rollout forward passes")
     batch_size: int = flag(1024, "Prompts per rollout batch")
     vllm_generate_batch_size: int | None = flag(None, "Prompts per vLLM generate call (default: rollout.batch_size)")

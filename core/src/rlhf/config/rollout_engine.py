@@ -21,18 +21,24 @@ if TYPE_CHECKING:
 
 def sharding_conflict(engine_class: type, config: PPOConfig, registry: Any) -> str | None:
     """Why an in-rank engine cannot generate with this run's actor, or None: its training backend splits the
-    parameters over the ranks and the engine does not gather them (trait ``gathers_sharded_parameters``), or
-    AutoTP splits each layer, whose ranks would all need the same requests where each rank gets its own share."""
+    parameters over the ranks and the engine does not gather them (trait ``gathers_sharded_parameters``); or
+    AutoTP splits each layer, whose ranks would all need the same requests where each rank gets its own share;
+    or the gathering engine's collective forwards would meet the training step's in a different order on each
+    rank, as generation runs beside training (``--train.async_enable``)."""
     if not engine_class.in_training_rank:
         return None
+    reason_of = getattr(backend_class(config, registry), "sharded_reason", None)
+    reason = reason_of(config) if reason_of is not None else None
+    if not getattr(engine_class, "gathers_sharded_parameters", False) or reason is None:
+        return reason
     tensor_parallel = config.ds.tensor_parallel_size or 1
-    if getattr(engine_class, "gathers_sharded_parameters", False):
-        if tensor_parallel > 1:
-            return (f"--ds.tensor_parallel_size {tensor_parallel} splits its layers over the ranks (AutoTP), whose "
-                    "ranks would each generate a share of their own")
-        return None
-    reason = getattr(backend_class(config, registry), "sharded_reason", None)
-    return reason(config) if reason is not None else None
+    if tensor_parallel > 1:
+        return (f"--ds.tensor_parallel_size {tensor_parallel} splits its layers over the ranks (AutoTP), whose "
+                "ranks would each generate a share of their own")
+    if config.train.async_enable:
+        return (f"{reason}, and with --train.async_enable each rank could meet a batch's generation and a "
+                "training step in a different order")
+    return None
 
 
 def rollout_engine_name(config: PPOConfig, registry: Any) -> str:
@@ -40,7 +46,8 @@ def rollout_engine_name(config: PPOConfig, registry: Any) -> str:
     ``auto_preference(config)`` (an optional classmethod; None or absent: never picked by ``auto``) that
     can serve the run. The first-party ones keep OpenRLHF's meaning of ``--vllm.num_engines``: above 0,
     vLLM engines; 0 or unset, HF ``generate`` inside the actor's ranks (whole weights, or ZeRO-3/FSDP2
-    shards it gathers layer by layer), else (AutoTP) in an engine process of its own."""
+    shards it gathers layer by layer), else (AutoTP; shards with ``--train.async_enable``) in an engine process
+    of its own."""
     choice = config.rollout.engine
     if choice != "auto":
         return choice

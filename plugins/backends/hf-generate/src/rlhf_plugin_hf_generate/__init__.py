@@ -2,8 +2,8 @@
 
 ``hf-inprocess`` generates inside each actor training rank with the trained model itself: no engine
 process, no weight copy, no weight sync; under ZeRO-3 or FSDP2 it generates on the shards, every rank in
-step. ``auto`` picks it when ``--vllm.num_engines`` is 0 or unset, unless AutoTP splits the actor's layers;
-then it picks ``hf``, which loads its own copy in a Ray actor of its own. Either needs no vLLM, serves any
+step. ``auto`` picks it when ``--vllm.num_engines`` is 0 or unset, unless AutoTP splits the actor's layers
+(or shards meet ``--train.async_enable``); then it picks ``hf``, which loads its own copy in a Ray actor of its own. Either needs no vLLM, serves any
 model HF can load (VLMs included), ``--rollout.micro_batch_size`` sequences per ``generate`` call, left-padded.
 """
 
