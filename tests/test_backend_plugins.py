@@ -88,10 +88,13 @@ def test_an_engine_written_from_its_docs_page_passes_the_kit(tiny_causal_lm_path
 @pytest.mark.parametrize("engine,num_engines,flags,expected", [
     ("auto", None, [], "hf-inprocess"), ("auto", 0, [], "hf-inprocess"), ("auto", 2, [], "vllm"), ("hf", 2, [], "hf"),
     ("stepwise", 0, [], "stepwise"),
-    ("auto", 0, ["--ds.zero_stage", "3"], "hf"), ("auto", 0, ["--ds.tensor_parallel_size", "2"], "hf"),
-    ("auto", 0, ["--train.backend", "fsdp2"], "hf")])
+    ("auto", 0, ["--ds.zero_stage", "3"], "hf-inprocess"), ("auto", 0, ["--ds.tensor_parallel_size", "2"], "hf"),
+    ("auto", 0, ["--train.backend", "fsdp2"], "hf-inprocess"),
+    ("auto", 0, ["--ds.zero_stage", "3", "--train.async_enable", "1"], "hf")])
 def test_auto_keeps_the_meaning_of_vllm_num_engines(engine, num_engines, flags, expected) -> None:
-    """0 or unset: HF generate, inside the actor's ranks where their weights are whole, else in its own process."""
+    """0 or unset: HF generate inside the actor's ranks (whole weights, or ZeRO-3/FSDP2 shards it gathers), else
+    (AutoTP, whose ranks would need the same requests; shards in async mode, where generation and training
+    would interleave differently on each rank) in its own process."""
     from rlhf.config.ppo import PPOConfig
     from rlhf.config.rollout_engine import rollout_engine_name
     from rlhf.host.plugin_host import PluginHost
@@ -104,15 +107,18 @@ def test_auto_keeps_the_meaning_of_vllm_num_engines(engine, num_engines, flags, 
     assert rollout_engine_name(config, PluginHost.load().registry) == expected
 
 
-@pytest.mark.parametrize("flags,conflict", [
-    (["--ds.zero_stage", "3"], "--ds.zero_stage 3 splits its parameters over the ranks"),
-    (["--train.backend", "fsdp2"], "--train.backend fsdp2 shards its parameters"),
-], ids=["zero3", "fsdp2"])
+@pytest.mark.parametrize("engine,flags,conflict", [
+    ("vllm-inprocess", ["--ds.zero_stage", "3"], "--ds.zero_stage 3 splits its parameters over the ranks"),
+    ("vllm-inprocess", ["--train.backend", "fsdp2"], "--train.backend fsdp2 shards its parameters"),
+    # hf-inprocess gathers ZeRO-3's and FSDP2's shards, but AutoTP's ranks would each generate a share of their own
+    ("hf-inprocess", ["--ds.tensor_parallel_size", "2", "--actor.num_gpus_per_node", "2"],
+     "--ds.tensor_parallel_size 2 splits its layers over the ranks (AutoTP)"),
+], ids=["zero3", "fsdp2", "hf-autotp"])
 def test_an_engine_in_the_training_ranks_is_refused_where_their_weights_are_sharded(
-        flags, conflict, capsys, task_files, tiny_causal_lm_path, tmp_path) -> None:
+        engine, flags, conflict, capsys, task_files, tiny_causal_lm_path, tmp_path) -> None:
     assert_user_error(refused_before_ray(capsys, tmp_path, *run_flags(task_files, tiny_causal_lm_path, tmp_path, 1),
-                                        "--rollout.engine", "hf-inprocess", *flags),
-                      "--rollout.engine hf-inprocess generates inside the actor's training ranks", conflict,
+                                        "--rollout.engine", engine, *flags),
+                      f"--rollout.engine {engine} generates inside the actor's training ranks", conflict,
                       "--rollout.engine hf")
 
 

@@ -100,6 +100,7 @@ class CPUView:
 
 class ForgetfulEngine(InProcessHFEngine):
     def attach(self, trained) -> None:
+        super().attach(trained)
         self._use(CPUView(trained.module))
 
 

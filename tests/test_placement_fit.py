@@ -146,13 +146,19 @@ def _grpo(tiny_causal_lm_path: Path, task_files: dict[str, Path], tmp_path: Path
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--ds.zero_stage", "3"], ["--train.backend", "fsdp2"]], ids=["zero3", "fsdp2"])
-def test_a_run_that_needs_two_gpus_on_one_ends_at_once_naming_the_flag_that_fits(
+def test_a_run_with_an_engine_process_that_needs_two_gpus_on_one_ends_at_once_naming_the_flag_that_fits(
         flags, one_gpu_cluster, rlhf_on_one_gpu, task_files, tiny_causal_lm_path, tmp_path) -> None:
-    result, seconds = rlhf_on_one_gpu("train", "ppo", *_grpo(tiny_causal_lm_path, task_files, tmp_path), *flags, timeout=120)
+    result, seconds = rlhf_on_one_gpu("train", "ppo", *_grpo(tiny_causal_lm_path, task_files, tmp_path), *flags,
+                                      "--rollout.engine", "hf", timeout=120)  # auto would generate in the actor's rank
     assert_user_error(result, "needs 2 GPUs", "has 1 (1 node with 1 GPU)", "actor 1 = --actor.num_nodes 1 x "
                       "--actor.num_gpus_per_node 1", "rollout engines 1 = --vllm.num_engines 0", "add --train.colocate_all")
     assert seconds < 30, f"the refusal took {seconds:.0f} s"
     assert one_gpu_cluster.ask("release") == 1  # the run left nothing placed
+    # without the engine process (auto: HF generate in the actor's rank, on its shards) the run needs the one GPU
+    planned, _ = rlhf_on_one_gpu("plan", "train", "ppo", *_grpo(tiny_causal_lm_path, task_files, tmp_path), *flags,
+                                 "--plan.gpu_memory", "80GiB", "--json")
+    assert planned.returncode == 0, planned.stderr[-4000:]
+    assert [gpu["holds"] for gpu in json.loads(planned.stdout)["gpus"]] == [["actor rank 0", "engine in actor rank 0"]]
 
 
 @pytest.mark.slow
@@ -176,7 +182,8 @@ def test_rlhf_plan_names_the_colocation_and_the_named_flags_colocate_the_engine_
     assert fixed[0] == 0
     assert fixed[1]["fits"] is True and fixed[1]["gpus"][0]["holds"] == ["actor rank 0", "engine 0"]
     for name, colocation in {"colocate_all": ["--train.colocate_all"], "finer": ["--train.colocate", "actor+engines"]}.items():
-        run = [*_grpo(tiny_causal_lm_path, task_files, tmp_path / name), "--ds.zero_stage", "3", *colocation]
+        run = [*_grpo(tiny_causal_lm_path, task_files, tmp_path / name), "--ds.zero_stage", "3", "--rollout.engine", "hf",
+               *colocation]
         _, planned = plan("train", "ppo", *run)
         assert [gpu["holds"] for gpu in planned["gpus"]] == [["actor rank 0", "engine 0"]], name
         trained, _ = rlhf_on_one_gpu("train", "ppo", *run)

@@ -18,6 +18,12 @@ pytestmark = pytest.mark.slow
 
 
 
+#: token-level IS correction that masks a token whose rollout/trainer probability ratio leaves [0.999, 1.001]: its
+#: is_filter_ratio metric counts the tokens an engine's log-prob puts off the trainer's recompute
+TIGHT_CORRECTION = ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_threshold", "0.999",
+                    "1.001"]
+
+
 def grpo_flags(reward: Path) -> list[str]:
     return ["--reward.remote_url", str(reward), "--algo.advantage.estimator", "group_norm",
             "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0"]
@@ -178,18 +184,22 @@ def assert_engines_hold_the_actors_weights(controller: Any, initial_model: Path)
 
 
 @pytest.mark.parametrize("engine,extra", [("hf", []), ("hf", ["--rollout.engine", "hf"]),
+                                          ("hf", ["--ds.zero_stage", "3", "--actor.num_gpus_per_node", "2", *TIGHT_CORRECTION]),
                                           ("vllm", ["--ds.lora.rank", "8", "--actor.adam.lr", "1e-2"]),
                                           ("vllm", ["--rollout.engine", "vllm-inprocess", "--actor.num_gpus_per_node", "2"])],
-                         ids=["hf-inprocess", "hf", "vllm-lora", "vllm-inprocess-2-ranks"])
+                         ids=["hf-inprocess", "hf", "hf-inprocess-zero3-2-ranks", "vllm-lora", "vllm-inprocess-2-ranks"])
 def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_cluster, task_files, tiny_causal_lm_path,
                                                              tmp_path) -> None:
     """With LoRA the engines get the base weights with the adapters folded in; an engine in the actor's ranks has
-    the trained weights themselves (HF) or reloads its rank's (vLLM, one engine per rank). A vLLM engine process
-    without LoRA: the GRPO test above."""
+    the trained weights themselves (HF; under ZeRO-3 it gathers them layer by layer, the two ranks in step, the
+    second one's share of the one-request generate below empty) or reloads its rank's (vLLM, one engine per rank).
+    A vLLM engine process without LoRA: the GRPO test above."""
     controller = ppo_controller(
         base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=1) + grpo_flags(task_files["reward"])
         + ["--actor.lr_warmup_ratio", "0", *extra], tmp_path / "out")  # one step would otherwise warm up at lr 0
     controller._check_inputs()
     controller._setup()
-    controller.train_step(controller.schedule.next_batch())  # generate, train, sync
+    metrics = controller.train_step(controller.schedule.next_batch())  # generate, train, sync
+    if TIGHT_CORRECTION[1] in extra:  # every sampled token's log-prob within 1e-3 (relative) of the trainer's recompute
+        assert metrics["is_filter_ratio"] == 0.0 and abs(metrics["vllm_kl"]) < 1e-5
     assert_engines_hold_the_actors_weights(controller, tiny_causal_lm_path)

@@ -32,11 +32,13 @@ def _assert_same_weights(a: Path, b: Path, rel: float = 1e-5) -> None:
 
 def test_grpo_with_two_ranks_takes_the_same_first_step_on_fsdp2_as_on_deepspeed_zero3(ray_cluster, task_files,
                                                                                          tiny_causal_lm_path, tmp_path) -> None:
-    """The same fp32 GRPO step (same rollouts: HF generate, seeded) trained by two FSDP2 ranks and by DeepSpeed
-    ZeRO-3: the same policy loss and the same weights after it, to fp32 rounding. Two data-parallel ranks train the
-    global batch one rank trains (the loss is a global mean), so the ZeRO-3 reference is one rank, in this process;
-    the FSDP2 run's two ranks are actors of the shared Ray cluster. (Two ZeRO-3 ranks train in test_rl_e2e's
-    and test_weight_sync's two-rank cases.)"""
+    """The same fp32 GRPO step (same rollouts: HF generate in the actor's ranks, seeded per rollout micro-batch)
+    trained by two FSDP2 ranks and by DeepSpeed ZeRO-3: the same policy loss and the same weights after it, to fp32
+    rounding. Two data-parallel ranks train the global batch one rank trains (the loss is a global mean), so the
+    ZeRO-3 reference is one rank, in this process; the FSDP2 run's two ranks are actors of the shared Ray cluster,
+    and generate on their shards in step. Every sampled token's log-prob is the trainer's recompute to 1e-3 (the
+    tight IS correction masks none). (Two ZeRO-3 ranks generate and train in test_rl_e2e's and train in
+    test_weight_sync's two-rank cases.)"""
     from rlhf.cli.main import main
 
     runs = {}
@@ -47,11 +49,15 @@ def test_grpo_with_two_ranks_takes_the_same_first_step_on_fsdp2_as_on_deepspeed_
                  "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
                  "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--train.micro_batch_size", "2",
                  "--algo.kl.init_coef", "0", "--ds.attn_implementation", "eager",
-                 "--rollout.micro_batch_size", "4", *extra]  # two rollout micro-batches: one per actor rank
+                 "--rollout.micro_batch_size", "4", *extra,  # two rollout micro-batches: one per actor rank
+                 # mask a token whose rollout/trainer probability ratio leaves [0.999, 1.001] (none should)
+                 "--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_threshold", "0.999", "1.001"]
         assert main(["train", "ppo", *flags]) == 0
         runs[backend] = run
     metrics = {backend: read_metrics(run / "out")[0] for backend, run in runs.items()}
     assert metrics["fsdp2"]["reward"] == metrics["deepspeed"]["reward"]  # the same rollouts were trained on
+    for backend, step in metrics.items():
+        assert step["is_filter_ratio"] == 0.0 and abs(step["vllm_kl"]) < 1e-5, backend
     assert metrics["fsdp2"]["policy_loss"] == pytest.approx(metrics["deepspeed"]["policy_loss"], rel=1e-5, abs=1e-7)
     _assert_same_weights(runs["deepspeed"] / "out", runs["fsdp2"] / "out")
 

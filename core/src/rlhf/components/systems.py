@@ -33,7 +33,10 @@ class RolloutEngine(Protocol):
       each training step with that rank's whole weights. The core refuses it (one line,
       before Ray starts) when the training backend's optional ``sharded_reason(config)`` says the
       parameters are split over the ranks (ZeRO-3, AutoTP, FSDP2), unless the engine sets the trait
-      ``gathers_sharded_parameters = True`` (then it must gather them itself, every rank in step).
+      ``gathers_sharded_parameters = True`` (then it must gather them itself, every rank in step: read the
+      trained model's ``sharded``; the core calls every rank's :meth:`generate`, with an empty share too).
+      AutoTP is refused even then (its ranks would need the same requests), and so are shards with
+      ``--train.async_enable`` (each rank could meet generation and training in a different order).
 
     Every method below runs where the engine lives.
 
@@ -179,6 +182,10 @@ class TrainedModel(Protocol):
     says "every rank" must be called by every rank of the group in the same order (a sharded
     backend runs collectives inside it). Called per micro-batch: ``__call__``, :meth:`backward`,
     :meth:`step`; per optimizer step or less often: the rest.
+
+    Optional attribute ``sharded: bool`` (absent: False): True where ``module``'s parameters are split over the
+    ranks so that each forward of it is a collective (ZeRO-3 and FSDP2 all-gather every layer, AutoTP all-reduces
+    its slices). An in-rank rollout engine that gathers sharded parameters reads it to run its forwards in step.
     """
 
     #: the HF model (``torch.nn.Module``) being trained; under sharding its parameters may be shards

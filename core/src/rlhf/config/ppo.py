@@ -207,12 +207,13 @@ class DataSection(Section):
 
 class RolloutSection(Section):
     engine: str = flag("auto", "Rollout engine by name (rlhf plugins lists them); auto = vllm when "
-                               "--vllm.num_engines > 0, else hf-inprocess (HF generate in the actor's ranks) where "
-                               "the actor's weights are whole on each rank, else hf (its own process)")
+                               "--vllm.num_engines > 0, else hf-inprocess (HF generate in the actor's ranks, ZeRO-3 "
+                               "and FSDP2 shards too, but not with async), else hf (its own process)")
     max_tokens_per_gpu: int | None = flag(None, "Token budget per device for rollout forward passes")
     batch_size: int = flag(1024, "Prompts per rollout batch")
     vllm_generate_batch_size: int | None = flag(None, "Prompts per vLLM generate call (default: rollout.batch_size)")
-    micro_batch_size: int = flag(1, "Micro-batch size of experience forward passes")
+    micro_batch_size: int = flag(1, "Micro-batch size of experience forward passes, and sequences per HF generate "
+                                    "call (the hf engines' chunk)")
     max_new_tokens: int | None = flag(None, "Max new tokens per sample (default: max_len - prompt_len)")
     top_p: float = flag(1.0, "Sampling top-p")
     temperature: float = flag(1.0, "Sampling temperature")

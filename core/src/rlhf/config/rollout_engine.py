@@ -2,7 +2,7 @@
 
 Lives beside the training-backend choice because the two meet: an engine that generates inside the
 actor's training ranks (trait ``in_training_rank``) can only use the actor's own weights where the
-training backend keeps them whole on every rank. Read in the CLI process (the check before Ray
+training backend keeps them whole on every rank, or where it gathers the shards itself. Read in the CLI process (the check before Ray
 starts), in the controller and in every actor rank (which builds an in-rank engine itself).
 """
 
@@ -20,20 +20,34 @@ if TYPE_CHECKING:
 
 
 def sharding_conflict(engine_class: type, config: PPOConfig, registry: Any) -> str | None:
-    """Why an in-rank engine cannot generate with this run's actor (its training backend splits the
-    parameters over the ranks, and the engine does not gather them), or None."""
-    if not engine_class.in_training_rank or getattr(engine_class, "gathers_sharded_parameters", False):
+    """Why an in-rank engine cannot generate with this run's actor, or None: its training backend splits the
+    parameters over the ranks and the engine does not gather them (trait ``gathers_sharded_parameters``); or
+    AutoTP splits each layer, whose ranks would all need the same requests where each rank gets its own share;
+    or the gathering engine's collective forwards would meet the training step's in a different order on each
+    rank, as generation runs beside training (``--train.async_enable``)."""
+    if not engine_class.in_training_rank:
         return None
-    reason = getattr(backend_class(config, registry), "sharded_reason", None)
-    return reason(config) if reason is not None else None
+    reason_of = getattr(backend_class(config, registry), "sharded_reason", None)
+    reason = reason_of(config) if reason_of is not None else None
+    if not getattr(engine_class, "gathers_sharded_parameters", False) or reason is None:
+        return reason
+    tensor_parallel = config.ds.tensor_parallel_size or 1
+    if tensor_parallel > 1:
+        return (f"--ds.tensor_parallel_size {tensor_parallel} splits its layers over the ranks (AutoTP), whose "
+                "ranks would each generate a share of their own")
+    if config.train.async_enable:
+        return (f"{reason}, and with --train.async_enable each rank could meet a batch's generation and a "
+                "training step in a different order")
+    return None
 
 
 def rollout_engine_name(config: PPOConfig, registry: Any) -> str:
     """The engine a run uses: ``--rollout.engine``, or for ``auto`` the installed engine with the highest
     ``auto_preference(config)`` (an optional classmethod; None or absent: never picked by ``auto``) that
     can serve the run. The first-party ones keep OpenRLHF's meaning of ``--vllm.num_engines``: above 0,
-    vLLM engines; 0 or unset, HF ``generate`` inside the actor's ranks where its weights are whole there,
-    else in an engine process of its own."""
+    vLLM engines; 0 or unset, HF ``generate`` inside the actor's ranks (whole weights, or ZeRO-3/FSDP2
+    shards it gathers layer by layer), else (AutoTP; shards with ``--train.async_enable``) in an engine process
+    of its own."""
     choice = config.rollout.engine
     if choice != "auto":
         return choice

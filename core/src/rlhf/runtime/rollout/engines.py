@@ -146,7 +146,8 @@ class InRankEngines:
             self.actor.call("reload_engine")
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
-        return _spread(self.actor.workers, requests, temperature, top_p)
+        """Every rank is called, an empty share too: an engine on sharded weights generates in step with the others."""
+        return _spread(self.actor.workers, requests, temperature, top_p, every_handle=True)
 
     def max_weight_difference(self, state_ref: Any) -> tuple[float, int]:
         """Worst (difference, tensors compared) over the ranks' engines; for checks and tests."""
@@ -157,10 +158,12 @@ class InRankEngines:
         return self.actor.call("engine_call", "sequence_logprobs", token_ids)
 
 
-def _spread(handles: list[Any], requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
-    """``requests`` in equal contiguous shares over the Ray handles' ``generate``; the results in request order."""
+def _spread(handles: list[Any], requests: list[dict[str, Any]], temperature: float, top_p: float,
+            every_handle: bool = False) -> list[dict[str, Any]]:
+    """``requests`` in equal contiguous shares over the Ray handles' ``generate``; the results in request order.
+    ``every_handle``: call a handle whose share is empty too."""
     chunks = split_evenly(requests, len(handles))
-    refs = [h.generate.remote(chunk, temperature, top_p) for h, chunk in zip(handles, chunks) if chunk]
+    refs = [h.generate.remote(chunk, temperature, top_p) for h, chunk in zip(handles, chunks) if chunk or every_handle]
     return [r for part in wait(refs) for r in part]
 
 

@@ -145,6 +145,8 @@ class DeepSpeedModel:
 
         self.engine, self.config, self._partitioning = engine, config, partitioning
         self.module, self.device = engine.module, engine.device
+        #: every forward all-gathers ZeRO-3's partitions (or all-reduces AutoTP's slices): collective over the ranks
+        self.sharded = is_partitioned(self.module) or engine.autotp_size() > 1
         self._live: dict[str, Any] | None = None
         self.optimizer, self.lr_scheduler = engine.optimizer, engine.lr_scheduler
         ds = config.ds  # --ds.enable_sleep: asleep from here on but for fits and checkpoints (OpenRLHF's order)

@@ -38,6 +38,8 @@ class FSDP2Model(EvaluatedModel):
     """A ``fully_shard``-ed module with its optimizer and LR scheduler, stepping every
     ``accumulation`` micro-batches (or where :meth:`backward` says) with clipping at ``max_norm`` (0: none)."""
 
+    sharded = True  # every forward all-gathers each unit's shards: collective over the ranks
+
     def __init__(self, module: Any, device: torch.device, optimizer: Any, lr_scheduler: Any, accumulation: int,
                  max_norm: float) -> None:
         super().__init__(module, device)

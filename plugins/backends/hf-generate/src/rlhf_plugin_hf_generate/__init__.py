@@ -1,10 +1,10 @@
 """HF ``transformers`` ``generate`` as rlhf rollout engines.
 
 ``hf-inprocess`` generates inside each actor training rank with the trained model itself: no engine
-process, no weight copy, no weight sync. ``auto`` picks it when ``--vllm.num_engines`` is 0 or unset
-and the training backend keeps the actor's weights whole on every rank (ZeRO 0-2); under ZeRO-3,
-AutoTP or FSDP2 it picks ``hf``, which loads its own copy in a Ray actor of its own. Either needs no
-vLLM, serves any model HF can load (VLMs included), one batch per call, left-padded.
+process, no weight copy, no weight sync; under ZeRO-3 or FSDP2 it generates on the shards, every rank in
+step. ``auto`` picks it when ``--vllm.num_engines`` is 0 or unset, unless AutoTP splits the actor's layers
+(or shards meet ``--train.async_enable``); then it picks ``hf``, which loads its own copy in a Ray actor of its own. Either needs no vLLM, serves any
+model HF can load (VLMs included), ``--rollout.micro_batch_size`` sequences per ``generate`` call, left-padded.
 """
 
 import rlhf

@@ -10,11 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 
+def chunk_size(config: dict[str, Any]) -> int:
+    """Sequences per ``generate`` call: ``--rollout.micro_batch_size`` (OpenRLHF's ``micro_rollout_batch_size``),
+    1 where the config dict leaves it out."""
+    return max(1, int(config.get("rollout", {}).get("micro_batch_size") or 1))
+
+
 class HFEngine:
     """HF ``generate`` in an engine actor of its own (``--rollout.engine hf``; ``auto`` with
-    ``--vllm.num_engines 0`` when the actor's weights are sharded over its ranks)."""
+    ``--vllm.num_engines 0`` when the actor's weights are split over its ranks by AutoTP).
+
+    Generates ``--rollout.micro_batch_size`` sequences per ``generate`` call, so what it holds beside the weights
+    is bounded by that chunk, not by its share of the batch."""
 
     in_training_rank = False
+    #: whether every ``generate`` runs in step with the other ranks' (an in-rank engine on sharded weights)
+    synced = False
 
     @classmethod
     def auto_preference(cls, config: Any) -> int | None:
@@ -22,20 +33,23 @@ class HFEngine:
 
     @classmethod
     def plan_memory(cls, config: Any, shape: Any, gpu_memory: int | None) -> list[Any]:
-        """One engine's GPU for ``rlhf plan``: its own copy of the weights and the KV cache of one generation batch
-        (an engine's share of ``--rollout.vllm_generate_batch_size`` prompts x their samples, which ``generate``
-        takes at once, every sequence at ``--data.max_len``)."""
+        """One engine's GPU for ``rlhf plan``: its own copy of the weights (none inside a training rank), the KV cache
+        of one ``generate`` chunk (``--rollout.micro_batch_size`` sequences, or the engine's whole share of a
+        generation batch where that is fewer, every sequence at ``--data.max_len``) and the ``(chunk, V)`` fp32
+        log-prob row it keeps from one step to the next."""
         from rlhf.planning import MemoryPart, dtype_bytes
 
         size = dtype_bytes(config.ds.param_dtype)
         parts = [] if cls.in_training_rank else [MemoryPart("weights", shape.parameters * size, f"{size} B x {shape.parameters:.3g}")]
-        rollout, engines = config.rollout, max(1, config.vllm.num_engines or 0)
-        if cls.in_training_rank:
-            engines = config.actor.num_nodes * config.actor.num_gpus_per_node
+        rollout = config.rollout
+        engines = config.actor.num_nodes * config.actor.num_gpus_per_node if cls.in_training_rank else max(1, config.vllm.num_engines or 0)
         prompts = rollout.vllm_generate_batch_size or rollout.batch_size
-        sequences = -(-prompts * rollout.n_samples_per_prompt // engines)
-        tokens = sequences * config.data.max_len
-        return parts + [MemoryPart("KV cache", tokens * shape.kv_bytes_per_token(size), f"{sequences} x {config.data.max_len} tokens")]
+        share = -(-prompts * rollout.n_samples_per_prompt // engines)
+        chunk = min(rollout.micro_batch_size, share)
+        tokens = chunk * config.data.max_len
+        return parts + [MemoryPart("KV cache", tokens * shape.kv_bytes_per_token(size),
+                                   f"{chunk} x {config.data.max_len} tokens (--rollout.micro_batch_size)"),
+                        MemoryPart("log-prob row", chunk * shape.vocab * 4, f"{chunk} x {shape.vocab} vocabulary x fp32")]
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         import torch
@@ -44,6 +58,7 @@ class HFEngine:
         from rlhf.models.loading import load_generative
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[param_dtype]
+        self.chunk_size = chunk_size(config)
         self._use(load_generative(model_path, dtype).to(local_device()).eval())  # the GPU Ray gave this actor, if any
 
     def _use(self, model: Any) -> None:
@@ -59,12 +74,21 @@ class HFEngine:
         self.suppressed = [t for t in placeholders if t is not None] or None
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        """The requests in chunks of ``--rollout.micro_batch_size`` (one ``generate`` call each), in order."""
+        results: list[dict[str, Any]] = []
+        for start in range(0, len(requests), self.chunk_size):
+            results += self._generate_chunk(requests[start : start + self.chunk_size], temperature, top_p)
+        return results
+
+    def _generate_chunk(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        """One ``generate`` call, left-padded, seeded by the chunk's first request. Memory: the chunk's KV cache
+        and one ``(chunk, V)`` fp32 log-prob row (:class:`~rlhf_plugin_hf_generate.sampled.SampledLogprobs`)."""
         import torch
+        from transformers import LogitsProcessorList
 
         from rlhf.media import collate_media
+        from rlhf_plugin_hf_generate.sampled import SampledLogprobs
 
-        if not requests:
-            return []
         width = max(len(r["prompt_ids"]) for r in requests)
         input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros_like(input_ids)
@@ -75,17 +99,18 @@ class HFEngine:
         media = collate_media([r.get("media") for r in requests])  # a VLM's images, in request order
         torch.manual_seed(requests[0]["seed"])
         sample = temperature > 0
+        recorder = SampledLogprobs(temperature if sample else 1.0, self.suppressed)
         with torch.no_grad():
             out = self.model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device),
                 max_new_tokens=max(r["max_tokens"] for r in requests), **{k: v.to(device) for k, v in media.items()},
                 do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None, top_k=0 if sample else None,
-                pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), output_logits=True, return_dict_in_generate=True,
-                suppress_tokens=self.suppressed,
+                pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), logits_processor=LogitsProcessorList([recorder]),
+                return_dict_in_generate=True, synced_gpus=self.synced,
             )
-        tokens = out.sequences[:, width:].cpu()
-        logits = torch.stack(out.logits, dim=1).float().cpu() / (temperature if sample else 1.0)
-        logprobs = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        tokens = out.sequences[:, width:]
+        logprobs = recorder.logprobs(tokens).cpu()
+        tokens = tokens.cpu()
         # each row ends at its first EOS within its own max_tokens ("stop"), else at max_tokens ("length")
         limit = torch.tensor([r["max_tokens"] for r in requests]).clamp(max=tokens.shape[1])
         eos = torch.isin(tokens, torch.tensor(sorted(self.eos_ids))) & (torch.arange(tokens.shape[1]) < limit[:, None])
@@ -108,9 +133,7 @@ class HFEngine:
         self.model.load_state_dict(state, strict=False)
 
     def max_weight_difference(self, state: dict[str, Any]) -> tuple[float, int]:
-        own = self.model.state_dict()
-        shared = [k for k in state if k in own]
-        return max((float((own[k].cpu() - state[k].to(own[k].dtype).cpu()).abs().max()) for k in shared), default=0.0), len(shared)
+        return _max_difference(self.model.state_dict(), state)
 
     def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
         import torch
@@ -122,14 +145,23 @@ class HFEngine:
 
 class InProcessHFEngine(HFEngine):
     """HF ``generate`` inside each actor training rank, with the trained model itself (``--rollout.engine
-    hf-inprocess``; ``auto`` with ``--vllm.num_engines 0`` when the actor's weights are whole on every rank).
+    hf-inprocess``; ``auto`` with ``--vllm.num_engines 0`` unless AutoTP splits the actor's layers).
 
     Each rank generates its share of a batch. Sampling runs on a forked torch RNG, so the trainer's own
     random state (dropout, its shuffles) is the same as with an engine in another process.
+
+    Where the training backend shards the parameters (``trained.sharded``: ZeRO-3, FSDP2) every forward
+    all-gathers each layer from all ranks, so the ranks generate in step: each ``generate`` call runs with
+    ``synced_gpus`` (a rank whose sequences ended keeps forwarding until every rank's have), and every rank
+    makes as many calls as the rank with the most chunks (the others add one-token filler chunks). Gathering
+    layer by layer, as the trainer's own forward does, keeps a rank's memory at its shards plus one layer,
+    where gathering the whole model once per batch (TRL's default for ZeRO-3) would hold it whole on every rank;
+    the price is a gather per layer per generated token.
     """
 
     in_training_rank = True
     shares_trained_weights = True  # generates with trained.module itself: nothing to reload after a step
+    gathers_sharded_parameters = True  # by synced_gpus: the layers' own all-gathers, every rank in step
 
     @classmethod
     def auto_preference(cls, config: Any) -> int | None:
@@ -137,12 +169,19 @@ class InProcessHFEngine(HFEngine):
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         """Nothing to load: the weights come with :meth:`attach`."""
+        self.chunk_size = chunk_size(config)
 
     def attach(self, trained: Any) -> None:
         """Generate with ``trained.module`` (the rank's :class:`rlhf.components.TrainedModel`), from now on."""
+        import torch.distributed as dist
+
         self._use(trained.module)
+        self.trained = trained
+        ranks = dist.get_world_size() if dist.is_initialized() else 1
+        self.synced = bool(getattr(trained, "sharded", False)) and ranks > 1
 
     def generate(self, requests: list[dict[str, Any]], temperature: float, top_p: float) -> list[dict[str, Any]]:
+        """This rank's share; with sharded weights every rank calls it, an empty share too (the core does)."""
         import torch
 
         training = self.model.training
@@ -150,6 +189,34 @@ class InProcessHFEngine(HFEngine):
         try:
             device = self.model.device  # the trainer's generator on that device is restored too
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                return super().generate(requests, temperature, top_p)
+                fillers = self._filler_chunks(len(requests))  # agreed before any chunk: the calls pair up in order
+                results = super().generate(requests, temperature, top_p)
+                for _ in range(fillers):
+                    self._generate_chunk([{"prompt_ids": [self.pad_id], "max_tokens": 1, "seed": 0}], temperature, top_p)
+                return results
         finally:
             self.model.train(training)
+
+    def max_weight_difference(self, state: dict[str, Any]) -> tuple[float, int]:
+        """As :meth:`HFEngine.max_weight_difference`, on the gathered weights (every rank calls it where they are sharded)."""
+        with self.trained.gathered():  # parameters and buffers read directly: FSDP2's state_dict() would reshard them
+            own = {name: value.detach() for name, value in [*self.model.named_parameters(), *self.model.named_buffers()]}
+            return _max_difference(own, state)
+
+    def _filler_chunks(self, count: int) -> int:
+        """How many one-token chunks this rank adds so that every rank makes as many ``generate`` calls (0 unless synced)."""
+        if not self.synced:
+            return 0
+        import torch
+        import torch.distributed as dist
+
+        chunks = -(-count // self.chunk_size)
+        most = torch.tensor([chunks], device=self.model.device)  # on the model's device: NCCL takes no CPU tensor
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        return int(most.item()) - chunks
+
+
+def _max_difference(own: dict[str, Any], state: dict[str, Any]) -> tuple[float, int]:
+    """The largest ``|own[name] - state[name]|`` over the names both hold, and how many those are."""
+    shared = [k for k in state if k in own]
+    return max((float((own[k].cpu() - state[k].to(own[k].dtype).cpu()).abs().max()) for k in shared), default=0.0), len(shared)
