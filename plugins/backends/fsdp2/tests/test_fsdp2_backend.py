@@ -123,9 +123,11 @@ def test_a_missing_or_damaged_checkpoint_is_one_checkpoint_error_on_every_rank(o
         errors = json.loads((out / f"errors_rank{rank}.json").read_text())
         assert sorted(errors) == ["damaged", "missing"]
         for label, directory in (("missing", out / "nowhere"), ("damaged", out / "damaged")):
-            assert f"delete {directory} " in errors[label] and "--ckpt.load_enable" in errors[label]
-            assert "\n" not in errors[label]
-        assert "__1_0.distcp" in errors["damaged"]
+            assert "--ckpt.load_enable" in errors[label] and "\n" not in errors[label]
+        # only the damaged one is called so, and only there does the error advise deleting it
+        assert "__1_0.distcp" in errors["damaged"] and f"delete {out / 'damaged'} " in errors["damaged"]
+        assert "damaged" in errors["damaged"] and "delete" not in errors["missing"]
+        assert f"{out / 'nowhere'} has no model/" in errors["missing"]
 
 
 def test_an_evaluated_model_is_frozen_and_computes_the_plain_logits(out, model_dir) -> None:

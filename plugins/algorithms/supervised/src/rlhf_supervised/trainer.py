@@ -33,6 +33,7 @@ from rlhf.models.loading import attn_implementation, check_model_source, load_to
 from rlhf.models.saving import save_final
 from rlhf.planning import ModelGroup, RunGroups
 from rlhf.records import preemption
+from rlhf.records.checkpoint_fit import model_record
 from rlhf.records.checkpoints import interrupted
 from rlhf.records.metrics import MetricsTracker
 from rlhf_supervised.batch import collate, per_sample_sum, token_logprobs
@@ -376,7 +377,8 @@ class SupervisedTrainer:
         import torch.distributed as dist
 
         plugin_state: dict[str, Any] = {}
-        state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state}
+        state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state,
+                 "models": self._trained_models(), "config": self.config.model_dump(mode="json")}
 
         def write(staging: Path) -> None:
             self.model.save_checkpoint(str(staging), tag="model")
@@ -395,8 +397,13 @@ class SupervisedTrainer:
             self.model.load_checkpoint(str(directory), "model")
             self.plugins.checkpoint_load(state["step"], directory, state.get("plugins", {}))
 
-        state = checkpoint.resume(Path(self.config.ckpt.path), load)
+        state = checkpoint.resume(Path(self.config.ckpt.path), load, models=self._trained_models())
         return state["step"] if state is not None else 0
+
+    def _trained_models(self) -> dict[str, dict[str, Any]]:
+        """What a checkpoint records of the trained model (rlhf.records.checkpoint_fit)."""
+        cfg = self.config
+        return {"model": model_record(cfg, self.plugins.registry, self.world_size, cfg.model.model_name_or_path)}
 
     def _tracker(self, total: int, step: int) -> Any:
         if self.rank != 0:

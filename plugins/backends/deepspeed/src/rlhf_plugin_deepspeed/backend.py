@@ -46,6 +46,11 @@ class DeepSpeedBackend:
         return None
 
     @classmethod
+    def checkpoint_layout(cls, config: Any) -> dict[str, Any]:
+        """How a trained model's states are split, as a checkpoint records it (rlhf.records.checkpoint_fit)."""
+        return {"zero_stage": config.ds.zero_stage, "tensor_parallel_size": config.ds.tensor_parallel_size or 1}
+
+    @classmethod
     def plan_memory(cls, config: Any, model: Any) -> list[Any]:
         """One GPU of ``model`` (an :class:`rlhf.planning.PlannedModel`) for ``rlhf plan``: ZeRO's model states at
         ``--ds.zero_stage`` (DeepSpeed's own estimates), evaluated models in the stage :func:`eval_config` gives them
