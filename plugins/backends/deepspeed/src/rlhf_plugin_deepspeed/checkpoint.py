@@ -80,3 +80,34 @@ def _load_failure(exc: BaseException, directory: Path) -> str:
     return (f"{type(exc).__name__}: {detail}; it does not fit this run, or it is damaged: rlhf checkpoint inspect "
             f"{directory} says whether it is complete and which flags wrote it (resume with those); only if it is "
             f"damaged, delete {directory} {CHECKPOINT_WAY_OUT}")
+
+
+def full_state(directory: Path, tag: str, module: Any, ema: bool = False) -> dict[str, Any]:
+    """The whole fp32 state of the model saved under ``directory/tag`` by ``module.state_dict()``'s names, on the CPU
+    of this process alone (no process group): ZeRO 1-3 shards joined by DeepSpeed's ``zero_to_fp32``, stage 0's
+    whole model states as they are. ``ema``: with the trainable parameters replaced by the EMA saved beside
+    (``<tag>_ema/``), whole, taken in ``module``'s order of trainable parameters."""
+    import torch
+
+    states = directory / tag
+    if not any(states.glob("*model_states.pt")):
+        raise CheckpointError(f"checkpoint {states} holds no DeepSpeed model states: {_what_is_there(states, directory)}")
+    if saved_data_parallel_ranks(states) is None:
+        state = torch.load(next(states.glob("*model_states.pt")), map_location="cpu", weights_only=False)["module"]
+        state = {name: tensor.float() if tensor.is_floating_point() else tensor for name, tensor in state.items()}
+    else:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        state = dict(get_fp32_state_dict_from_zero_checkpoint(str(directory), tag=tag))
+    if ema:
+        from rlhf_plugin_deepspeed.ema import resharded
+
+        saved = sorted(states.with_name(f"{tag}_ema").glob("ema_rank*.pt"), key=lambda p: int(p.stem[len("ema_rank"):]))
+        if not saved:
+            raise CheckpointError(f"checkpoint {directory} has no EMA ({tag}_ema/): it was written without "
+                                  "--train.enable_ema; export --model actor instead")
+        shadows = [torch.load(path, map_location="cpu")["shadow"] for path in saved]
+        trainable = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        for i, (name, param) in enumerate(trainable):
+            state[name] = resharded([shadow[i] for shadow in shadows], param, 0)
+    return state

@@ -73,6 +73,17 @@ class FSDP2Backend:
         return {"sharding": "fully_shard"}
 
     @classmethod
+    def full_state_from_checkpoint(cls, directory: str, tag: str, module: Any, ema: bool = False) -> dict[str, Any]:
+        """``rlhf checkpoint export``: the whole fp32 weights saved under ``directory/tag`` (DCP, read in this process)."""
+        from pathlib import Path
+
+        from rlhf_plugin_fsdp2.checkpoint import full_state
+
+        if ema:
+            raise ConfigError("--train.backend fsdp2 keeps no EMA, so its checkpoints have none; export --model actor")
+        return full_state(Path(directory), tag)
+
+    @classmethod
     def plan_memory(cls, config: Any, model: Any) -> list[Any]:
         """One GPU of ``model`` (an :class:`rlhf.planning.PlannedModel`) for ``rlhf plan``: fp32 weights, fp32
         gradients and the optimizer's states, each 1/ranks (``fully_shard``); while a block computes, it and the

@@ -70,6 +70,18 @@ def load_states(module: Any, optimizer: Any, directory: Path, tag: str) -> dict[
                               f"{directory} {CHECKPOINT_WAY_OUT}") from exc
 
 
+def full_state(directory: Path, tag: str) -> dict[str, Any]:
+    """The whole model weights :func:`save_states` wrote, by their names, read in this process (no process group;
+    DCP joins every rank's shards)."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    path = directory / tag
+    if not (path / ".metadata").is_file():
+        raise CheckpointError(f"checkpoint {path} holds no FSDP2 states (no .metadata): written by another "
+                              "--train.backend, or damaged; rlhf checkpoint inspect says which")
+    return dict(_load_state_dict_from_keys({"model"}, checkpoint_id=str(path))["model"])
+
+
 def _first_cause(exc: BaseException) -> BaseException:
     """DCP's ``CheckpointException`` (a ``BaseException``, raised on every rank alike) wraps each failing rank's
     error, and its own message is a list of tracebacks: the lowest failing rank's error tells what went wrong."""
