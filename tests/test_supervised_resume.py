@@ -70,7 +70,7 @@ def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path) -> 
 
 
 @pytest.mark.parametrize(("stage", "flag"), [(2, ["--ds.use_universal_ckpt"]), (3, [])])
-def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path, stage, flag) -> None:
+def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path, stage, flag, capsys) -> None:
     """One rank resumes a 2-rank run from its step-2 checkpoint (alone under a new --ckpt.path, as a crash after step
     2 leaves it), converted once to DeepSpeed's universal form (by --ds.use_universal_ckpt, as OpenRLHF's command
     lines ask, or on its own: the checkpoint records 2 ranks), and steps 3-6 have the losses of the uninterrupted
@@ -118,18 +118,20 @@ def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path,
     for step in range(3, 7):
         assert losses[resumed][step] == pytest.approx(losses[straight][step], rel=1e-5), step
     if not flag:
-        inspected_and_exported(straight, tiny_causal_lm_path)
+        inspected_and_exported(straight, tiny_causal_lm_path, capsys)
 
 
-def inspected_and_exported(run: Path, base: Path) -> None:
+def inspected_and_exported(run: Path, base: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`rlhf checkpoint inspect` of the 2-rank ZeRO-3 run's step-6 checkpoint, and its `export` as an HF model
     whose logits are those of the model the run saved at its end (step 6) to 1e-5."""
     import torch
     from transformers import AutoModelForCausalLM
 
     checkpoint = run / "ckpt" / "global_step6"
-    shown = assert_ok(run_in_process("checkpoint", "inspect", str(run / "ckpt"), "--ds.zero_stage", "2",
-                                     "--adam.lr", "0.001", "--train.batch_size", "16")).stdout
+    capsys.readouterr()
+    assert_ok(run_in_process("checkpoint", "inspect", str(run / "ckpt"), "--ds.zero_stage", "2", "--adam.lr", "0.001",
+                             "--train.batch_size", "16"))
+    shown = capsys.readouterr().out
     assert f"checkpoint  {checkpoint}\ncomplete    yes" in shown and "step        6" in shown
     assert "model       --train.backend deepspeed, 2 ranks, zero_stage 3, tensor_parallel_size 1, full model" in shown
     assert "differences --ds.zero_stage: 3 in the checkpoint, 2 here\n            --train.batch_size: 8 in the " \
