@@ -51,3 +51,29 @@ def test_an_intact_checkpoint_that_does_not_fit_says_why_and_never_to_delete_it(
 def test_a_group_the_checkpoint_lacks_names_what_it_holds() -> None:
     with pytest.raises(CheckpointError, match=r"holds no critic: the run that wrote it trained actor; .*inspect"):
         check_fit(DIRECTORY, {"models": {"actor": record()}}, {"actor": record(), "critic": record()})
+
+
+def test_inspect_tells_a_complete_checkpoint_from_an_incomplete_one_and_lists_the_flags_that_differ(tmp_path) -> None:
+    import json
+
+    from rlhf.cli.checkpoint_cmd import inspect
+
+    directory = tmp_path / "global_step4"
+    (directory / "actor").mkdir(parents=True)
+    (directory / "actor" / "states.pt").write_bytes(b"\0" * 1000)
+    (directory / "actor_ema").mkdir()
+    (directory / "actor_ema" / "ema_rank0.pt").write_bytes(b"\0")
+    config = {"ds": {"zero_stage": 3, "lora": {"rank": 0}}, "actor": {"adam": {"lr": 1e-3}}, "train": {"enable_ema": True}}
+    state = {"step": 4, "data": {"consumed": 16}, "models": {"actor": record(ema=True)}, "config": config}
+    (directory / "state.json").write_text(json.dumps(state))
+
+    report = inspect(directory, ["--ds.zero_stage", "3", "--actor.adam.lr", "0.001", "--train.enable_ema",
+                                 "--ds.lora.rank", "8", "--ds.nothing", "1"])
+    assert report["step"] == 4 and report["data"] == {"consumed": 16} and report["size_bytes"] > 1000
+    assert report["differences"] == ["--ds.lora.rank: 0 in the checkpoint, 8 here",
+                                     "--ds.nothing: not a flag of the run that wrote it"]
+    assert not report["complete"] and report["problems"] == ["actor_ema/ has 1 EMA files, 2 were written"]
+    (directory / "actor_ema" / "ema_rank1.pt").write_bytes(b"\0")
+    assert inspect(directory, [])["complete"]
+    (directory / "state.json").unlink()
+    assert not inspect(directory, [])["complete"]
