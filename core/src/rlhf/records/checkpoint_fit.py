@@ -1,7 +1,7 @@
 """What wrote a checkpoint's training states, and whether they fit the run that resumes from them.
 
 A checkpoint's ``state.json`` has ``models``: for every trained model group (``actor``, ``critic``, a supervised
-trainer's ``model``) the record :func:`model_record` makes when it is saved::
+trainer's ``model``) the record :func:`rlhf.config.training_backend.model_record` makes when it is saved::
 
     {"backend": "deepspeed", "world_size": 2, "layout": {"zero_stage": 3, "tensor_parallel_size": 1},
      "lora_rank": 0, "ema": false, "model": "/models/base", "states": true}
@@ -23,28 +23,12 @@ from typing import Any
 from rlhf.errors import CheckpointError
 
 #: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
-__all__ = ["check_fit", "model_record"]
-
-
-def model_record(config: Any, registry: Any, world_size: int, model: str, *, ema: bool = False) -> dict[str, Any]:
-    """The record of one trained model group of this run (``config``: its run config), for ``state.json``'s
-    ``models``; ``world_size``: the group's ranks, ``model``: the path it was loaded from."""
-    from rlhf.config.training_backend import backend_class
-
-    layout = getattr(backend_class(config, registry), "checkpoint_layout", None)
-    return {"backend": config.train.backend, "world_size": world_size, "layout": layout(config) if layout else {},
-            "lora_rank": _lora_rank(config), "ema": ema, "model": model,
-            "states": not getattr(config.ckpt, "disable_ds", False)}
-
-
-def _lora_rank(config: Any) -> int:
-    lora = getattr(getattr(config, "ds", None), "lora", None)
-    return int(getattr(lora, "rank", 0) or 0)
+__all__ = ["check_fit"]
 
 
 def check_fit(directory: Path, state: dict[str, Any], current: dict[str, dict[str, Any]]) -> list[str]:
     """Refuse a checkpoint whose training states cannot resume the run whose groups ``current`` records (as
-    :func:`model_record` makes them): a :class:`CheckpointError` that says why and what fits. Returns one note per
+    :func:`rlhf.config.training_backend.model_record` makes them): a :class:`CheckpointError` that says why and what fits. Returns one note per
     group that resumes on another number of ranks or another layout (the backend converts those)."""
     saved = state.get("models")
     if not isinstance(saved, dict):

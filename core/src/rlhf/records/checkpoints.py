@@ -187,7 +187,7 @@ def resume(root: Path, load: Callable[[Path, dict[str, Any]], None], keys: tuple
            models: dict[str, dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """``--ckpt.load_enable``: ``load(directory, state)`` the latest checkpoint under ``root`` and return its
     state (which has ``step`` and ``keys``), or ``None`` when there is none. Either way a WARNING says which,
-    so a resume is never silent. ``models``: this run's trained groups (:func:`rlhf.records.checkpoint_fit.model_record`),
+    so a resume is never silent. ``models``: this run's trained groups (:func:`rlhf.config.training_backend.model_record`),
     checked against the checkpoint's before ``load`` (:func:`~rlhf.records.checkpoint_fit.check_fit`)."""
     from rlhf.records.checkpoint_fit import check_fit
 

@@ -17,12 +17,13 @@ from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.config.ppo_rules import active_correction
 from rlhf.config.rollout_engine import rollout_engine_class
+from rlhf.config.training_backend import model_record
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
 from rlhf.errors import Preempted, WorkerError
 from rlhf.models.loading import check_model_source, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
 from rlhf.records import preemption
-from rlhf.records.checkpoint_fit import check_fit, model_record
+from rlhf.records.checkpoint_fit import check_fit
 from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.capacity import node_gpus

@@ -24,7 +24,7 @@ import rlhf.records.checkpoints as checkpoint
 from rlhf.components.first_use import FirstUse
 from rlhf.config.base import ConfigError
 from rlhf.config.checks import check_4bit, check_global_batch, require_positive
-from rlhf.config.training_backend import backend_label, check_backend_config, training_backend
+from rlhf.config.training_backend import backend_label, check_backend_config, model_record, training_backend
 from rlhf.data.sources import load_mixed
 from rlhf.data.workers import computed_in_order
 from rlhf.distributed import restored_process
@@ -33,7 +33,6 @@ from rlhf.models.loading import attn_implementation, check_model_source, load_to
 from rlhf.models.saving import save_final
 from rlhf.planning import ModelGroup, RunGroups
 from rlhf.records import preemption
-from rlhf.records.checkpoint_fit import model_record
 from rlhf.records.checkpoints import interrupted
 from rlhf.records.metrics import MetricsTracker
 from rlhf_supervised.batch import collate, per_sample_sum, token_logprobs
