@@ -124,10 +124,11 @@ def test_a_missing_or_damaged_checkpoint_is_one_checkpoint_error_on_every_rank(o
         assert sorted(errors) == ["damaged", "missing"]
         for label in ("missing", "damaged"):
             assert "--ckpt.load_enable" in errors[label] and "\n" not in errors[label]
-        # only the damaged one is called so, and only there does the error advise deleting it
+        # the damaged one is called so; a missing one may be damage or how the run was set up: both are said
         assert "__1_0.distcp" in errors["damaged"] and f"delete {out / 'damaged'} " in errors["damaged"]
-        assert "damaged" in errors["damaged"] and "delete" not in errors["missing"]
-        assert f"{out / 'nowhere'} has no model/" in errors["missing"]
+        assert "damaged" in errors["damaged"] and "is damaged" not in errors["missing"]
+        assert f"{out / 'nowhere'} has no model/: written with --ckpt.disable_ds" in errors["missing"]
+        assert f"only then delete {out / 'nowhere'} " in errors["missing"]
 
 
 def test_an_evaluated_model_is_frozen_and_computes_the_plain_logits(out, model_dir) -> None:

@@ -56,8 +56,9 @@ def _what_is_there(states: Path, directory: Path) -> str:
         return ("it was written by --train.backend fsdp2 (torch distributed checkpoint files); resume it with "
                 "--train.backend fsdp2")
     if not states.exists():
-        return (f"{directory} has no {states.name}/ (written with --ckpt.disable_ds, or by a run without this model); "
-                f"rlhf checkpoint inspect {directory} says what it holds, or drop --ckpt.load_enable")
+        return (f"{directory} has no {states.name}/: written with --ckpt.disable_ds or by a run without this model "
+                f"(rlhf checkpoint inspect {directory} says what it holds), or damaged (a folder deleted from it): only "
+                f"then delete {directory} {CHECKPOINT_WAY_OUT}")
     return f"it is damaged; delete {directory} {CHECKPOINT_WAY_OUT}"
 
 

@@ -47,9 +47,9 @@ def load_states(module: Any, optimizer: Any, directory: Path, tag: str) -> dict[
         raise CheckpointError(f"checkpoint {path} was written by --train.backend deepspeed, not fsdp2: resume it with "
                               "--train.backend deepspeed")
     if missing and not path.exists():
-        raise CheckpointError(f"checkpoint {directory} has no {path.name}/ (written with --ckpt.disable_ds, or by a run "
-                              f"without this model); rlhf checkpoint inspect {directory} says what it holds, or drop "
-                              "--ckpt.load_enable")
+        raise CheckpointError(f"checkpoint {directory} has no {path.name}/: written with --ckpt.disable_ds or by a run "
+                              f"without this model (rlhf checkpoint inspect {directory} says what it holds), or damaged "
+                              f"(a folder deleted from it): only then delete {directory} {CHECKPOINT_WAY_OUT}")
     if missing:
         raise CheckpointError(f"checkpoint {path} holds no complete FSDP2 states ({', '.join(missing)} missing), so it is "
                               f"damaged; delete {directory} {CHECKPOINT_WAY_OUT}")
