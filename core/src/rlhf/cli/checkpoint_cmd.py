@@ -134,7 +134,8 @@ def _table(report: dict[str, Any]) -> str:
              f"size        {report['size_bytes'] / 2**20:.1f} MiB"]
     if "step" not in report:
         return "\n".join(lines)
-    lines += [f"step        {report['step']}", f"data        {json.dumps(report['data'])}"]
+    data = "-" if report["data"] is None else json.dumps(report["data"])  # supervised runs: the step says it
+    lines += [f"step        {report['step']}", f"data        {data}"]
     for role, record in report["models"].items():
         if not record.get("backend"):
             lines.append(f"{role:<11} {record['size_bytes'] / 2**20:.1f} MiB (written before rlhf recorded its layout)")

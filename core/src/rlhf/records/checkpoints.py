@@ -198,8 +198,8 @@ def resume(root: Path, load: Callable[[Path, dict[str, Any]], None], keys: tuple
     _, directory = found[-1]
     state = load_state(directory, keys)
     for note in check_fit(directory, state, models or {}):
-        log.warning("--ckpt.load_enable: %s was written by another allocation (%s); the training backend converts it",
-                    directory, note)
+        log.warning("--ckpt.load_enable: %s was written by another allocation (%s); the training backend converts it "
+                    "or says why it cannot", directory, note)
     load(directory, state)
     log.warning("--ckpt.load_enable: resumed from %s (step %d)", directory, state["step"])
     return state
