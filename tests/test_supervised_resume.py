@@ -145,3 +145,35 @@ def inspected_and_exported(run: Path, base: Path, capsys: pytest.CaptureFixture[
     torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-5)
     fresh = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)(input_ids=tokens).logits
     assert (fresh - logits[1]).abs().max() > 1e-3  # trained away from the base, so the equality means something
+
+
+def test_a_lora_checkpoint_exports_merged_or_as_its_adapter(tmp_path, tiny_causal_lm_path) -> None:
+    """A one-rank LoRA sft run (ZeRO-2) checkpoints its last step; `rlhf checkpoint export` of it, merged, computes the logits
+    of the run's own final adapter on its base (1e-5), and `--lora adapter` writes an adapter peft loads alike."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    data = _rows(tmp_path / "a.jsonl", 16, 0, "add")
+    assert_ok(run_in_process("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset",
+                             str(data), "--train.batch_size", "8", "--train.micro_batch_size", "4", "--adam.lr", "1e-2",
+                             "--ds.param_dtype", "fp32", "--ds.lora.rank", "4", "--ds.attn_implementation", "eager",
+                             "--ckpt.save_steps", "2", "--ckpt.path", str(tmp_path / "ckpt"),
+                             "--ckpt.output_dir", str(tmp_path / "out")))
+    for how in ("merged", "adapter"):  # the newest checkpoint: step 4, the run's last (2 epochs of 2 steps)
+        assert_ok(run_in_process("checkpoint", "export", str(tmp_path / "ckpt"), "--model", "actor", "--lora", how,
+                                 "--out", str(tmp_path / how)))
+
+    def base() -> torch.nn.Module:
+        return AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path, dtype=torch.float32, attn_implementation="eager")
+
+    tokens = torch.randint(5, 200, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        trained = PeftModel.from_pretrained(base(), tmp_path / "out")(input_ids=tokens).logits
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32,
+                                                      attn_implementation="eager")(input_ids=tokens).logits
+        adapter = PeftModel.from_pretrained(base(), tmp_path / "adapter")(input_ids=tokens).logits
+        untrained = base()(input_ids=tokens).logits
+    torch.testing.assert_close(merged, trained, rtol=0, atol=1e-5)
+    torch.testing.assert_close(adapter, trained, rtol=0, atol=1e-5)
+    assert (untrained - trained).abs().max() > 1e-3  # the adapter trained, so the equalities mean something
