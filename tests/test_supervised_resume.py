@@ -69,33 +69,111 @@ def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path) -> 
     assert "dataset_probs: 0.75,0.25" in config_text and "plugin_set:" in config_text
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_a_universal_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path, stage) -> None:
-    """--ds.use_universal_ckpt: one rank resumes a 2-rank run from its step-2 checkpoint (alone under a new
-    --ckpt.path, as a crash after step 2 leaves it), and steps 3-6 have the losses of the uninterrupted 2-rank run
-    (the step's loss is a global mean, however it is split). A crashed run's resume:
+@pytest.mark.parametrize(("stage", "flag"), [(2, ["--ds.use_universal_ckpt"]), (3, [])])
+def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path, stage, flag, capsys) -> None:
+    """One rank resumes a 2-rank run from its step-2 checkpoint (alone under a new --ckpt.path, as a crash after step
+    2 leaves it), converted once to DeepSpeed's universal form (by --ds.use_universal_ckpt, as OpenRLHF's command
+    lines ask, or on its own: the checkpoint records 2 ranks), and steps 3-6 have the losses of the uninterrupted
+    2-rank run (the step's loss is a global mean, however it is split). Under --train.backend fsdp2 the same
+    checkpoint is refused as another backend's, not as a damaged one. A crashed run's resume:
     test_sft_resumes_exactly_where_it_stopped."""
     data = _rows(tmp_path / "a.jsonl", 24, 0, "add")
 
     def flags(run: Path) -> list[str]:
         return ["train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset", str(data),
                 "--train.batch_size", "8", "--train.micro_batch_size", "2", "--train.max_epochs", "2",
-                "--adam.lr", "1e-3", "--ds.param_dtype", "fp32", "--ds.zero_stage", str(stage), "--ds.use_universal_ckpt",
+                "--adam.lr", "1e-3", "--ds.param_dtype", "fp32", "--ds.zero_stage", str(stage), *flag,
                 "--ds.attn_implementation", "eager", "--ckpt.save_steps", "2", "--ckpt.path", str(run / "ckpt"),
                 "--ckpt.output_dir", str(run / "out")]
 
     two_ranks = ("torch.distributed.run", "--standalone", "--nproc_per_node", "2")
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert_ok(run_rlhf(*flags(straight), launcher=two_ranks))
-    shutil.copytree(straight / "ckpt" / "global_step2", resumed / "ckpt" / "global_step2")
-    (resumed / "out").mkdir()  # and the metrics of its steps 1-2: steps 3-6 must come from the resumed run
+    checkpoint = resumed / "ckpt" / "global_step2"
+    shutil.copytree(straight / "ckpt" / "global_step2", checkpoint)
+    recorded = json.loads((checkpoint / "state.json").read_text())
+    assert recorded["models"]["model"] == {"backend": "deepspeed", "world_size": 2, "ema": False, "lora_rank": 0,
+                                           "layout": {"zero_stage": stage, "tensor_parallel_size": 1},
+                                           "model": str(tiny_causal_lm_path), "states": True}
+    assert recorded["config"]["ds"]["zero_stage"] == stage
+
+    if not flag:  # (--ds.use_universal_ckpt is a DeepSpeed flag FSDP2 refuses first)
+        other = run_in_process(*flags(resumed), "--train.backend", "fsdp2", "--ckpt.load_enable")
+        error = assert_user_error(other, f"checkpoint {checkpoint} was written by --train.backend deepspeed and this "
+                                  "run uses fsdp2: resume it with --train.backend deepspeed")
+        assert "damaged" not in error and "delete" not in error
+
+    (resumed / "out").mkdir(exist_ok=True)  # and the metrics of its steps 1-2: steps 3-6 must come from the resumed run
     rows = (straight / "out" / "metrics.jsonl").read_text().splitlines(keepends=True)
     (resumed / "out" / "metrics.jsonl").write_text("".join(r for r in rows if json.loads(r)["step"] <= 2))
     resumed_on_one = assert_ok(run_in_process(*flags(resumed), "--ckpt.load_enable"))  # in this process
     assert "global_step2 (step 2)" in resumed_on_one.stderr  # it did resume (a fresh start would give these losses too)
-    assert (resumed / "ckpt" / "global_step2" / "model_universal" / "zero").is_dir()
+    assert f"{checkpoint} was written by another allocation (model: 2 ranks -> 1)" in resumed_on_one.stderr
+    assert (f"checkpoint {checkpoint / 'model'} (written by 2 data-parallel ranks, loaded by 1): converted to "
+            f"DeepSpeed's universal form {checkpoint / 'model_universal'} in ") in resumed_on_one.stderr
+    assert (checkpoint / "model_universal" / "zero").is_dir()
 
     losses = {run: {m["step"]: m["loss"] for m in read_metrics(run / "out")} for run in (straight, resumed)}
     assert sorted(losses[resumed]) == list(range(1, 7))
     for step in range(3, 7):
         assert losses[resumed][step] == pytest.approx(losses[straight][step], rel=1e-5), step
+    if not flag:
+        inspected_and_exported(straight, tiny_causal_lm_path, capsys)
+
+
+def inspected_and_exported(run: Path, base: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`rlhf checkpoint inspect` of the 2-rank ZeRO-3 run's step-6 checkpoint, and its `export` as an HF model
+    whose logits are those of the model the run saved at its end (step 6) to 1e-5."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    checkpoint = run / "ckpt" / "global_step6"
+    capsys.readouterr()
+    assert_ok(run_in_process("checkpoint", "inspect", str(run / "ckpt"), "--ds.zero_stage", "2", "--adam.lr", "0.001",
+                             "--train.batch_size", "16"))
+    shown = capsys.readouterr().out
+    assert f"checkpoint  {checkpoint}\ncomplete    yes" in shown and "step        6" in shown
+    assert "model       --train.backend deepspeed, 2 ranks, zero_stage 3, tensor_parallel_size 1, full model" in shown
+    assert "differences --ds.zero_stage: 3 in the checkpoint, 2 here\n            --train.batch_size: 8 in the " \
+           "checkpoint, 16 here\n" in shown + "\n"  # --adam.lr 0.001 is the recorded 1e-3
+    exported = run / "exported"
+    assert_ok(run_in_process("checkpoint", "export", str(checkpoint), "--model", "actor", "--out", str(exported)))
+    tokens = torch.randint(5, 200, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = [AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")(
+            input_ids=tokens).logits for path in (exported, run / "out")]
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-5)
+    fresh = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)(input_ids=tokens).logits
+    assert (fresh - logits[1]).abs().max() > 1e-3  # trained away from the base, so the equality means something
+
+
+def test_a_lora_checkpoint_exports_merged_or_as_its_adapter(tmp_path, tiny_causal_lm_path) -> None:
+    """A one-rank LoRA sft run (ZeRO-2) checkpoints its last step; `rlhf checkpoint export` of it, merged, computes the logits
+    of the run's own final adapter on its base (1e-5), and `--lora adapter` writes an adapter peft loads alike."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    data = _rows(tmp_path / "a.jsonl", 16, 0, "add")
+    assert_ok(run_in_process("train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset",
+                             str(data), "--train.batch_size", "8", "--train.micro_batch_size", "4", "--adam.lr", "1e-2",
+                             "--ds.param_dtype", "fp32", "--ds.lora.rank", "4", "--ds.attn_implementation", "eager",
+                             "--ckpt.save_steps", "2", "--ckpt.path", str(tmp_path / "ckpt"),
+                             "--ckpt.output_dir", str(tmp_path / "out")))
+    for how in ("merged", "adapter"):  # the newest checkpoint: step 4, the run's last (2 epochs of 2 steps)
+        assert_ok(run_in_process("checkpoint", "export", str(tmp_path / "ckpt"), "--model", "actor", "--lora", how,
+                                 "--out", str(tmp_path / how)))
+
+    def base() -> torch.nn.Module:
+        return AutoModelForCausalLM.from_pretrained(tiny_causal_lm_path, dtype=torch.float32, attn_implementation="eager")
+
+    tokens = torch.randint(5, 200, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        trained = PeftModel.from_pretrained(base(), tmp_path / "out")(input_ids=tokens).logits
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32,
+                                                      attn_implementation="eager")(input_ids=tokens).logits
+        adapter = PeftModel.from_pretrained(base(), tmp_path / "adapter")(input_ids=tokens).logits
+        untrained = base()(input_ids=tokens).logits
+    torch.testing.assert_close(merged, trained, rtol=0, atol=1e-5)
+    torch.testing.assert_close(adapter, trained, rtol=0, atol=1e-5)
+    assert (untrained - trained).abs().max() > 1e-3  # the adapter trained, so the equalities mean something

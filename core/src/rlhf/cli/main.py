@@ -76,12 +76,14 @@ def build_parser(commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentP
     train.add_argument("trainer", nargs="?", help="trainer name")
     sub.add_parser("plan", help="where each model goes and what each GPU holds: rlhf plan train NAME [flags] "
                    "(docs/plan.md)", add_help=False)
+    sub.add_parser("checkpoint", help="what a checkpoint holds, and a plain HF model from it: rlhf checkpoint "
+                   "inspect|export PATH (docs/preemption.md)", add_help=False)
     for name, help_text in commands:  # listed in `rlhf --help`; run by run_plugin_command
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
-BUILTIN_COMMANDS = ("plugins", "train", "plan")
+BUILTIN_COMMANDS = ("plugins", "train", "plan", "checkpoint")
 
 
 def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -> int:
@@ -152,6 +154,10 @@ def _dispatch(argv: list[str]) -> int:
         from rlhf.cli.plan_cmd import run_plan
 
         return run_plan(host, rest[first + 1 :])
+    if args.command == "checkpoint":
+        from rlhf.cli.checkpoint_cmd import run_checkpoint
+
+        return run_checkpoint(host, rest[first + 1 :])
     from rlhf.cli.train_cmd import run_train
 
     return run_train(host, args.trainer, extra)

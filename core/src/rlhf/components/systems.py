@@ -267,10 +267,11 @@ class TrainedModel(Protocol):
 
     def load_checkpoint(self, directory: str, tag: str) -> None:
         """Every rank: load what :meth:`save_checkpoint` wrote under ``directory/tag``. ``directory`` is now
-        the committed ``global_stepN`` folder, ``tag`` the role as when saving. A checkpoint that is
-        missing or damaged raises :class:`rlhf.errors.CheckpointError` naming ``directory/tag``; one that
-        is intact but does not fit this run (another world size, backend or model shape) says which and
-        the flag that fits it, and never advises deleting it."""
+        the committed ``global_stepN`` folder, ``tag`` the role as when saving; the run may have another number
+        of ranks than wrote it (reshard, or raise a :class:`rlhf.errors.CheckpointError` saying it cannot). A
+        checkpoint that is missing or damaged raises :class:`rlhf.errors.CheckpointError` naming
+        ``directory/tag``; one that is intact but does not fit this run (another world size, backend or model
+        shape) says which and the flag that fits it: "damaged" and "delete" only for a damaged one."""
         ...
 
     def awake(self, phase: str) -> Any:
@@ -309,6 +310,11 @@ class TrainingBackend(Protocol):
     ``rlhf plan`` (docs/plan.md), in the CLI process: ``plan_memory(config, model) -> list[rlhf.planning.MemoryPart]``,
     what one GPU of one model group holds (``model``: a :class:`rlhf.planning.PlannedModel`): weights, gradients,
     optimizer states, buffers (the core adds the activations); absent: its model states are shown as "not estimated".
+    For checkpoints (:mod:`rlhf.records.checkpoint_fit`, ``rlhf checkpoint``): ``checkpoint_layout(config) -> dict``,
+    how a trained model's states are split, recorded with each checkpoint; and ``full_state_from_checkpoint(directory,
+    tag, module, ema=False) -> dict[str, Tensor]``, in a process of its own without a group: the whole fp32 state that
+    :meth:`TrainedModel.save_checkpoint` wrote there, by ``module.state_dict()``'s names (``ema``: with the EMA's
+    trainable parameters), for ``rlhf checkpoint export``.
     """
 
     def init_distributed(self) -> None:

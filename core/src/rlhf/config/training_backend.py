@@ -9,7 +9,7 @@ from rlhf.components.first_use import ComponentLabel
 from rlhf.registry import ComponentKind
 
 #: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
-__all__ = ["backend_label", "check_backend_config", "training_backend"]
+__all__ = ["backend_label", "check_backend_config", "model_record", "training_backend"]
 
 if TYPE_CHECKING:
     from rlhf.config.run import RunConfig
@@ -45,3 +45,15 @@ def backend_label(config: RunConfig, registry: Any) -> ComponentLabel:
     """How a refusal by the library under the run's backend names it (:mod:`rlhf.components.first_use`)."""
     kind = ComponentKind.TRAINING_BACKEND
     return ComponentLabel.among(kind.label, config.train.backend, "--train.backend", registry.names(kind))
+
+
+def model_record(config: RunConfig, registry: Any, world_size: int, model: str, *, ema: bool = False) -> dict[str, Any]:
+    """What a checkpoint records of one trained model group of this run (``state.json``'s ``models``, checked by
+    :func:`rlhf.records.checkpoint_fit.check_fit` at a resume): the backend, the group's ``world_size`` ranks, the
+    backend's optional ``checkpoint_layout(config)``, the LoRA rank, whether it keeps an EMA, the ``model`` path it
+    was loaded from, and whether training states are written (not under ``--ckpt.disable_ds``)."""
+    layout = getattr(backend_class(config, registry), "checkpoint_layout", None)
+    lora = getattr(getattr(config, "ds", None), "lora", None)
+    return {"backend": config.train.backend, "world_size": world_size, "layout": layout(config) if layout else {},
+            "lora_rank": int(getattr(lora, "rank", 0) or 0), "ema": ema, "model": model,
+            "states": not getattr(config.ckpt, "disable_ds", False)}

@@ -59,6 +59,7 @@ PUBLIC_MODULES = (
     "rlhf.data.sources",
     "rlhf.data.templates",
     "rlhf.data.workers",
+    "rlhf.records.checkpoint_fit",
     "rlhf.records.checkpoints",
     "rlhf.records.metrics",
     "rlhf.records.preemption",

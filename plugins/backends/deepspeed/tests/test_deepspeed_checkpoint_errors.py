@@ -18,3 +18,7 @@ def test_a_checkpoint_without_deepspeed_states_is_refused_before_any_engine_load
     with pytest.raises(CheckpointError, match="holds no DeepSpeed model states") as caught:
         load_engine(None, directory, "actor")  # DeepSpeed would return (None, None) and train on
     assert str(directory / "actor") in str(caught.value) and f"delete {directory}" in str(caught.value)
+    # a missing folder may be how the run was set up (no training states written) or damage: both are said;
+    # an empty one is damage alone
+    assert ("--ckpt.disable_ds" in str(caught.value)) == (tag_dir == "missing")
+    assert "damaged" in str(caught.value)

@@ -122,10 +122,13 @@ def test_a_missing_or_damaged_checkpoint_is_one_checkpoint_error_on_every_rank(o
     for rank in range(ranks.WORLD):
         errors = json.loads((out / f"errors_rank{rank}.json").read_text())
         assert sorted(errors) == ["damaged", "missing"]
-        for label, directory in (("missing", out / "nowhere"), ("damaged", out / "damaged")):
-            assert f"delete {directory} " in errors[label] and "--ckpt.load_enable" in errors[label]
-            assert "\n" not in errors[label]
-        assert "__1_0.distcp" in errors["damaged"]
+        for label in ("missing", "damaged"):
+            assert "--ckpt.load_enable" in errors[label] and "\n" not in errors[label]
+        # the damaged one is called so; a missing one may be damage or how the run was set up: both are said
+        assert "__1_0.distcp" in errors["damaged"] and f"delete {out / 'damaged'} " in errors["damaged"]
+        assert "damaged" in errors["damaged"] and "is damaged" not in errors["missing"]
+        assert f"{out / 'nowhere'} has no model/: written with --ckpt.disable_ds" in errors["missing"]
+        assert f"only then delete {out / 'nowhere'} " in errors["missing"]
 
 
 def test_an_evaluated_model_is_frozen_and_computes_the_plain_logits(out, model_dir) -> None:
@@ -177,3 +180,35 @@ def test_check_config_refuses_deepspeed_only_flags_by_name(field, value, flag) -
         FSDP2Backend.check_config(types.SimpleNamespace(ds=types.SimpleNamespace(**{field: value})))
     message = str(caught.value)
     assert message.startswith(flag) and "--train.backend deepspeed" in message and "\n" not in message
+
+
+def test_the_two_rank_checkpoint_resumes_on_one_rank_and_reads_back_whole(out, model_dir) -> None:
+    """The step-1 checkpoint of the two ranks: read whole in this process without a group (``rlhf checkpoint export``),
+    it is step 1's weights; loaded by one rank (DCP reshards the weights and AdamW's moments as it loads), that rank's
+    step 2 over both ranks' micro-batches gives the two ranks' step 2 (float rounding apart: the sums split otherwise)."""
+    from rlhf.distributed import group_environment, restored_process
+
+    whole = FSDP2Backend.full_state_from_checkpoint(str(out / "ckpt"), "model", None)
+    step1 = torch.load(out / "fixed_step1.pt")
+    assert set(step1) - set(whole) <= {"lm_head.weight"}  # tied to the embeddings: one tensor, saved once
+    assert all(torch.equal(whole[name], step1[name]) for name in whole)
+
+    with restored_process():
+        group_environment(launcher=False)
+        backend = FSDP2Backend.from_config(ranks.config())
+        backend.init_distributed()
+        model = backend.trained(lambda: ranks.load(model_dir), ranks.AdamWFactory(), ranks.HalvingSchedule(),
+                                ranks.section(), 1, 2)
+        model.load_checkpoint(str(out / "ckpt"), "model")
+        model.train()
+        batches = [b for rank in range(ranks.WORLD) for b in ranks.micro_batches("fixed", rank, 1)]
+        stepped = []
+        for ids in batches:  # accumulation: 8 sequences // 2 per micro-batch on one rank = 4
+            model.backward(model(input_ids=ids, labels=ids).loss)
+            stepped.append(model.step())
+        resumed = model.state_dict()
+    assert stepped == [False, False, False, True]
+    uninterrupted = torch.load(out / "fixed_step2.pt")
+    for name, tensor in uninterrupted.items():
+        torch.testing.assert_close(resumed[name], tensor, rtol=0, atol=1e-6, msg=name)
+    assert max(float((uninterrupted[n] - step1[n]).abs().max()) for n in step1) > 1e-4  # step 2 moved them

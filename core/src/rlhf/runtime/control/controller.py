@@ -17,11 +17,13 @@ from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.config.ppo_rules import active_correction
 from rlhf.config.rollout_engine import rollout_engine_class
+from rlhf.config.training_backend import model_record
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
 from rlhf.errors import Preempted, WorkerError
 from rlhf.models.loading import check_model_source, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
 from rlhf.records import preemption
+from rlhf.records.checkpoint_fit import check_fit
 from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.capacity import node_gpus
@@ -114,7 +116,8 @@ class PPOController:
         for path in self.rewards.reward_model_paths:
             check_model_source(path, "--reward.model_name_or_path")
         if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
-            checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
+            state = checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
+            check_fit(found[-1][1], state, self.trained_models())  # and one that fits another run
         # ranks beside engine processes need a transport that serves them there, and a cluster without GPUs (_run)
         serves = transport is not None and getattr(self.plugins.registry.get(K.WEIGHT_SYNC_TRANSPORT, transport),
                                                    "serves_in_process_actor", False)
@@ -210,7 +213,16 @@ class PPOController:
             if (load_state := getattr(self.scheduler, "load_state", None)) is not None:
                 load_state(directory, self)
 
-        checkpoint.resume(Path(self.config.ckpt.path), load, keys=RESUMED_KEYS)
+        checkpoint.resume(Path(self.config.ckpt.path), load, keys=RESUMED_KEYS, models=self.trained_models())
+
+    def trained_models(self) -> dict[str, dict[str, Any]]:
+        """What a checkpoint of this run records of its trained groups (rlhf.records.checkpoint_fit)."""
+        cfg, registry = self.config, self.plugins.registry
+        models = {"actor": model_record(cfg, registry, ranks_of(cfg.actor), cfg.actor.model_name_or_path,
+                                        ema=cfg.train.enable_ema)}
+        if self.estimator.needs_critic:
+            models["critic"] = model_record(cfg, registry, ranks_of(cfg.critic), cfg.critic.model_name_or_path)
+        return models
 
     # ------------------------------------------------------------------ steps
 
@@ -348,7 +360,8 @@ class PPOController:
             data["weights"] = list(self.schedule.weights)
         state = {"step": self.step, "data": data, "kl_coef": self.kl.value,
                  "steering": self.steered, "policy_version": self.policy_version,
-                 "plugin_set": cfg.plugin_set, "plugins": plugin_state}
+                 "plugin_set": cfg.plugin_set, "plugins": plugin_state, "models": self.trained_models(),
+                 "config": cfg.model_dump(mode="json")}
 
         def write(staging: Path) -> None:
             if not cfg.ckpt.disable_ds:

@@ -210,6 +210,7 @@ def _check_training_backend(backend_class: type, model_path: Any, config: Any) -
             first = trained()
             train_step(first, 0)
             first.save_checkpoint(directory, "model")
+            saved = first.state_dict()
             train_step(first, 1)
             after = first.state_dict()
             second = trained()
@@ -221,8 +222,17 @@ def _check_training_backend(backend_class: type, model_path: Any, config: Any) -
             try:
                 trained().load_checkpoint(str(Path(directory) / "nothing-here"), "model")
             except CheckpointError:
-                return None
+                return exported(directory, saved, second.module)
             return "load_checkpoint of a directory without a checkpoint did not raise CheckpointError"
+
+    def exported(directory: str, saved: dict[str, Any] | None, module: Any) -> str | None:
+        """The optional full_state_from_checkpoint (``rlhf checkpoint export``) reads back the saved weights."""
+        read = getattr(backend_class, "full_state_from_checkpoint", None)
+        if read is None or saved is None:
+            return None
+        state = read(directory, "model", module)
+        wrong = [k for k in saved if k not in state or not torch.allclose(state[k].float(), saved[k].float(), atol=1e-6)]
+        return f"full_state_from_checkpoint differs from the saved weights at {wrong[:3]}" if wrong else None
 
     check_picklable(BACKEND, backend_class)
     first_failure(BACKEND, "accumulation", [("batch_size 4, micro_batch_size 2, one rank", accumulation)])

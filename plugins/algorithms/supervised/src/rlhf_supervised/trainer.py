@@ -25,7 +25,7 @@ import rlhf.records.checkpoints as checkpoint
 from rlhf.components.first_use import FirstUse
 from rlhf.config.base import ConfigError
 from rlhf.config.checks import check_4bit, check_global_batch, require_positive
-from rlhf.config.training_backend import backend_label, check_backend_config, training_backend
+from rlhf.config.training_backend import backend_label, check_backend_config, model_record, training_backend
 from rlhf.data.sources import load_mixed
 from rlhf.data.workers import computed_in_order
 from rlhf.distributed import restored_process
@@ -378,7 +378,8 @@ class SupervisedTrainer:
         import torch.distributed as dist
 
         plugin_state: dict[str, Any] = {}
-        state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state}
+        state = {"step": step, "plugin_set": self.config.plugin_set, "plugins": plugin_state,
+                 "models": self._trained_models(), "config": self.config.model_dump(mode="json")}
 
         def write(staging: Path) -> None:
             self.model.save_checkpoint(str(staging), tag="model")
@@ -397,8 +398,13 @@ class SupervisedTrainer:
             self.model.load_checkpoint(str(directory), "model")
             self.plugins.checkpoint_load(state["step"], directory, state.get("plugins", {}))
 
-        state = checkpoint.resume(Path(self.config.ckpt.path), load)
+        state = checkpoint.resume(Path(self.config.ckpt.path), load, models=self._trained_models())
         return state["step"] if state is not None else 0
+
+    def _trained_models(self) -> dict[str, dict[str, Any]]:
+        """What a checkpoint records of the trained model (rlhf.records.checkpoint_fit)."""
+        cfg = self.config
+        return {"model": model_record(cfg, self.plugins.registry, self.world_size, cfg.model.model_name_or_path)}
 
     def _tracker(self, total: int, step: int) -> Any:
         if self.rank != 0:

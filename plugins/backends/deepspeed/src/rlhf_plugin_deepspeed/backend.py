@@ -46,6 +46,18 @@ class DeepSpeedBackend:
         return None
 
     @classmethod
+    def checkpoint_layout(cls, config: Any) -> dict[str, Any]:
+        """How a trained model's states are split, as a checkpoint records it (rlhf.records.checkpoint_fit)."""
+        return {"zero_stage": config.ds.zero_stage, "tensor_parallel_size": config.ds.tensor_parallel_size or 1}
+
+    @classmethod
+    def full_state_from_checkpoint(cls, directory: str, tag: str, module: Any, ema: bool = False) -> dict[str, Any]:
+        """``rlhf checkpoint export``: the whole fp32 state saved under ``directory/tag`` (rlhf_plugin_deepspeed.checkpoint)."""
+        from rlhf_plugin_deepspeed.checkpoint import full_state
+
+        return full_state(Path(directory), tag, module, ema)
+
+    @classmethod
     def plan_memory(cls, config: Any, model: Any) -> list[Any]:
         """One GPU of ``model`` (an :class:`rlhf.planning.PlannedModel`) for ``rlhf plan``: ZeRO's model states at
         ``--ds.zero_stage`` (DeepSpeed's own estimates), evaluated models in the stage :func:`eval_config` gives them

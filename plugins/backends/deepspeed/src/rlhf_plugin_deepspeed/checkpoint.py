@@ -12,7 +12,8 @@ from rlhf.errors import CHECKPOINT_WAY_OUT, CheckpointError
 
 def load_engine(engine: Any, directory: Path, tag: str, *, universal: bool = False) -> None:
     """Load the DeepSpeed states under ``directory/tag`` (model, optimizer, scheduler) into ``engine``;
-    ``universal`` (``--ds.use_universal_ckpt``): through DeepSpeed's universal form, on any number of ranks.
+    through DeepSpeed's universal form (converted once) when ``universal`` (``--ds.use_universal_ckpt``) or
+    when the states were written by another number of data-parallel ranks than ``engine`` has.
 
     Every way this fails is a :class:`CheckpointError` naming the states dir and what to do:
     a missing dir (DeepSpeed would return ``(None, None)`` and train on from the initial weights),
@@ -20,13 +21,16 @@ def load_engine(engine: Any, directory: Path, tag: str, *, universal: bool = Fal
     """
     states = directory / tag
     if not any(states.glob("*model_states.pt")):
-        raise CheckpointError(f"checkpoint {states} holds no DeepSpeed model states (a damaged checkpoint, or one saved "
-                              f"with --ckpt.disable_ds); delete {directory} {CHECKPOINT_WAY_OUT}")
+        raise CheckpointError(f"checkpoint {states} holds no DeepSpeed model states: {_what_is_there(states, directory)}")
+    saved_ranks, ranks = saved_data_parallel_ranks(states), getattr(engine, "seq_dp_world_size", engine.dp_world_size)
+    resharded = saved_ranks not in (None, ranks)
     try:
-        if universal:
+        if universal or resharded:
             from rlhf_plugin_deepspeed.universal import convert
 
-            tag = convert(directory, tag)
+            tag = convert(directory, tag, f"written by {saved_ranks} data-parallel ranks, loaded by {ranks}"
+                          if resharded else "--ds.use_universal_ckpt")
+        engine._config.load_universal_checkpoint = universal or resharded  # read at load time only
         loaded, _ = engine.load_checkpoint(str(directory), tag=tag, load_optimizer_states=True,
                                            load_lr_scheduler_states=True)
     except Exception as exc:  # noqa: BLE001 - whatever DeepSpeed or torch.load raise here is about these files
@@ -34,6 +38,28 @@ def load_engine(engine: Any, directory: Path, tag: str, *, universal: bool = Fal
     if loaded is None:
         raise CheckpointError(f"checkpoint {states} cannot be loaded: DeepSpeed found no states; "
                               f"delete {directory} {CHECKPOINT_WAY_OUT}")
+
+
+_OPTIMIZER_SHARD = re.compile(r"zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
+
+
+def saved_data_parallel_ranks(states: Path) -> int | None:
+    """How many data-parallel ranks wrote the ZeRO states in ``states`` (one optimizer shard each); None at ZeRO
+    stage 0, whose optimizer states are whole in the model states and load on any number of ranks."""
+    ranks = {int(m.group(1)) for f in states.iterdir() if (m := _OPTIMIZER_SHARD.search(f.name))}
+    return len(ranks) or None
+
+
+def _what_is_there(states: Path, directory: Path) -> str:
+    """Why ``states`` has no DeepSpeed model states, by what is there instead."""
+    if (states / ".metadata").is_file():
+        return ("it was written by --train.backend fsdp2 (torch distributed checkpoint files); resume it with "
+                "--train.backend fsdp2")
+    if not states.exists():
+        return (f"{directory} has no {states.name}/: written with --ckpt.disable_ds or by a run without this model "
+                f"(rlhf checkpoint inspect {directory} says what it holds), or damaged (a folder deleted from it): only "
+                f"then delete {directory} {CHECKPOINT_WAY_OUT}")
+    return f"it is damaged; delete {directory} {CHECKPOINT_WAY_OUT}"
 
 
 _SIZE_MISMATCH = re.compile(r"size mismatch for (\S+): copying a param with shape torch.Size\((\[.*?\])\) from checkpoint, "
@@ -50,6 +76,39 @@ def _load_failure(exc: BaseException, directory: Path) -> str:
         return (f"it holds a model of another size ({name} is {saved} there, {current} in the model being trained); "
                 f"resume with the model it was trained from, or drop --ckpt.load_enable")
     detail = str(exc).strip().split("\n")[0].split(". ")[0][:200]
-    unreadable = "PytorchStreamReader" in detail or isinstance(exc, (EOFError, pickle.UnpicklingError))
-    verdict = "a file is truncated or corrupt" if unreadable else "it is damaged or does not fit this run"
-    return f"{type(exc).__name__}: {detail}; {verdict}: delete {directory} {CHECKPOINT_WAY_OUT}"
+    if "PytorchStreamReader" in detail or isinstance(exc, (EOFError, pickle.UnpicklingError)):
+        return f"{type(exc).__name__}: {detail}; a file is truncated or corrupt: delete {directory} {CHECKPOINT_WAY_OUT}"
+    return (f"{type(exc).__name__}: {detail}; it does not fit this run, or it is damaged: rlhf checkpoint inspect "
+            f"{directory} says whether it is complete and which flags wrote it (resume with those); only if it is "
+            f"damaged, delete {directory} {CHECKPOINT_WAY_OUT}")
+
+
+def full_state(directory: Path, tag: str, module: Any, ema: bool = False) -> dict[str, Any]:
+    """The whole fp32 state of the model saved under ``directory/tag`` by ``module.state_dict()``'s names, on the CPU
+    of this process alone (no process group): ZeRO 1-3 shards joined by DeepSpeed's ``zero_to_fp32``, stage 0's
+    whole model states as they are. ``ema``: with the trainable parameters replaced by the EMA saved beside
+    (``<tag>_ema/``), whole, taken in ``module``'s order of trainable parameters."""
+    import torch
+
+    states = directory / tag
+    if not any(states.glob("*model_states.pt")):
+        raise CheckpointError(f"checkpoint {states} holds no DeepSpeed model states: {_what_is_there(states, directory)}")
+    if saved_data_parallel_ranks(states) is None:
+        state = torch.load(next(states.glob("*model_states.pt")), map_location="cpu", weights_only=False)["module"]
+        state = {name: tensor.float() if tensor.is_floating_point() else tensor for name, tensor in state.items()}
+    else:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        state = dict(get_fp32_state_dict_from_zero_checkpoint(str(directory), tag=tag))
+    if ema:
+        from rlhf_plugin_deepspeed.ema import resharded
+
+        saved = sorted(states.with_name(f"{tag}_ema").glob("ema_rank*.pt"), key=lambda p: int(p.stem[len("ema_rank"):]))
+        if not saved:
+            raise CheckpointError(f"checkpoint {directory} has no EMA ({tag}_ema/): it was written without "
+                                  "--train.enable_ema; export --model actor instead")
+        shadows = [torch.load(path, map_location="cpu")["shadow"] for path in saved]
+        trainable = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        for i, (name, param) in enumerate(trainable):
+            state[name] = resharded([shadow[i] for shadow in shadows], param, 0)
+    return state

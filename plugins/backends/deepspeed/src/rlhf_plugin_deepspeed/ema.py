@@ -9,7 +9,8 @@ Under ZeRO-3 every rank averages only its own shard of each parameter (``param.d
 the average is elementwise, so the shards of the average are the average of the shards and
 no step gathers anything. The shadow lives on the CPU in fp32 (on GPUs this is OpenRLHF's
 offloaded EMA copy). A save swaps the shadow into the parameters' storage, gathers as usual,
-and swaps the live weights back.
+and swaps the live weights back. A checkpoint holds each rank's shadow; a resume on another number
+of ranks (or ZeRO stage) rebuilds each whole parameter from the saved pieces and keeps its own part.
 """
 
 from __future__ import annotations
@@ -76,14 +77,44 @@ class ParameterEMA:
         torch.save({"beta": self.beta, "world_size": world_size, "shadow": self.shadow}, directory / f"ema_rank{rank}.pt")
 
     def load(self, directory: Path, rank: int, world_size: int) -> None:
+        """What :meth:`save` wrote, on any number of ranks: as many as saved it load their own files; another
+        number rebuilds each whole parameter from every saved shard and keeps its part of it."""
         import torch
 
-        path = directory / f"ema_rank{rank}.pt"
-        if not path.is_file():
-            raise CheckpointError(f"checkpoint {directory.parent} has no EMA state {path.name} (saved without "
+        first = directory / "ema_rank0.pt"
+        if not first.is_file():
+            raise CheckpointError(f"checkpoint {directory.parent} has no EMA state {first.name} (saved without "
                                   "--train.enable_ema?); resume without --train.enable_ema, or from a checkpoint with it")
-        state = torch.load(path, map_location="cpu")
-        if state["world_size"] != world_size or len(state["shadow"]) != len(self.shadow):
-            raise CheckpointError(f"{path}: the EMA was saved by {state['world_size']} rank(s) and this run has "
-                                  f"{world_size}; resume the EMA on the same number of actor ranks")
-        self.shadow = state["shadow"]
+        state = torch.load(first, map_location="cpu")
+        if len(state["shadow"]) != len(self.shadow):
+            raise CheckpointError(f"{first}: the EMA holds {len(state['shadow'])} trainable tensors and this model has "
+                                  f"{len(self.shadow)}; resume with the model (and --ds.lora.* flags) it was written with")
+        if state["world_size"] == world_size:
+            self.shadow = torch.load(directory / f"ema_rank{rank}.pt", map_location="cpu")["shadow"] if rank else state["shadow"]
+            return
+        saved = [state] + [torch.load(directory / f"ema_rank{r}.pt", map_location="cpu")
+                           for r in range(1, state["world_size"])]
+        self.shadow = [resharded([s["shadow"][i] for s in saved], param, rank)
+                       for i, param in enumerate(self.params)]
+
+
+def _numel(param: Any) -> int:
+    return int(getattr(param, "ds_numel", param.numel()))
+
+
+def resharded(pieces: list[Any], param: Any, rank: int) -> Any:
+    """This rank's part of one parameter's EMA (fp32, on the CPU) from the ``pieces`` each saving rank held:
+    ZeRO-3 shards (flat, padded alike) or whole copies. The part is ``param``'s ZeRO-3 shard (flat, padded to
+    its size) or the whole tensor."""
+    import torch
+
+    shape, numel = tuple(getattr(param, "ds_shape", param.shape)), _numel(param)
+    if tuple(pieces[0].shape) == shape:  # a whole copy on every saving rank (ZeRO 0-2, or one rank)
+        whole = pieces[0].reshape(-1)
+    else:
+        whole = torch.cat([piece.reshape(-1) for piece in pieces])[:numel]
+    if not hasattr(param, "ds_tensor"):
+        return whole.reshape(shape).clone()
+    size = param.ds_tensor.numel()
+    mine = whole[rank * size:(rank + 1) * size]
+    return torch.nn.functional.pad(mine, (0, size - mine.numel())).reshape(param.ds_tensor.shape).clone()

@@ -1,13 +1,16 @@
 """ParameterEMA under DeepSpeed ZeRO-3 with the ranks of a launcher (gloo on CPU), against an independent EMA.
 
-Usage: python -m torch.distributed.run --nproc_per_node N ema_zero3.py MODEL_DIR BETA ; rank 0 prints JSON:
+Usage: python -m torch.distributed.run --nproc_per_node N ema_zero3.py MODEL_DIR BETA OUT ; rank 0 prints JSON:
 the largest difference between the EMA the saves see and an EMA of the gathered full weights kept
-here step by step, and whether the live weights came back after the save.
+here step by step, and whether the live weights came back after the save. Every rank saves its EMA share
+under OUT/actor_ema (as a checkpoint does) and rank 0 the whole average as OUT/averaged.pt, for a resume
+of that EMA on another number of ranks.
 """
 
 import json
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
@@ -48,7 +51,10 @@ live = full_state_dict(engine.module)
 with ema.applied():
     averaged = full_state_dict(engine.module)
 after = full_state_dict(engine.module)
+out = Path(sys.argv[3])
+ema.save(out / "actor_ema", dist.get_rank(), dist.get_world_size())
 if dist.get_rank() == 0:
+    torch.save(averaged, out / "averaged.pt")
     print(json.dumps({
         "sharded": sharded,
         "max_difference": max(float((averaged[k] - reference[k]).abs().max()) for k in reference),

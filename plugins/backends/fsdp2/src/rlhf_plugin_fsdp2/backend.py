@@ -68,6 +68,22 @@ class FSDP2Backend:
         return "--train.backend fsdp2 shards its parameters over the ranks (fully_shard)"
 
     @classmethod
+    def checkpoint_layout(cls, config: Any) -> dict[str, Any]:
+        """How a trained model's states are split, as a checkpoint records it (rlhf.records.checkpoint_fit)."""
+        return {"sharding": "fully_shard"}
+
+    @classmethod
+    def full_state_from_checkpoint(cls, directory: str, tag: str, module: Any, ema: bool = False) -> dict[str, Any]:
+        """``rlhf checkpoint export``: the whole fp32 weights saved under ``directory/tag`` (DCP, read in this process)."""
+        from pathlib import Path
+
+        from rlhf_plugin_fsdp2.checkpoint import full_state
+
+        if ema:
+            raise ConfigError("--train.backend fsdp2 keeps no EMA, so its checkpoints have none; export --model actor")
+        return full_state(Path(directory), tag)
+
+    @classmethod
     def plan_memory(cls, config: Any, model: Any) -> list[Any]:
         """One GPU of ``model`` (an :class:`rlhf.planning.PlannedModel`) for ``rlhf plan``: fp32 weights, fp32
         gradients and the optimizer's states, each 1/ranks (``fully_shard``); while a block computes, it and the

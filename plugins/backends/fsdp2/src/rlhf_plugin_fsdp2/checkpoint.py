@@ -3,7 +3,8 @@
 ``directory/tag`` holds DCP's files (each rank writes its shards of the weights and optimizer states;
 rank 0 then writes ``.metadata`` through a temporary name, so a checkpoint without it is incomplete) and
 ``trainer_state.pt`` (the LR scheduler and the micro-step counter, which every rank holds alike).
-Loading needs the same model; DCP can reshard onto another number of ranks (not covered by the tests).
+Loading needs the same model; DCP reshards it onto another number of ranks as it loads (each rank reads the
+pieces of its new shards from every saved one), so a resume on another world size needs no conversion.
 """
 
 from __future__ import annotations
@@ -42,9 +43,16 @@ def load_states(module: Any, optimizer: Any, directory: Path, tag: str) -> dict[
 
     path = directory / tag
     missing = [name for name in (".metadata", TRAINER_STATE) if not (path / name).is_file()]
+    if missing and path.is_dir() and any(path.glob("*model_states.pt")):
+        raise CheckpointError(f"checkpoint {path} was written by --train.backend deepspeed, not fsdp2: resume it with "
+                              "--train.backend deepspeed")
+    if missing and not path.exists():
+        raise CheckpointError(f"checkpoint {directory} has no {path.name}/: written with --ckpt.disable_ds or by a run "
+                              f"without this model (rlhf checkpoint inspect {directory} says what it holds), or damaged "
+                              f"(a folder deleted from it): only then delete {directory} {CHECKPOINT_WAY_OUT}")
     if missing:
-        raise CheckpointError(f"checkpoint {path} holds no complete FSDP2 states ({', '.join(missing)} missing: a damaged "
-                              f"checkpoint, or one saved by another --train.backend); delete {directory} {CHECKPOINT_WAY_OUT}")
+        raise CheckpointError(f"checkpoint {path} holds no complete FSDP2 states ({', '.join(missing)} missing), so it is "
+                              f"damaged; delete {directory} {CHECKPOINT_WAY_OUT}")
     try:
         model_state, optimizer_state = get_state_dict(module, optimizer)
         states = {"model": model_state, "optimizer": optimizer_state}
@@ -54,8 +62,24 @@ def load_states(module: Any, optimizer: Any, directory: Path, tag: str) -> dict[
     except (Exception, dcp.CheckpointException) as exc:  # noqa: BLE001 - whatever DCP or torch.load raise is about these files
         cause = _first_cause(exc)
         detail = str(cause).strip().split("\n")[0][:200]
-        raise CheckpointError(f"checkpoint {path} cannot be loaded ({type(cause).__name__}: {detail}): it is damaged or "
-                              f"does not fit this model; delete {directory} {CHECKPOINT_WAY_OUT}") from exc
+        if isinstance(cause, FileNotFoundError):  # a file .metadata lists is gone
+            raise CheckpointError(f"checkpoint {path} is damaged ({detail}); delete {directory} {CHECKPOINT_WAY_OUT}") from exc
+        raise CheckpointError(f"checkpoint {path} cannot be loaded ({type(cause).__name__}: {detail}): it does not fit "
+                              f"this model, or it is damaged: rlhf checkpoint inspect {directory} says whether it is "
+                              f"complete and which flags wrote it (resume with those); only if it is damaged, delete "
+                              f"{directory} {CHECKPOINT_WAY_OUT}") from exc
+
+
+def full_state(directory: Path, tag: str) -> dict[str, Any]:
+    """The whole model weights :func:`save_states` wrote, by their names, read in this process (no process group;
+    DCP joins every rank's shards)."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    path = directory / tag
+    if not (path / ".metadata").is_file():
+        raise CheckpointError(f"checkpoint {path} holds no FSDP2 states (no .metadata): written by another "
+                              "--train.backend, or damaged; rlhf checkpoint inspect says which")
+    return dict(_load_state_dict_from_keys({"model"}, checkpoint_id=str(path))["model"])
 
 
 def _first_cause(exc: BaseException) -> BaseException:

@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from rlhf.errors import CheckpointError
+
 
 class EvaluatedModel:
     """A sharded model for no-grad forwards: callable, with ``module``, ``device``, ``train()`` and ``eval()``."""
@@ -110,7 +112,8 @@ class FSDP2Model(EvaluatedModel):
     def save_checkpoint(self, directory: str, tag: str) -> None:
         from rlhf_plugin_fsdp2.checkpoint import save_states
 
-        extra = {"lr_scheduler": self.lr_scheduler.state_dict(), "micro_steps": self._micro_steps}
+        extra = {"lr_scheduler": self.lr_scheduler.state_dict(), "micro_steps": self._micro_steps,
+                 "accumulation": self._accumulation}
         save_states(self.module, self.optimizer, extra, Path(directory), tag)
 
     def load_checkpoint(self, directory: str, tag: str) -> None:
@@ -118,7 +121,14 @@ class FSDP2Model(EvaluatedModel):
 
         extra = load_states(self.module, self.optimizer, Path(directory), tag)
         self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
-        self._micro_steps = extra["micro_steps"]
+        # where in an optimizer step it was saved (a trainer saves between steps: 0); another number of ranks
+        # accumulates over another number of micro-batches, so only that position carries over
+        saved = extra.get("accumulation", self._accumulation)
+        if extra["micro_steps"] % saved and saved != self._accumulation:
+            raise CheckpointError(f"checkpoint {Path(directory) / tag} was saved inside an optimizer step of {saved} "
+                                  f"micro-batches and this run takes {self._accumulation}: resume it on as many ranks "
+                                  "as wrote it")
+        self._micro_steps = extra["micro_steps"] % saved
 
     def awake(self, phase: str) -> Any:
         """No sleep mode: the optimizer states always stay where they were built."""
