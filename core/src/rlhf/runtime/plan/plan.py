@@ -37,6 +37,7 @@ class Plan:
     placement_problem: str | None
     fix: str | None = None  #: the first change that fits, where the plan does not
     closest: str | None = None  #: where no change tried fits: the one that came closest, and its fullest GPU
+    tried: int = 0  #: changes and pairs of changes the search planned
     notes: list[str] = field(default_factory=list)  #: what the plan assumed that the flags do not say
 
     def held(self, gpu: GPU, phase: str) -> int:
@@ -89,7 +90,8 @@ class Plan:
                     f"{format_bytes(self.peak(gpu))} of {format_bytes(memory)} ({'; '.join(t for _, t in top)})")
         if self.fix:
             return f"{line}; the first change that fits: {self.fix}"
-        return line + "; no change or pair of changes tried fits" + (f"; the closest: {self.closest}" if self.closest else "")
+        return (f"{line}; none of the {self.tried} changes and pairs of changes tried fits"
+                + (f"; the closest: {self.closest}" if self.closest else ""))
 
 
 def run_groups(trainer: type, config: Any, registry: Any) -> RunGroups:
@@ -122,7 +124,7 @@ def plan_run(trainer: type, config: Any, registry: Any, cluster: Cluster | None,
 
         found = search(config, registry, plan, {m.role: m.ranks for m in groups.models}, groups.engine,
                        lambda changed, on: plan_run(trainer, changed, registry, on, remedies=False), cluster_for)
-        plan.fix, plan.closest = found.fix, found.closest
+        plan.fix, plan.closest, plan.tried = found.fix, found.closest, found.tried
     return plan
 
 
