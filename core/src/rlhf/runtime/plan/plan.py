@@ -205,8 +205,8 @@ def logits_parts(config: Any, model: PlannedModel) -> list[MemoryPart]:
         logits, how = forward * vocab * size, f"{forward} tokens x {vocab} x {size} B, forward"
     chunk = min(logprob_chunk_tokens(), max(forward, trained if model.trained else 0))
     return [MemoryPart("logits", logits, how),
-            MemoryPart("log-prob chunk", CHUNK_COPIES * chunk * vocab * 4,
-                       f"{CHUNK_COPIES} x {chunk} tokens x {vocab} x 4 B (fp32 logits, log-softmax, gradient)")]
+            MemoryPart("log-prob chunk", CHUNK_COPIES * chunk * vocab * 4, f"{CHUNK_COPIES} x {chunk} tokens x {vocab} x "
+                       f"4 B (fp32 logits, log-softmax, {'gradient' if model.trained else 'probabilities'})")]
 
 
 def logprob_chunk_tokens() -> int:
