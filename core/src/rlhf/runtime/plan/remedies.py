@@ -112,7 +112,7 @@ def search(config: Any, registry: Any, base: Any, ranks: dict[str, int], engine:
     for pair in pairs:
         if (fix := fitting(pair)) is not None:
             return Outcome(fix, None, len(seen))
-    for change in growth(config):
+    for change in growth(config, ranks):
         if (fix := fitting((change,), grows=True)) is not None:
             return Outcome(fix, None, len(seen))
     return Outcome(None, closest(seen), len(seen))
@@ -145,14 +145,16 @@ def candidates(config: Any, registry: Any, ranks: dict[str, int], engine: type |
 
 
 def _generate_changes(config: Any) -> list[Change]:
-    """Fewer prompts per generate call (HF generate's KV cache is that call's), fewer sequences per experience
-    forward."""
+    """Fewer sequences per experience forward (and per HF generate call); in an async run, fewer prompts per
+    generate round (a synchronous run hands each engine its whole share of the batch at once, whatever
+    ``--rollout.vllm_generate_batch_size`` says)."""
     rollout = config.rollout
-    prompts = rollout.vllm_generate_batch_size or rollout.batch_size
-    return ([Change({"rollout.vllm_generate_batch_size": size}, "generate in pieces", frozenset({"generate batch"}))
-             for size in _halvings(prompts)]
-            + [Change({"rollout.micro_batch_size": size}, "generate in pieces", frozenset({"forward batch"}))
-               for size in _halvings(rollout.micro_batch_size)])
+    found = [Change({"rollout.micro_batch_size": size}, "generate in pieces", frozenset({"forward batch"}))
+             for size in _halvings(rollout.micro_batch_size)]
+    if getattr(config.train, "async_enable", False):
+        found += [Change({"rollout.vllm_generate_batch_size": size}, "generate in pieces", frozenset({"generate batch"}))
+                  for size in _halvings(rollout.vllm_generate_batch_size or rollout.batch_size)]
+    return found
 
 
 def _engine_changes(config: Any, registry: Any, ranks: dict[str, int], engine: type, gpus: int) -> list[Change]:
@@ -180,9 +182,9 @@ def _engine_changes(config: Any, registry: Any, ranks: dict[str, int], engine: t
     return found
 
 
-def growth(config: Any) -> list[Change]:
-    """Every model group on 2, 4, 8 and 16 times its nodes."""
-    roles = [role for role in ("actor", "critic", "ref", "reward", "model") if hasattr(getattr(config, role, None), "num_nodes")]
+def growth(config: Any, ranks: dict[str, int]) -> list[Change]:
+    """Every model group the run has on 2, 4, 8 and 16 times its nodes."""
+    roles = [role for role in ranks if hasattr(getattr(config, role, None), "num_nodes")]
     return [Change({f"{role}.num_nodes": getattr(config, role).num_nodes * factor for role in roles}, "more GPUs")
             for factor in GROWTH]
 
