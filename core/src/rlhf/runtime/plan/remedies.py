@@ -27,7 +27,7 @@ COSTS = {
     "engine": 2,  # generation moved: into the actor's ranks, or to vLLM (a second copy of the weights, a weight sync)
     "recompute": 3,  # gradient checkpointing: about a third more compute in every fit
     "micro-batch": 4,  # the same gradients from more, smaller micro-batches: less efficient kernels
-    "ZeRO-3": 5,  # every forward and backward gathers the weights layer by layer over the network
+    "ZeRO stage": 5,  # gradients reduce-scattered (2); weights gathered layer by layer in every pass (3)
     "offload": 6,  # the optimizer step on the CPU, its states over PCIe; evaluated weights streamed from the CPU
     "sleep": 7,  # states moved off the GPU and back around every generate phase
 }
@@ -135,7 +135,8 @@ def candidates(config: Any, registry: Any, ranks: dict[str, int], engine: type |
                     if hasattr(getattr(config, role, None), "gradient_checkpointing_enable")]
     found += [Change(dict.fromkeys(checkpointed, True), "recompute")] if checkpointed else []
     found += [Change({"train.micro_batch_size": size}, "micro-batch") for size in _halvings(train.micro_batch_size)]
-    found += [Change({"ds.zero_stage": 3}, "ZeRO-3"), Change({"ds.adam_offload": True}, "offload")]
+    found += [Change({"ds.zero_stage": stage}, "ZeRO stage") for stage in (2, 3) if config.ds.zero_stage < stage]
+    found.append(Change({"ds.adam_offload": True}, "offload"))
     evaluated = [f"{role}.offload" for role in ("ref", "reward") if role in ranks
                  and hasattr(getattr(config, role, None), "offload")]
     found += [Change(dict.fromkeys(evaluated, True), "offload", frozenset({"evaluated weights"}))] if evaluated else []
