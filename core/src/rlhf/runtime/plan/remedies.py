@@ -100,14 +100,19 @@ def search(config: Any, registry: Any, base: Any, ranks: dict[str, int], engine:
         typed = " ".join(change.typed() for change in changes)
         return typed + (f" ({sum(plan.cluster.nodes):g} GPUs)" if grows else "")
 
-    moved = []
+    moved, placing = [], set()
     for change in singles:
         if (fix := fitting((change,))) is not None:
             return Outcome(fix, None, len(seen))
         plan = seen[change.typed()]
         if plan is not None and _footprint(plan) != _footprint(base):
             moved.append(change)
-    pairs = sorted((pair for pair in combinations(moved, 2) if not pair[0].axes & pair[1].axes),
+            if plan.placement_problem != base.placement_problem:
+                placing.add(change.typed())
+    # a run that cannot be placed needs a change to its placement in every pair: one that leaves the placement as it
+    # was alone sets none of the flags the placement reads (the groups' nodes, colocation, engines)
+    pairs = sorted((pair for pair in combinations(moved, 2) if not pair[0].axes & pair[1].axes
+                    and (base.placement_problem is None or {pair[0].typed(), pair[1].typed()} & placing)),
                    key=lambda pair: COSTS[pair[0].kind] + COSTS[pair[1].kind])
     for pair in pairs:
         if (fix := fitting(pair)) is not None:
