@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,88 @@ def test_a_bad_colocation_is_one_line(capsys, llama7b, entry):
     assert main(["plan", "train", "ppo", "--actor.model_name_or_path", llama7b, "--train.colocate", *entry.split()]) == 2
     err = capsys.readouterr().err
     assert err.count("rlhf: error:") == 1 and "--train.colocate" in err
+
+
+def test_logits_parts_against_hand_computation(monkeypatch):
+    """The training logits (micro-batch x sequence x vocab in the weights' dtype, twice with their gradient; an
+    experience forward's where larger), one fp32 log-prob chunk of LOGPROB_CHUNK_TOKENS (3 copies); none for a
+    value head."""
+    from rlhf import ops
+    from rlhf.runtime.plan.plan import logits_parts
+    from rlhf.testing.conformance import ppo_config
+
+    rng = random.Random(57)
+    for _ in range(20):
+        chunk = rng.choice([64, 1024, 4096])
+        monkeypatch.setattr(ops, "LOGPROB_CHUNK_TOKENS", chunk, raising=False)
+        train_mb, rollout_mb, length, vocab = rng.randrange(1, 9), rng.randrange(1, 33), rng.randrange(8, 9000), rng.randrange(100, 200000)
+        dtype, d = rng.choice([("bf16", 2), ("fp32", 4)])
+        config = ppo_config(train={"micro_batch_size": train_mb}, rollout={"micro_batch_size": rollout_mb},
+                            data={"max_len": length}, ds={"param_dtype": dtype})
+        shape = ModelShape("x", 1, 1, 2, 64, 128, 8, 8, 8, vocab, 0, 0)
+        actor = {p.part: p.nbytes for p in logits_parts(config, PlannedModel("actor", shape, True, 8, 1, 8))}
+        ref = {p.part: p.nbytes for p in logits_parts(config, PlannedModel("ref", shape, False, 8, 0, None))}
+        assert actor["logits"] == max(2 * train_mb, rollout_mb) * length * vocab * d
+        assert ref["logits"] == rollout_mb * length * vocab * d
+        assert actor["log-prob chunk"] == 3 * min(chunk, max(train_mb, rollout_mb) * length) * vocab * 4
+        assert ref["log-prob chunk"] == 3 * min(chunk, rollout_mb * length) * vocab * 4
+        assert logits_parts(config, PlannedModel("critic", shape.value_model(), True, 8, 1, 8)) == []
+
+
+def test_sequence_is_capped_at_max_position_embeddings(capsys, llama7b):
+    """Llama-2-7B's 4096 positions: --data.max_len 8192 is planned at 4096 tokens, as the run caps it, and said."""
+    argv = ["--actor.model_name_or_path", llama7b, "--actor.num_gpus_per_node", "1", "--algo.kl.init_coef", "0",
+            "--algo.advantage.estimator", "reinforce", "--vllm.num_engines", "1", "--plan.gpus", "2"]
+    _, out = plan(capsys, *argv, "--data.max_len", "8192")
+    _, at_limit = plan(capsys, *argv, "--data.max_len", "4096")
+    assert out["parts"] == at_limit["parts"] and {p["note"] for p in out["parts"]["actor"]} >= {"4096 tokens"}
+    assert out["notes"] == ["--data.max_len 8192 is more than the actor's max_position_embeddings 4096: planned at "
+                            "4096, as the run caps it"] and at_limit["notes"] == []
+
+
+def test_search_finds_a_pair_when_no_single_change_fits(capsys, llama7b):
+    """SFT of a 7B model on 8 GPUs of 12 GiB at ZeRO-2: ZeRO-3 alone (17.2 GiB) and Adam on the CPU alone (14.9 GiB)
+    do not fit, the two together (4.7 GiB) do; and the flags named fit when given."""
+    argv = ["--model.model_name_or_path", llama7b, "--ds.zero_stage", "2", "--train.gradient_checkpointing_enable",
+            "--train.micro_batch_size", "1", "--plan.gpus", "8", "--plan.gpu_memory", "12GiB"]
+    code, out = plan(capsys, *argv, trainer="sft")
+    assert code == 1 and out["fix"] == "--ds.zero_stage 3 --ds.adam_offload"
+    for single in (["--ds.zero_stage", "3"], ["--ds.adam_offload"]):
+        assert plan(capsys, *argv, *single, trainer="sft")[1]["gpus"][0]["peak"] > 12 * 2**30
+    code, out = plan(capsys, *argv, "--ds.zero_stage", "3", "--ds.adam_offload", trainer="sft")
+    assert code == 0 and out["fits"] is True
+
+
+def test_nothing_fits_names_the_closest(capsys, llama70b):
+    """A 70B SFT on 8 GPUs of 8 GiB: nothing tried fits, and the verdict names the change whose fullest GPU is least
+    over, with that GPU's bytes, which no other single change beats."""
+    argv = ["--model.model_name_or_path", llama70b, "--ds.zero_stage", "2", "--plan.gpus", "8", "--plan.gpu_memory", "8GiB"]
+    code, out = plan(capsys, *argv, trainer="sft")
+    assert code == 1 and out["fix"] is None
+    assert re.search(r"; none of the \d+ changes and pairs of changes tried fits; the closest: ", out["verdict"])
+    flags, _, needs = out["closest"].partition(" (node 0 GPU 0 needs ")
+    closest = plan(capsys, *argv, *flags.split(), trainer="sft")[1]["gpus"][0]["peak"]
+    from rlhf.planning import format_bytes
+
+    assert needs == f"{format_bytes(closest)} of 8.0 GiB)"
+    for single in (["--ds.zero_stage", "3"], ["--ds.adam_offload"], ["--train.gradient_checkpointing_enable"]):
+        assert plan(capsys, *argv, *single, trainer="sft")[1]["gpus"][0]["peak"] >= closest
+
+
+BENCHMARK_CONFIGS = Path(__file__).resolve().parents[1] / "benchmarks" / "configs"
+ISSUE_57_RUN = ["--actor.num_gpus_per_node", "8", "--algo.advantage.estimator", "group_norm",
+                "--rollout.n_samples_per_prompt", "8", "--data.max_len", "2048", "--actor.gradient_checkpointing_enable",
+                "--algo.kl.init_coef", "0", "--ds.zero_stage", "3", "--plan.gpus", "8", "--plan.gpu_memory", "80GiB"]
+
+
+def test_issue_57_configs_fit_on_eight_gpus_or_the_verdict_names_a_change_that_does(capsys):
+    """GRPO of the four published configs (Qwen2.5-0.5B, Qwen2.5-7B, Llama-2-7B, Qwen3-30B-A3B) on 8 x 80 GiB with
+    --vllm.num_engines 0: each fits, or names a change with which the same plan fits."""
+    for name in ("qwen2.5-0.5b", "qwen2.5-7b", "llama-2-7b", "qwen3-30b-a3b"):
+        argv = ["--actor.model_name_or_path", str(BENCHMARK_CONFIGS / name), *ISSUE_57_RUN]
+        code, out = plan(capsys, *argv, "--vllm.num_engines", "0")
+        if out["fits"]:
+            continue
+        assert out["fix"], (name, out["verdict"])
+        code, fixed = plan(capsys, *argv, "--vllm.num_engines", "0", *out["fix"].split())
+        assert code == 0 and fixed["fits"] is True, (name, out["fix"], fixed["verdict"])

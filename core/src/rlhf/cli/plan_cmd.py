@@ -91,7 +91,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                   for group, parts in plan.parts.items()},
         "gpus": [{"node": g.node, "gpu": g.index, "holds": [s.label for s in g.seats],
                   **{phase: plan.held(g, phase) for phase in PHASES}, "peak": plan.peak(g)} for g in plan.gpus],
-        "fits": plan.fits, "fix": plan.fix, "verdict": plan.verdict(), "placement_problem": plan.placement_problem,
+        "fits": plan.fits, "fix": plan.fix, "closest": plan.closest, "verdict": plan.verdict(),
+        "placement_problem": plan.placement_problem, "notes": plan.notes,
     }
 
 
@@ -124,6 +125,8 @@ def print_plan(plan: Plan, title: str) -> None:
     for node, gpus, phases in _rows(plan, lambda gpu: tuple(plan.held(gpu, phase) for phase in PHASES)):
         totals.add_row(str(node), gpus, *(format_bytes(b) for b in phases), format_bytes(max(phases)))
     console.print(totals)
+    for note in plan.notes:
+        console.print(f"note: {note}", soft_wrap=True)
     console.print(f"[bold]verdict[/]: {plan.verdict()}", soft_wrap=True)
 
 

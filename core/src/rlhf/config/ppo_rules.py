@@ -97,12 +97,7 @@ def finalize_ppo_config(cfg: PPOConfig, host: PluginHost) -> PPOConfig:
 
     _resolve_scheduler(cfg, host)
     colocation_sets(cfg.train.colocate)  # a bad --train.colocate is one line before anything starts
-    if cfg.vllm.enable_sleep and engines_colocated_with(cfg.train) is None:
-        raise ConfigError("--vllm.enable_sleep only makes sense with --train.colocate_all or a --train.colocate set with "
-                          "engines (engines share devices with training)")
-    if cfg.ds.enable_sleep and cfg.ds.zero_stage == 0:
-        raise ConfigError("--ds.enable_sleep offloads ZeRO optimizer states, which --ds.zero_stage 0 has none of: "
-                          "use --ds.zero_stage 1, 2 or 3")
+    check_sleep(cfg)
     if cfg.ds.enable_sleep and cfg.ds.adam_offload:
         log.warning("--ds.enable_sleep with --ds.adam_offload: the optimizer states live on the CPU already; nothing to offload")
     if cfg.train.partial_rollout_enable and not cfg.train.async_enable:
@@ -195,3 +190,14 @@ def _executor_rewards(cfg: PPOConfig, host: PluginHost) -> bool:
     if name not in host.registry.names(ComponentKind.AGENT_EXECUTOR):
         return False
     return bool(getattr(host.registry.get(ComponentKind.AGENT_EXECUTOR, name), "provides_rewards", False))
+
+
+def check_sleep(cfg: PPOConfig) -> None:
+    """Sleep mode's preconditions (a :class:`ConfigError` otherwise); ``rlhf plan``'s search checks its candidates
+    with it too."""
+    if cfg.vllm.enable_sleep and engines_colocated_with(cfg.train) is None:
+        raise ConfigError("--vllm.enable_sleep only makes sense with --train.colocate_all or a --train.colocate set with "
+                          "engines (engines share devices with training)")
+    if cfg.ds.enable_sleep and cfg.ds.zero_stage == 0:
+        raise ConfigError("--ds.enable_sleep offloads ZeRO optimizer states, which --ds.zero_stage 0 has none of: "
+                          "use --ds.zero_stage 1, 2 or 3")

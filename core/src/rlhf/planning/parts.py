@@ -57,8 +57,9 @@ def activation_bytes(shape: ModelShape, tokens: int, sequence: int, dtype_size: 
     hidden size, ``kv`` the K/V width and ``I`` the MLP's; eager attention adds its score and probability matrices,
     ``2·d·heads·sequence``. Gradient checkpointing keeps each layer's input (``d·h``) and one layer's whole set
     while it is recomputed (Korthikanti et al., 2022, "Reducing Activation Recomputation in Large Transformer
-    Models", §4). The LM head's fp32 logits and their log-softmax add ``8·vocab`` per token, unless fused
-    (Liger's fused linear cross-entropy keeps none). A forward without ``backward`` (log-probs, values) keeps one
+    Models", §4). ``logits``: the LM head's fp32 logits and their log-softmax add ``8·vocab`` per token, unless
+    ``fused_logits`` (a fused linear cross-entropy keeps none); ``rlhf plan`` passes False and counts the logits
+    and the log-prob chunk as parts of their own (docs/plan.md). A forward without ``backward`` (log-probs, values) keeps one
     layer's set at a time."""
     per_layer = dtype_size * (6 * shape.hidden + 2 * shape.kv_heads * shape.head_dim + 4 * shape.intermediate)
     if eager_attention:

@@ -28,6 +28,7 @@ class ModelShape:
     matrix_parameters: int  #: 2-D weights inside the decoder layers (what Muon updates; the rest takes Adam)
     #: LoRA's trainable parameters per rank, by target module name: Σ (in + out) of that name's linear layers
     lora_in_out: dict[str, int] = field(default_factory=dict)
+    max_positions: int | None = None  #: the config's ``max_position_embeddings``: the run caps ``--data.max_len`` there
 
     def lora_parameters(self, rank: int, targets: str | list[str]) -> int:
         """Trainable parameters of LoRA at ``rank`` on ``targets`` ("all-linear", or module names)."""
@@ -87,7 +88,7 @@ def _shape(path: str, flag: str) -> ModelShape:
         head_dim=getattr(text, "head_dim", None) or text.hidden_size // heads, vocab=text.vocab_size,
         head_parameters=head_parameters,
         matrix_parameters=sum(p.numel() for layer in layers for p in layer.parameters() if p.ndim == 2),
-        lora_in_out=lora)
+        lora_in_out=lora, max_positions=getattr(text, "max_position_embeddings", None))
 
 
 def _decoder_layers(model: object) -> list:

@@ -13,7 +13,11 @@ from rlhf.planning.parts import PHASES, MemoryPart, PlannedModel, activation_byt
 from rlhf.planning.shapes import model_shape
 from rlhf.registry import ComponentKind
 from rlhf.runtime.plan.layout import GPU, group_keys, lay_out, paper_nodes, requested_gpus
-from rlhf.runtime.plan.remedies import first_fitting_change
+from rlhf.runtime.plan.remedies import changed_config, search
+
+#: fp32 copies of one log-prob chunk alive at once: the temperature-scaled logits, their log-softmax, and its gradient
+#: in a backward (the probabilities an entropy takes, in a forward)
+CHUNK_COPIES = 3
 
 
 @dataclass
@@ -32,7 +36,9 @@ class Plan:
     parts: dict[str, list[MemoryPart]]  #: seat group -> what one GPU of it holds
     placement_problem: str | None
     fix: str | None = None  #: the first change that fits, where the plan does not
-    notes: list[str] = field(default_factory=list)
+    closest: str | None = None  #: where no change tried fits: the one that came closest, and its fullest GPU
+    tried: int = 0  #: changes and pairs of changes the search planned
+    notes: list[str] = field(default_factory=list)  #: what the plan assumed that the flags do not say
 
     def held(self, gpu: GPU, phase: str) -> int:
         """Bytes ``gpu`` holds in ``phase`` (parts not estimated count 0)."""
@@ -56,6 +62,14 @@ class Plan:
     def fullest(self) -> GPU | None:
         return max(self.gpus, key=self.peak, default=None)
 
+    def overshoot(self) -> int | None:
+        """Bytes the fullest GPU holds beyond its memory (negative: room left); None where the run cannot be placed
+        or the memory is unknown."""
+        gpu = self.fullest()
+        if self.placement_problem or gpu is None or self.cluster.gpu_memory is None:
+            return None
+        return self.peak(gpu) - self.cluster.gpu_memory
+
     def verdict(self) -> str:
         """One line: what fits or does not, and the first change that fits."""
         gpu, memory = self.fullest(), self.cluster.gpu_memory
@@ -74,7 +88,10 @@ class Plan:
                           for seat in gpu.seats for part in self.parts[seat.group]), reverse=True)[:3]
             line = (f"does not fit: node {gpu.node} GPU {gpu.index} ({', '.join(s.label for s in gpu.seats)}) needs "
                     f"{format_bytes(self.peak(gpu))} of {format_bytes(memory)} ({'; '.join(t for _, t in top)})")
-        return line + (f"; the first change that fits: {self.fix}" if self.fix else "; no single change tried fits")
+        if self.fix:
+            return f"{line}; the first change that fits: {self.fix}"
+        return (f"{line}; none of the {self.tried} changes and pairs of changes tried fits"
+                + (f"; the closest: {self.closest}" if self.closest else ""))
 
 
 def run_groups(trainer: type, config: Any, registry: Any) -> RunGroups:
@@ -89,6 +106,7 @@ def run_groups(trainer: type, config: Any, registry: Any) -> RunGroups:
 def plan_run(trainer: type, config: Any, registry: Any, cluster: Cluster | None, *, remedies: bool = True) -> Plan:
     """The plan of ``config`` on ``cluster`` (None: a cluster of exactly the GPUs the run asks for, memory unknown)."""
     groups = run_groups(trainer, config, registry)
+    config, notes = capped_sequence(config, groups)
     if cluster is None:
         cluster = Cluster(paper_nodes(requested_gpus(config, groups), 8), None, "as many GPUs as the run asks for")
     if groups.per_device:  # as many ranks as the cluster has GPUs
@@ -98,16 +116,28 @@ def plan_run(trainer: type, config: Any, registry: Any, cluster: Cluster | None,
     parts = {key: model_parts(config, registry, model) for key, model in group_keys(groups).items()}
     if groups.engine is not None:
         parts["engine"] = engine_parts(config, groups, cluster.gpu_memory)
-    plan = Plan(cluster, gpus, parts, problem)
+    plan = Plan(cluster, gpus, parts, problem, notes=notes)
     if remedies and plan.fits is False:
         def cluster_for(changed: Any) -> Cluster:
             needed = requested_gpus(changed, run_groups(trainer, changed, registry))
             return Cluster(paper_nodes(needed, int(max(cluster.nodes, default=8)) or 8), cluster.gpu_memory, "")
 
-        plan.fix = first_fitting_change(config, registry, cluster,
-                                        lambda changed, on: plan_run(trainer, changed, registry, on, remedies=False),
-                                        cluster_for)
+        found = search(config, registry, plan, {m.role: m.ranks for m in groups.models}, groups.engine,
+                       lambda changed, on: plan_run(trainer, changed, registry, on, remedies=False), cluster_for)
+        plan.fix, plan.closest, plan.tried = found.fix, found.closest, found.tried
     return plan
+
+
+def capped_sequence(config: Any, groups: RunGroups) -> tuple[Any, list[str]]:
+    """``config`` with ``--data.max_len`` capped at the actor's ``max_position_embeddings``, as the run caps it
+    (:class:`rlhf.runtime.control.controller.PPOController`), and the note saying so."""
+    actor = next((m for m in groups.models if m.role == "actor"), None)
+    positions = model_shape(actor.path, actor.flag).max_positions if actor else None
+    if not positions or positions >= config.data.max_len:
+        return config, []
+    return changed_config(config, {"data.max_len": positions}), [
+        f"--data.max_len {config.data.max_len} is more than the actor's max_position_embeddings {positions}: "
+        f"planned at {positions}, as the run caps it"]
 
 
 def model_parts(config: Any, registry: Any, model: ModelGroup) -> list[MemoryPart]:
@@ -130,26 +160,60 @@ def model_parts(config: Any, registry: Any, model: ModelGroup) -> list[MemoryPar
     plan_memory = getattr(backend, "plan_memory", None)
     parts = (plan_memory(config, planned) if plan_memory is not None
              else [MemoryPart("model states", None, f"--train.backend {config.train.backend} does not say")])
-    return parts + [activations(config, planned, model.checkpointing)]
+    return parts + [activations(config, planned, model.checkpointing), *logits_parts(config, planned)]
+
+
+def micro_batch_tokens(config: Any, trained: bool) -> int:
+    """Tokens one GPU takes in one forward: a training micro-batch (``--train.micro_batch_size`` sequences, or
+    ``--train.max_tokens_per_gpu`` with dynamic batching), or an experience forward's ``--rollout.micro_batch_size``
+    sequences; over the ring-attention group."""
+    train = config.train
+    if trained and getattr(train, "dynamic_batch_enable", False):
+        batch = train.max_tokens_per_gpu
+    else:
+        rollout = getattr(config, "rollout", None)
+        sequences = rollout.micro_batch_size if rollout is not None and not trained else train.micro_batch_size
+        batch = sequences * config.data.max_len
+    return batch // max(1, config.ds.ring_attn_size)
 
 
 def activations(config: Any, model: PlannedModel, checkpointing: bool) -> MemoryPart:
-    """The activations of one GPU of ``model``: a training micro-batch, or an inference forward's."""
-    train, ds = config.train, config.ds
+    """The activations of one GPU of ``model`` but its logits: a training micro-batch's, or an inference forward's."""
+    ds = config.ds
     sequence = config.data.max_len // max(1, ds.ring_attn_size)
-    if model.trained:
-        dynamic = getattr(train, "dynamic_batch_enable", False)
-        batch = train.max_tokens_per_gpu if dynamic else train.micro_batch_size * config.data.max_len
-    else:
-        rollout = getattr(config, "rollout", None)
-        batch = (rollout.micro_batch_size if rollout else train.micro_batch_size) * config.data.max_len
-        checkpointing = False
-    tokens = batch // max(1, ds.ring_attn_size)
+    tokens = micro_batch_tokens(config, model.trained)
+    checkpointing = checkpointing and model.trained
     nbytes = activation_bytes(model.shape, tokens, sequence, dtype_bytes(ds.param_dtype), checkpointing=checkpointing,
-                              eager_attention=ds.attn_implementation == "eager", logits=model.shape.vocab > 0,
-                              fused_logits=bool(ds.use_liger_kernel), backward=model.trained)
+                              eager_attention=ds.attn_implementation == "eager", logits=False, backward=model.trained)
     how = f"{tokens} tokens" + (", checkpointed" if checkpointing else "") + ("" if model.trained else ", forward only")
     return MemoryPart("activations", nbytes, how)
+
+
+def logits_parts(config: Any, model: PlannedModel) -> list[MemoryPart]:
+    """What the LM head's output takes on one GPU of ``model`` (nothing for a value head): the logits of a whole
+    micro-batch in the weights' dtype (and their gradient, as large, in a training backward; a trained actor's
+    experience forward over ``--rollout.micro_batch_size`` sequences where that is larger), and one chunk of the
+    log-probs computed from them in fp32 (:data:`CHUNK_COPIES` copies of ``LOGPROB_CHUNK_TOKENS x vocab``)."""
+    vocab = model.shape.vocab
+    if not vocab:
+        return []
+    size = dtype_bytes(config.ds.param_dtype)
+    forward, trained = micro_batch_tokens(config, trained=False), micro_batch_tokens(config, trained=True)
+    if model.trained and 2 * trained > forward:
+        logits, how = 2 * trained * vocab * size, f"{trained} tokens x {vocab} x {size} B x 2 (and their gradient)"
+    else:
+        logits, how = forward * vocab * size, f"{forward} tokens x {vocab} x {size} B, forward"
+    chunk = min(logprob_chunk_tokens(), max(forward, trained if model.trained else 0))
+    return [MemoryPart("logits", logits, how),
+            MemoryPart("log-prob chunk", CHUNK_COPIES * chunk * vocab * 4, f"{CHUNK_COPIES} x {chunk} tokens x {vocab} x "
+                       f"4 B (fp32 logits, log-softmax, {'gradient' if model.trained else 'probabilities'})")]
+
+
+def logprob_chunk_tokens() -> int:
+    """Action tokens whose log-probs are computed at once (``rlhf.ops.LOGPROB_CHUNK_TOKENS``; 1024 before it was)."""
+    from rlhf import ops
+
+    return getattr(ops, "LOGPROB_CHUNK_TOKENS", 1024)
 
 
 def engine_parts(config: Any, groups: RunGroups, gpu_memory: int | None) -> list[MemoryPart]:
