@@ -58,6 +58,7 @@ class LoggerSection(Section):
     wandb: WandbSection = Field(default_factory=WandbSection)
     tensorboard_dir: str | None = plugin_flag("trackers", None, "TensorBoard logging path")
     samples: int = flag(0, "Samples shown per logged step: a table on the console, text in TensorBoard, a wandb Table")
+    samples_steps: int = flag(0, "Show --logger.samples every N steps (0: every --logger.logging_steps)")
 
 
 class LoraSection(Section):

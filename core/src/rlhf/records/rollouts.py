@@ -21,7 +21,8 @@ from rlhf.records.checkpoints import published
 log = logging.getLogger("rlhf.records")
 
 #: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
-__all__ = ["COLUMNS", "TERM_PREFIX", "EXTRA_PREFIX", "RolloutDump", "dumped_steps", "read_step", "shown_samples"]
+__all__ = ["COLUMNS", "TERM_PREFIX", "EXTRA_PREFIX", "RolloutDump", "dumped_steps", "read_step", "shown_samples",
+           "samples_shown_every"]
 
 #: Every sample's columns, in order: name -> what it holds (``None`` where a run has no such value).
 COLUMNS: dict[str, str] = {
@@ -83,7 +84,8 @@ class RolloutDump:
         import pyarrow.parquet as pq
 
         with published(self.directory, "rollouts") as staging:
-            pq.write_table(pa.Table.from_pylist(samples), staging / _name(step))
+            # no dictionary encoding: on float and token-id lists it cost 3x the write for 13 % less size
+            pq.write_table(pa.Table.from_pylist(samples), staging / _name(step), use_dictionary=False)
         return self.directory / _name(step)
 
 
@@ -100,6 +102,12 @@ def read_step(directory: str | Path, step: int) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     return pq.read_table(Path(directory) / _name(step)).to_pylist()
+
+
+def samples_shown_every(logger: Any) -> int:
+    """Every how many steps a run shows its samples (``logger``: its ``--logger.*`` section): ``--logger.samples_steps``,
+    else ``--logger.logging_steps``."""
+    return max(1, logger.samples_steps or logger.logging_steps)
 
 
 def shown_samples(samples: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:

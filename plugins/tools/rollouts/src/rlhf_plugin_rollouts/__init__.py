@@ -10,7 +10,7 @@ import rlhf
 
 rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.md)
 
-#: the run's ``--logger.samples`` and ``--logger.logging_steps``, set as it starts
+#: the run's ``--logger.samples`` and how often it shows them, set as it starts
 _shown = {"count": 0, "every": 1}
 
 
@@ -22,9 +22,11 @@ def rlhf_register_commands(register):
 
 @rlhf.hookimpl
 def rlhf_train_start(config):
-    logger = getattr(config, "logger", None)  # a third-party trainer's config may have no logger section
-    _shown["count"] = getattr(logger, "samples", 0) if logger is not None else 0
-    _shown["every"] = max(1, getattr(logger, "logging_steps", 1)) if logger is not None else 1
+    from rlhf.records.rollouts import samples_shown_every
+
+    logger = getattr(config, "logger", None)  # a third-party trainer's config may have no such logger section
+    if hasattr(logger, "samples"):
+        _shown["count"], _shown["every"] = logger.samples, samples_shown_every(logger)
 
 
 @rlhf.hookimpl

@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from rlhf.records.rollouts import EXTRA_PREFIX, TERM_PREFIX, shown_samples
+from rlhf.records.rollouts import EXTRA_PREFIX, TERM_PREFIX, samples_shown_every, shown_samples
 
 #: the sample columns a tracker shows, besides each reward term and each plugin's column
 SAMPLE_COLUMNS = ("group", "prompt", "response", "reward", "advantage", "response_length", "finish_reason")
@@ -19,7 +19,7 @@ def for_run(config: Any, run_dir: Path) -> list[Any]:
     if logger is None:
         return []
     every = max(1, logger.logging_steps)
-    shown = getattr(logger, "samples", 0)
+    shown = (logger.samples, samples_shown_every(logger)) if hasattr(logger, "samples") else (0, 1)
     trackers: list[Any] = []
     if logger.tensorboard_dir:
         trackers.append(TensorBoard(logger.tensorboard_dir, every, shown))
@@ -28,19 +28,21 @@ def for_run(config: Any, run_dir: Path) -> list[Any]:
     return trackers
 
 
-def sample_rows(step: int, kind: str, samples: list[dict[str, Any]], count: int,
-                every: int) -> tuple[list[str], list[list[Any]]] | None:
-    """The columns and rows of the ``count`` samples a logged step shows (an evaluation's always); None: none."""
-    shown = shown_samples(samples, count)
-    if not shown or (kind == "train" and step % every):
+def sample_rows(step: int, kind: str, samples: list[dict[str, Any]],
+                shown: tuple[int, int]) -> tuple[list[str], list[list[Any]]] | None:
+    """The columns and rows of the samples a step shows (``shown``: how many, every how many steps; an evaluation
+    shows its samples whatever its step); None: none."""
+    count, every = shown
+    shown_now = shown_samples(samples, count)
+    if not shown_now or (kind == "train" and step % every):
         return None
-    extra = list(dict.fromkeys(k for s in shown for k in s if k.startswith((TERM_PREFIX, EXTRA_PREFIX))))
+    extra = list(dict.fromkeys(k for s in shown_now for k in s if k.startswith((TERM_PREFIX, EXTRA_PREFIX))))
     columns = [*SAMPLE_COLUMNS, *extra]
-    return columns, [[s.get(column) for column in columns] for s in shown]
+    return columns, [[s.get(column) for column in columns] for s in shown_now]
 
 
 class TensorBoard:
-    def __init__(self, directory: str, every: int, shown: int = 0) -> None:
+    def __init__(self, directory: str, every: int, shown: tuple[int, int] = (0, 1)) -> None:
         self.directory, self.every, self.shown, self.writer = directory, every, shown, None
 
     def _writer(self, step: int) -> Any:
@@ -60,7 +62,7 @@ class TensorBoard:
 
     def samples(self, step: int, kind: str, samples: list[dict[str, Any]]) -> None:
         """A Markdown table in the Text tab (``samples/train``, ``samples/eval``)."""
-        table = sample_rows(step, kind, samples, self.shown, self.every)
+        table = sample_rows(step, kind, samples, self.shown)
         if table is None:
             return
         columns, rows = table
@@ -78,7 +80,7 @@ class TensorBoard:
 
 
 class Wandb:
-    def __init__(self, config: Any, run_dir: Path, every: int, shown: int = 0) -> None:
+    def __init__(self, config: Any, run_dir: Path, every: int, shown: tuple[int, int] = (0, 1)) -> None:
         try:
             import wandb
         except ImportError as exc:
@@ -99,7 +101,7 @@ class Wandb:
 
     def samples(self, step: int, kind: str, samples: list[dict[str, Any]]) -> None:
         """A ``wandb.Table`` under ``samples/train`` or ``samples/eval``, at the step's own record."""
-        table = sample_rows(step, kind, samples, self.shown, self.every)
+        table = sample_rows(step, kind, samples, self.shown)
         if table is not None:
             columns, rows = table
             self.run.log({f"samples/{kind}": self.table(columns=columns, data=rows)}, step=step, commit=False)
