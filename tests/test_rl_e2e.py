@@ -85,6 +85,9 @@ def assert_dumped_rollouts(dump: Path, metrics: list[dict]) -> None:
             expected = (rewards - rewards.mean()) / (rewards.std() + 1e-9)  # rlhf-plugin-grpo's group_norm
             assert [s["advantage"] for s in samples if s["group"] == group] == pytest.approx(expected.tolist(), abs=1e-5)
         assert all(len(s["rollout_logprobs"]) == s["response_length"] == len(s["response_ids"]) for s in samples)
+        # the reward file's own column
+        assert [s["extra/reward_func_file/digits"] for s in samples] == [
+            "".join(ch for ch in s["response"] if ch.isdigit()) for s in samples]
         # one weight sync per step, after it: a sync run trains on what the previous step's weights generated
         assert all(s["trainer_logprobs"] is None and s["policy_version"] == logged["step"] - 1 for s in samples)
 
@@ -121,7 +124,9 @@ def test_grpo_with_a_reward_file_alike_in_the_rank_in_an_engine_process_and_resu
     inprocess = assert_grpo_file_run(tmp_path / "inprocess", tiny_causal_lm_path)
     shown = capsys.readouterr().out  # --logger.samples 3: a table per step and per evaluation
     assert all(f"step {step} samples (3 of 16)" in shown for step in range(1, 5))
-    assert "step 2 evaluation samples (3 of" in shown and "reward_func_file" in shown and "finish" in shown
+    assert "step 2 evaluation samples (3 of" in shown and "reward_func_file/digits" in shown and "finish" in shown
+    assert main(["rollouts", "show", str(tmp_path / "inprocess" / "rollouts"), "--sort", "reward"]) == 0
+    assert "step 4, 16 of 16 samples" in capsys.readouterr().out
     recorded = yaml.safe_load((tmp_path / "inprocess" / "out" / "rlhf_config.yaml").read_text())
     assert recorded["rollout"]["engine"] in ("auto", "hf-inprocess")
 
