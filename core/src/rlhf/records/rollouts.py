@@ -1,7 +1,7 @@
 """Every rollout of a run on disk (``--rollout.dump_dir DIR``): one Parquet file per training step.
 
 ``DIR/step_00000012.parquet`` holds step 12's samples, one row each, with the columns :data:`COLUMNS` names
-(docs/runtime.md#rollouts-on-disk has the table) plus one column per reward term (``reward/<term>``) and per
+(docs/rollouts.md#rollouts-on-disk has the table) plus one column per reward term (``reward/<term>``) and per
 column a reward function or agent executor added (``extra/<term>/<name>``). A file is written beside its final
 name and renamed into place, so a killed run leaves no half-written file; a run resumed from step S drops the
 files after S as it starts, so no step is there twice. Written by the controller, once per step; read by

@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 from rlhf.config.loading import ConfigParser
 from rlhf.registry import ComponentKind
+from rlhf.runtime.control.sample_records import sample_records
+from rlhf.runtime.workers.batch import Sample
 from rlhf.testing.conformance._core import (
     ComponentKit,
     ContractProperties,
@@ -153,9 +155,6 @@ def check_lifecycle_observer(module: str, run_dir: Path, config: Any = None) -> 
 def kit_rollout_samples(step: int, trained: bool) -> list[dict[str, Any]]:
     """Four samples of two prompts as ``rlhf_rollout_samples`` hands them over (a multi-turn one, a cut one, a
     reward term and a plugin's column); ``trained``: with advantages, returns and trainer log-probs, as a step's."""
-    from rlhf.runtime.control.sample_records import sample_records
-    from rlhf.runtime.workers.batch import Sample
-
     samples = [Sample(prompt_ids=[1, 2, 3], response_ids=[4 + i, 5, 6], rollout_logprobs=[-0.5, -1.0, -0.25],
                       prompt=f"question {i // 2}\n", response=f"answer {i}", label=str(i // 2), group=i // 2,
                       finish_reason="length" if i == 3 else "stop", reward=float(i % 2), score=float(i % 2),
