@@ -301,6 +301,7 @@ class PPOController:
             old, ref, values = (_flatten(wait(r)) if r is not None else None for r in (old_ref, ref_ref, val_ref))
             advantages, returns, adv_metrics = compute_advantages(samples, n, cfg, self.estimator, self.kl.value, old, ref, values,
                                                                   self.kl_estimator)
+        with timed(metrics, "timing/samples"):  # what --rollout.dump_dir writes and rlhf_rollout_samples hands over
             self.trained_samples = sample_records(samples, self.step, advantages, returns, old)
         with timed(metrics, "timing/ppo_train"):
             train_payload = {**payload, "advantages": advantages, "old_logprobs": old}
