@@ -6,13 +6,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from rlhf_plugin_rollouts.command import RolloutsCommand
 
 from rlhf.host.plugin_host import PluginHost
 from rlhf.host.selection import PluginSelection
 from rlhf.records.rollouts import RolloutDump
 from rlhf.testing.cli import assert_user_error
 from rlhf.testing.conformance import CommandKit, LifecycleObserverKit, kit_rollout_samples, ppo_config
-from rlhf_plugin_rollouts.command import RolloutsCommand
 
 
 class TestRolloutsHooks(LifecycleObserverKit):
@@ -63,8 +63,9 @@ def test_show_sorts_greps_and_limits_a_step(tmp_path: Path, capsys) -> None:
 
 
 def test_summary_gives_each_steps_figures_and_draws_the_chart(tmp_path: Path, capsys) -> None:
-    from rlhf.cli.main import main
     from rlhf_plugin_rollouts.summary import step_summary
+
+    from rlhf.cli.main import main
 
     samples = kit_rollout_samples(1, trained=True)
     samples[1]["response"] = samples[0]["response"]  # prompt 0's two responses alike
