@@ -99,13 +99,14 @@ class RlhfCli:
 
 DIGIT_REWARD_FILE = '''
 def reward_func(queries, prompts, labels, **kwargs):
-    # a dense rule reward: share of digits in the response, plus a bonus for containing the label
-    out = []
+    # a dense rule reward: share of digits in the response, plus a bonus for containing the label; each response's
+    # digits as a column of its own (the sample table's, the rollout dump's)
+    out, digits = [], []
     for query, prompt, label in zip(queries, prompts, labels):
         response = query[len(prompt):]
-        digits = sum(ch.isdigit() for ch in response) / max(len(response), 1)
-        out.append(digits + float(str(label) in response))
-    return {"rewards": out, "scores": out, "extra_logs": {"digit_share": out}}
+        digits.append("".join(ch for ch in response if ch.isdigit()))
+        out.append(len(digits[-1]) / max(len(response), 1) + float(str(label) in response))
+    return {"rewards": out, "scores": out, "extra_logs": {"digit_share": out}, "columns": {"digits": digits}}
 '''
 
 

@@ -347,3 +347,35 @@ def test_hook_rlhf_translate_argv(plugin_host, register_plugin) -> None:
     register_plugin(plugin_with("rlhf_translate_argv", broken), name="broken")
     with pytest.raises(PluginError, match=r"plugin 'broken' failed in its rlhf_translate_argv hook: IndexError"):
         plugin_host.translate_argv("train ppo", [], [], None)
+
+
+def test_hook_rlhf_rollout_samples(plugin_host, register_plugin) -> None:
+    """The records the controller hands the hook carry each sample's values, reduced as COLUMNS documents."""
+    import random
+
+    from rlhf.runtime.control.sample_records import sample_records
+    from rlhf.runtime.workers.batch import Sample
+
+    rng = random.Random(0)
+    seen = []
+    register_plugin(plugin_with("rlhf_rollout_samples", lambda step, kind, samples: seen.append((step, kind, samples))),
+                    name="watcher")
+    mask = [1, 1, 0, 0, 1]  # two model turns around environment feedback
+    sample = Sample(prompt_ids=[1, 2], response_ids=[3, 4, 5, 6, 7], rollout_logprobs=[rng.uniform(-3, 0) for _ in mask],
+                    prompt="p", response="r", label={"answer": 4}, group=2, finish_reason="length", reward=0.7,
+                    action_mask=mask, terms={"math": 1.0}, columns={"code/output": "2 passed"}, policy_version=3)
+    advantages, returns = [[rng.gauss(0, 1) for _ in mask]], [[rng.gauss(0, 1) for _ in mask]]
+    trainer = [[rng.uniform(-3, 0) for _ in mask]]
+    records = sample_records([sample], 9, advantages, returns, trainer)
+    plugin_host.rollout_samples(9, "train", records)
+    [(step, kind, [record])] = seen
+    assert (step, kind) == (9, "train")
+    model = [i for i, m in enumerate(mask) if m]
+    assert record["advantage"] == pytest.approx(sum(advantages[0][i] for i in model) / 3)
+    assert record["logprob_mismatch"] == pytest.approx(
+        sum(abs(trainer[0][i] - sample.rollout_logprobs[i]) for i in model) / 3)
+    assert record["return"] == returns[0][0] and record["turns"] == 2 and record["response_length"] == 5
+    assert (record["reward/math"], record["extra/code/output"], record["label"]) == (1.0, "2 passed", '{"answer": 4}')
+    assert (record["group"], record["policy_version"], record["finish_reason"]) == (2, 3, "length")
+    [evaluated] = sample_records([sample], 9)
+    assert evaluated["advantage"] is None and evaluated["trainer_logprobs"] is None and evaluated["logprob_mismatch"] is None

@@ -95,3 +95,25 @@ def test_reward_score_term_can_name_a_function_beside_an_environment() -> None:
     batch = samples(["4", "5"], [0.3, 0.7])
     stage(agent_rewards=True, functions="math_answer:1.0", score_term="math_answer").reward(batch)
     assert [s.score for s in batch] == [1.0, 0.0]
+
+
+def test_each_terms_value_and_the_columns_sources_add_land_on_the_samples() -> None:
+    """The weighted manager keeps each term's per-sample value and the columns an environment (or a reward function)
+    adds, under ``<term>/<name>``, for the sample table and the rollout dump; a column that is not text or a number
+    is the source's error."""
+    from rlhf.errors import RewardSourceError
+
+    rng = random.Random(0)
+    agent_rewards = [rng.random() for _ in range(4)]
+    batch = samples(["4", "5", "4", "x"], agent_rewards)
+    for i, sample in enumerate(batch):
+        sample.agent["columns"] = {"tool_output": f"ran {i}"}
+    reward_stage = stage(agent_rewards=True, functions="agent:0.5,math_answer:2")
+    reward_stage.reward(batch)
+    math = [s.terms["math_answer"] for s in batch]
+    assert [s.terms["agent"] for s in batch] == agent_rewards and math == [1.0, 0.0, 1.0, 0.0]
+    assert [s.reward for s in batch] == pytest.approx([0.5 * a + 2 * m for a, m in zip(agent_rewards, math)])
+    assert [s.columns for s in batch] == [{"agent/tool_output": f"ran {i}"} for i in range(4)]
+    batch[1].agent["columns"] = {"tool_output": ["not", "one value"]}
+    with pytest.raises(RewardSourceError, match="column 'tool_output' must hold text or numbers"):
+        reward_stage.reward(batch)

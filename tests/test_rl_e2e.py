@@ -52,10 +52,12 @@ def assert_run_outputs(run: Path, initial_model: Path, steps: int, keys: tuple[s
 
 
 def grpo_file_run_flags(tiny_causal_lm_path: Path, task_files: dict[str, Path], run: Path, engine: str) -> list[str]:
-    """GRPO with a reward file for 4 steps: a checkpoint and an eval every 2 steps, TensorBoard logs in ``run/tb``."""
+    """GRPO with a reward file for 4 steps: a checkpoint and an eval every 2 steps, TensorBoard logs in ``run/tb``,
+    every rollout in ``run/rollouts`` and 3 samples of each step on the console."""
     return [*base_flags(tiny_causal_lm_path, task_files["prompts"], run, engine, steps=4), "--ckpt.save_steps", "2",
             "--logger.tensorboard_dir", str(run / "tb"), "--eval.dataset", str(task_files["prompts"]), "--eval.steps", "2",
-            "--eval.n_samples_per_prompt", "2", *grpo_flags(task_files["reward"])]
+            "--eval.n_samples_per_prompt", "2", "--rollout.dump_dir", str(run / "rollouts"), "--logger.samples", "3",
+            *grpo_flags(task_files["reward"])]
 
 
 def assert_grpo_file_run(run: Path, initial_model: Path) -> list[dict]:
@@ -68,7 +70,32 @@ def assert_grpo_file_run(run: Path, initial_model: Path) -> list[dict]:
     passes = {m["step"]: m["eval/pass1"] for m in metrics if "eval/pass1" in m}
     assert best == [f"global_step{max(passes, key=lambda step: (passes[step], -step))}"]
     assert list((run / "tb").glob("events.out.tfevents.*"))
+    assert_dumped_rollouts(run / "rollouts", metrics)
     return metrics
+
+
+def assert_dumped_rollouts(dump: Path, metrics: list[dict]) -> None:
+    """``--rollout.dump_dir``: one file per step, whose samples make the step's logged means; each group's advantages
+    are its rewards normalised (GRPO), the engine's log-probs one per response token."""
+    from rlhf.records.rollouts import dumped_steps, read_step
+
+    assert dumped_steps(dump) == [m["step"] for m in metrics]
+    for logged in metrics:
+        samples = read_step(dump, logged["step"])
+        assert len(samples) == 16 and [s["sample_id"] for s in samples] == list(range(16))
+        for key, column in (("reward", "reward"), ("response_length", "response_length"),
+                            ("reward/reward_func_file", "reward/reward_func_file")):
+            assert sum(s[column] for s in samples) / 16 == pytest.approx(logged[key], abs=1e-6), key
+        for group in range(4):
+            rewards = torch.tensor([s["reward"] for s in samples if s["group"] == group])
+            expected = (rewards - rewards.mean()) / (rewards.std() + 1e-9)  # rlhf-plugin-grpo's group_norm
+            assert [s["advantage"] for s in samples if s["group"] == group] == pytest.approx(expected.tolist(), abs=1e-5)
+        assert all(len(s["rollout_logprobs"]) == s["response_length"] == len(s["response_ids"]) for s in samples)
+        # the reward file's own column
+        assert [s["extra/reward_func_file/digits"] for s in samples] == [
+            "".join(ch for ch in s["response"] if ch.isdigit()) for s in samples]
+        # one weight sync per step, after it: a sync run trains on what the previous step's weights generated
+        assert all(s["trainer_logprobs"] is None and s["policy_version"] == logged["step"] - 1 for s in samples)
 
 
 def test_grpo_with_a_reward_file_through_vllm_whose_engine_holds_the_actors_weights(ray_cluster, task_files,
@@ -101,6 +128,11 @@ def test_grpo_with_a_reward_file_alike_in_the_rank_in_an_engine_process_and_resu
 
     assert main(["train", "ppo", *flags("inprocess")]) == 0
     inprocess = assert_grpo_file_run(tmp_path / "inprocess", tiny_causal_lm_path)
+    shown = capsys.readouterr().out  # --logger.samples 3: a table per step and per evaluation
+    assert all(f"step {step} samples (3 of 16)" in shown for step in range(1, 5))
+    assert "step 2 evaluation samples (3 of" in shown and "reward_func_file/digits" in shown and "finish" in shown
+    assert main(["rollouts", "show", str(tmp_path / "inprocess" / "rollouts"), "--sort", "reward"]) == 0
+    assert "step 4, 16 of 16 samples" in capsys.readouterr().out
     recorded = yaml.safe_load((tmp_path / "inprocess" / "out" / "rlhf_config.yaml").read_text())
     assert recorded["rollout"]["engine"] in ("auto", "hf-inprocess")
 
@@ -111,17 +143,24 @@ def test_grpo_with_a_reward_file_alike_in_the_rank_in_an_engine_process_and_resu
         for key in ("reward", "response_length", "policy_loss", "group_reward_std"):
             assert in_rank[key] == pytest.approx(in_process[key], rel=1e-5, abs=1e-6), (in_process["step"], key)
 
-    crash = crash_plugin(tmp_path, 2)
+    crash = crash_plugin(tmp_path, 3)  # after step 3's records, past step 2's checkpoint
     resumed = flags("resumed", "--ckpt.max_num", "1")
     assert main(["train", "ppo", "--plugins", str(crash), *resumed]) == 2  # a plugin's error
     assert "failed in its rlhf_step_end hook: RuntimeError: simulated crash" in capsys.readouterr().err
-    assert [m["step"] for m in read_metrics(tmp_path / "resumed" / "out")] == [1, 2]
+    assert [m["step"] for m in read_metrics(tmp_path / "resumed" / "out")] == [1, 2, 3]
+    from rlhf.records.rollouts import dumped_steps, read_step
+
+    assert dumped_steps(tmp_path / "resumed" / "rollouts") == [1, 2, 3]
     assert main(["train", "ppo", *resumed, "--ckpt.load_enable"]) == 0
     after_resume = read_metrics(tmp_path / "resumed" / "out")
     assert [m["step"] for m in after_resume] == [1, 2, 3, 4]
     for before, after in zip(inprocess[2:], after_resume[2:]):
         for key in ("reward", "response_length", "policy_loss", "advantage_mean", "actor_lr", "group_reward_std"):
             assert after[key] == pytest.approx(before[key], rel=1e-5, abs=1e-6), (after["step"], key)
+    assert_dumped_rollouts(tmp_path / "resumed" / "rollouts", after_resume)  # step 3 once: the resumed run's
+    for step in (3, 4):  # the resumed run drew what the uninterrupted one did
+        assert ([s["response_ids"] for s in read_step(tmp_path / "resumed" / "rollouts", step)]
+                == [s["response_ids"] for s in read_step(tmp_path / "inprocess" / "rollouts", step)])
 
 
 def test_ppo_with_critic_reward_model_and_kl(ray_cluster, task_files, tiny_causal_lm_path, tiny_reward_model_path,

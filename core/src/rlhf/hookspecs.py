@@ -311,6 +311,24 @@ def rlhf_step_end(step: int, metrics: dict[str, float]) -> None:
 
 
 @hookspec
+def rlhf_rollout_samples(step: int, kind: str, samples: list[dict[str, Any]]) -> None:
+    """A step's samples, for observers that show or keep what the model generated (the sample table of
+    rlhf-plugin-rollouts, TensorBoard text and wandb Tables of rlhf-plugin-trackers).
+
+    ``kind`` is ``train`` (the rollout batch the step trained on) or ``eval`` (the step's evaluation);
+    ``samples`` holds one plain record per sample, the columns of :data:`rlhf.records.rollouts.COLUMNS`
+    (prompt, response, reward and each ``reward/<term>``, advantage, log-probs, finish reason, length…) plus
+    the ``extra/…`` columns reward functions and agent executors added; an eval record has no advantage,
+    return or trainer log-probs. Read them; do not modify them (``--rollout.dump_dir`` writes the same).
+    ``--logger.samples N`` says how many a step shows (:func:`rlhf.records.rollouts.shown_samples` picks them).
+    When: after each global step of an RL run, before ``rlhf_steer`` (``train``), and after each evaluation
+    (``eval``). Process: the controller. How often: once per global step, once more per evaluation.
+    Shapes: lists of floats and ints, no tensors.
+    Raising stops the run with one ``rlhf: error:`` line naming the plugin and this hook.
+    """
+
+
+@hookspec
 def rlhf_steer(step: int, metrics: dict[str, float], steering: Steering) -> None:
     """Steer the run between steps: read this step's ``metrics`` and ask, through ``steering``
     (:class:`rlhf.steering.Steering`, one handle per plugin), to stop, checkpoint, evaluate, change

@@ -33,6 +33,7 @@ class AgentOutcome(TypedDict, total=False):
     reward: float
     score: float
     extra_logs: dict[str, float]
+    columns: dict[str, Any]  # the episode's own columns (text or numbers) for the sample table and --rollout.dump_dir
     error: str  # a failed episode: the rest is absent
 
 

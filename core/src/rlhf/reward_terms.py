@@ -40,9 +40,11 @@ def _run(value: Any) -> Any:
 
 def _merge(results: list[Any]) -> dict[str, Any]:
     """Per-sample results (a number or a dict) -> one batched dict."""
-    rewards, scores, extra = [], [], {}
-    for result in results:
+    rewards, scores, extra, columns = [], [], {}, {}
+    for i, result in enumerate(results):
         if isinstance(result, dict):
+            for key, value in (result.get("columns") or {}).items():  # a sample's own value: one per column
+                columns.setdefault(key, [None] * len(results))[i] = value
             rewards.append(float(result["rewards"] if "rewards" in result else result["reward"]))
             scores.append(float(result.get("scores", result.get("score", rewards[-1]))))
             for key, value in (result.get("extra_logs") or {}).items():
@@ -50,4 +52,4 @@ def _merge(results: list[Any]) -> dict[str, Any]:
         else:
             rewards.append(float(result))
             scores.append(rewards[-1])
-    return {"rewards": rewards, "scores": scores, "extra_logs": extra}
+    return {"rewards": rewards, "scores": scores, "extra_logs": extra, "columns": columns}

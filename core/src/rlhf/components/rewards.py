@@ -63,12 +63,17 @@ class RewardResult:
     """A reward manager's answer for a :class:`RewardBatch`: ``rewards`` ``(B,)`` are what is trained on (before
     shaping); ``scores`` ``(B,)`` are what sample filters and eval's pass rates read; ``skipped`` holds the indices
     of samples whose whole prompt group is left out of this step (the runtime counts the groups in
-    ``reward_skipped_groups``); ``logs`` are metrics of this batch, logged as they are."""
+    ``reward_skipped_groups``); ``logs`` are metrics of this batch, logged as they are. Optional, for the
+    sample table and ``--rollout.dump_dir`` (docs/rewards.md#your-own-columns): ``terms`` holds each term's
+    per-sample value ``(B,)`` by term name; ``columns`` per-sample values ``(B,)`` of any column a source added
+    (text, numbers), by a name such as ``code_tests/output``."""
 
     rewards: list[float]
     scores: list[float]
     skipped: set[int] = field(default_factory=set)
     logs: dict[str, float] = field(default_factory=dict)
+    terms: dict[str, list[float]] = field(default_factory=dict)
+    columns: dict[str, list[Any]] = field(default_factory=dict)
 
 
 #: A reward source the runtime hands a manager, called as a batched reward function; its answer is a

@@ -218,6 +218,7 @@ class RolloutSection(Section):
     top_p: float = flag(1.0, "Sampling top-p")
     temperature: float = flag(1.0, "Sampling temperature")
     n_samples_per_prompt: int = flag(1, "Responses per prompt")
+    dump_dir: str | None = flag(None, "Write each step's rollouts to DIR/step_<N>.parquet (read them with rlhf rollouts)")
 
 
 class PPOConfig(Section):

@@ -57,6 +57,8 @@ class LoggerSection(Section):
     logging_steps: int = flag(1, "Log every N steps")
     wandb: WandbSection = Field(default_factory=WandbSection)
     tensorboard_dir: str | None = plugin_flag("trackers", None, "TensorBoard logging path")
+    samples: int = flag(0, "Samples shown per logged step: a table on the console, text in TensorBoard, a wandb Table")
+    samples_steps: int = flag(0, "Show --logger.samples every N steps (0: every --logger.logging_steps)")
 
 
 class LoraSection(Section):

@@ -333,6 +333,9 @@ class PluginHost:
     def step_end(self, step: int, metrics: dict[str, float]) -> None:
         self._notify("rlhf_step_end", step=step, metrics=metrics)
 
+    def rollout_samples(self, step: int, kind: str, samples: list[dict[str, Any]]) -> None:
+        self._notify("rlhf_rollout_samples", step=step, kind=kind, samples=samples)
+
     def train_end(self, config: RunConfig, run_dir: Path, status: str) -> None:
         """Runs in a ``finally``: after a failed or interrupted run, a hook's own failure is logged
         so that it does not hide the error that ended the run."""

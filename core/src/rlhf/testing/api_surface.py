@@ -63,6 +63,7 @@ PUBLIC_MODULES = (
     "rlhf.records.checkpoints",
     "rlhf.records.metrics",
     "rlhf.records.preemption",
+    "rlhf.records.rollouts",
     "rlhf.testing",
     "rlhf.testing.cli",
     "rlhf.testing.pytest_plugin",

@@ -55,3 +55,8 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (run / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2
     assert all("reward/math_answer" in r and "reward/format" in r for r in rows)  # the packs composed
+    # its samples: a table of 4 each step (of 2), each term a column; every rollout on disk, read back by the viewer
+    assert "step 2 samples (4 of 256)" in result.stdout and "math_answer" in result.stdout
+    shown = subprocess.run([sys.executable, "-m", "rlhf", "rollouts", "show", str(run / "rl" / "rollouts"),
+                            "--sort", "reward", "--limit", "3"], capture_output=True, text=True, timeout=300, env=env)
+    assert shown.returncode == 0 and "step 2, 3 of 256 samples" in shown.stdout, shown.stderr[-3000:]

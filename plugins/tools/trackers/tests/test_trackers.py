@@ -51,3 +51,42 @@ def test_a_tracker_flag_without_the_plugin_names_what_to_install() -> None:
     result = run_rlhf("train", "ppo", "--plugins", "no:trackers", "--actor.model_name_or_path", "m",
                       "--logger.tensorboard_dir", "tb")
     assert_user_error(result, "--logger.tensorboard_dir", "pip install rlhf-plugin-trackers")
+
+
+def test_a_logged_steps_samples_are_tensorboard_text_and_a_wandb_table(tmp_path: Path, monkeypatch) -> None:
+    """``--logger.samples 2``: two samples of each logged step (every other one here) and of each evaluation, one per
+    prompt, with each reward term and each plugin column: TensorBoard's Text tab, and a wandb Table (offline)."""
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rlhf.testing.conformance import kit_rollout_samples
+
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    host = PluginHost.load(PluginSelection.parse("trackers", strict=True))
+    board = tmp_path / "tb"
+    config = ppo_config(logger={"tensorboard_dir": str(board), "logging_steps": 2, "samples": 2})
+    host.train_start(config, tmp_path)
+    for step in (1, 2):
+        host.rollout_samples(step, "train", kit_rollout_samples(step, trained=True))
+        host.step_end(step, {"reward": 0.5})
+    host.rollout_samples(2, "eval", kit_rollout_samples(2, trained=False))
+    host.train_end(config, tmp_path, "completed")
+
+    events = EventAccumulator(str(board), size_guidance={"tensors": 0})
+    events.Reload()
+    texts = {tag: [(e.step, e.tensor_proto.string_val[0].decode()) for e in events.Tensors(tag)]
+             for tag in events.Tags()["tensors"]}
+    [(step, text)] = texts["samples/train/text_summary"]
+    assert step == 2 and "| group | prompt | response |" in text and "reward/kit_term" in text
+    assert "answer 0" in text and "answer 2" in text and "answer 1" not in text and "output 2" in text
+    assert [s for s, _ in texts["samples/eval/text_summary"]] == [2]
+
+    # one train Table: step 1 is not logged
+    [table_file] = (tmp_path / "wandb").glob("offline-run-*/files/media/table/samples/train_*.table.json")
+    table = json.loads(table_file.read_text())
+    assert table["columns"][:3] == ["group", "prompt", "response"] and "extra/kit_term/output" in table["columns"]
+    assert [row[2] for row in table["data"]] == ["answer 0", "answer 2"]
+    assert list((tmp_path / "wandb").glob("offline-run-*/files/media/table/samples/eval_*.table.json"))

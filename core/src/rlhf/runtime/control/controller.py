@@ -25,6 +25,7 @@ from rlhf.records import checkpoints as checkpoint
 from rlhf.records import preemption
 from rlhf.records.checkpoint_fit import check_fit
 from rlhf.records.metrics import MetricsTracker, record_status
+from rlhf.records.rollouts import RolloutDump
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.capacity import node_gpus
 from rlhf.runtime.cluster.draining import DrainWatch, run_nodes
@@ -35,6 +36,7 @@ from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
 from rlhf.runtime.control.experience import compute_advantages
 from rlhf.runtime.control.kl_control import KLController, observed_kl
 from rlhf.runtime.control.rewarding import RewardStage
+from rlhf.runtime.control.sample_records import sample_records
 from rlhf.runtime.control.steering import prompt_mix_metrics, steer
 from rlhf.runtime.rollout.agents import generate_samples
 from rlhf.runtime.rollout.engines import InRankEngines, RolloutEngines
@@ -82,6 +84,7 @@ class PPOController:
         # what a rollout scheduler reads and sets (rlhf.components.RolloutLoop): weight syncs so far, the engines'
         # lock, the data position of the batch being trained when it was drawn before batches generated ahead
         self.policy_version, self.engine_lock, self.trained_data = 0, contextlib.nullcontext(), None
+        self.trained_samples: list[dict[str, Any]] = []  # the last step's samples as records (sample_records.py)
 
     # ----------------------------------------------------------------- set-up
 
@@ -241,9 +244,13 @@ class PPOController:
             self.policy_version += 1
 
     def _generate(self, prompts: list[dict[str, Any]], n: int, temperature: float, seed_base: int) -> list[Sample]:
+        version = self.policy_version
         with self.engines.sleep.awake():  # --vllm.enable_sleep: awake for this batch only
-            return generate_samples(self.config, self.executor, self.engines, self.tokenizer, prompts, n, temperature,
-                                    seed_base)
+            samples = generate_samples(self.config, self.executor, self.engines, self.tokenizer, prompts, n, temperature,
+                                       seed_base)
+        for sample in samples:
+            sample.policy_version = version
+        return samples
 
     def rollout(self, prompts: list[dict[str, Any]], metrics: dict[str, float],
                  step: int | None = None) -> tuple[list[Sample], dict[str, float]]:
@@ -286,6 +293,7 @@ class PPOController:
         cfg = self.config
         n = cfg.rollout.n_samples_per_prompt
         metrics: dict[str, float] = prompt_mix_metrics(prompts, len(self.prompt_sources))
+        self.trained_samples = []
         start = time.perf_counter()
         samples, extra = self.rollout(prompts, metrics) if rolled is None else (rolled.samples, rolled.extra)
         metrics.update(rolled.metrics if rolled is not None else {})
@@ -305,6 +313,8 @@ class PPOController:
             old, ref, values = (_flatten(wait(r)) if r is not None else None for r in (old_ref, ref_ref, val_ref))
             advantages, returns, adv_metrics = compute_advantages(samples, n, cfg, self.estimator, self.kl.value, old, ref, values,
                                                                   self.kl_estimator)
+        with timed(metrics, "timing/samples"):  # what --rollout.dump_dir writes and rlhf_rollout_samples hands over
+            self.trained_samples = sample_records(samples, self.step, advantages, returns, old)
         with timed(metrics, "timing/ppo_train"):
             train_payload = {**payload, "advantages": advantages, "old_logprobs": old}
             if correcting:
@@ -347,6 +357,7 @@ class PPOController:
         with self.engine_lock:  # async mode: not while the producer's batch generates
             samples = self._generate(self.eval_prompts, n, self.config.eval.temperature, seed_base=10**6 + self.step)
         self.rewards.reward(samples)  # a skip-sample failure still yields a 0 score here
+        self.plugins.rollout_samples(self.step, "eval", sample_records(samples, self.step))
         scores = torch.tensor([s.score for s in samples]).view(-1, n)
         return {"eval/reward": float(torch.tensor([s.reward for s in samples]).mean()),
                 "eval/pass1": float((scores > 0).float().mean()), f"eval/pass{n}": float((scores > 0).any(dim=1).float().mean())}
@@ -421,10 +432,16 @@ class PPOController:
                 drain_watch = DrainWatch(run_nodes(rows))
             self._resume()
             tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
+            dump = RolloutDump(cfg.rollout.dump_dir, self.step) if cfg.rollout.dump_dir else None
             self.plugins.train_start(cfg, self.run_dir)
             for prompts, rolled in self.scheduler.batches(self):
                 self.step += 1
                 metrics = self.train_step(prompts, rolled)
+                if self.trained_samples:
+                    with timed(metrics, "timing/samples"):
+                        if dump is not None:
+                            dump.write(self.step, self.trained_samples)
+                        self.plugins.rollout_samples(self.step, "train", self.trained_samples)
                 evaluating = self.eval_prompts and cfg.eval.steps > 0 and self.step % cfg.eval.steps == 0
                 if evaluating:
                     metrics.update(self.evaluate())

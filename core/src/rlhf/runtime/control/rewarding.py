@@ -73,8 +73,10 @@ class RewardStage:
             columns["agents"] = [s.agent for s in samples]
         out = self.manager(RewardBatch([s.prompt + s.response for s in samples], [s.prompt for s in samples],
                                        [s.label for s in samples], columns))
-        for sample, reward, score in zip(samples, out.rewards, out.scores):
+        for i, (sample, reward, score) in enumerate(zip(samples, out.rewards, out.scores)):
             sample.reward, sample.score = float(reward), float(score)
+            sample.terms = {name: float(values[i]) for name, values in out.terms.items()}
+            sample.columns = {name: values[i] for name, values in out.columns.items()}
         return out.logs, {samples[i].group for i in out.skipped}
 
     def shape(self, samples: list[Sample]) -> None:

@@ -4,7 +4,7 @@ Runs in the controller, once per generated batch. An executor's result per reque
 ``response_ids``, ``logprobs`` and ``finish_reason``, and optionally ``action_mask`` (one 0/1
 per response token: 0 for environment feedback), ``prompt_ids``/``prompt`` (when the
 environment's reset changed the first observation) and ``agent`` (the environment's
-``reward``, ``score``, ``extra_logs``, or an ``error`` in words) for executors that reward
+``reward``, ``score``, ``extra_logs``, ``columns`` for the sample table, or an ``error`` in words) for executors that reward
 their own episodes, and ``media`` (the images of the whole trajectory when an environment added
 some, see :func:`rlhf.run_context.run_processor`).
 """
@@ -58,8 +58,11 @@ def agent_reward(queries: list[str], prompts: list[str], labels: list[Any], agen
         if agent.get("error"):
             raise RewardSourceError(agent["error"])
     logs: dict[str, list[float]] = {}
-    for agent in agents:
+    columns: dict[str, list[Any]] = {}
+    for i, agent in enumerate(agents):
         for key, value in (agent.get("extra_logs") or {}).items():
             logs.setdefault(key, []).append(float(value))
+        for key, value in (agent.get("columns") or {}).items():  # an episode's own value: one per column
+            columns.setdefault(key, [None] * len(agents))[i] = value
     return {"rewards": [float(a["reward"]) for a in agents], "scores": [float(a.get("score", a["reward"])) for a in agents],
-            "extra_logs": {key: sum(values) / len(values) for key, values in logs.items()}}
+            "extra_logs": {key: sum(values) / len(values) for key, values in logs.items()}, "columns": columns}

@@ -44,6 +44,11 @@ class Sample:
     media: dict[str, Any] | None = None  # the prompt's processed images (see collate_media), VLM prompts only
     #: the prompt schedule's position just after this sample's prompt (PromptSchedule hands it out); None for eval
     data_state: dict[str, int] | None = None
+    #: each reward term's unweighted value (``reward/<term>``) and the columns reward functions or the agent executor
+    #: added (``extra/<term>/<name>``), as the reward manager answered (rlhf.records.rollouts)
+    terms: dict[str, float] = dataclasses.field(default_factory=dict)
+    columns: dict[str, Any] = dataclasses.field(default_factory=dict)
+    policy_version: int = 0  # weight syncs before this sample was generated
 
     def mask(self) -> list[int]:
         return self.action_mask if self.action_mask is not None else [1] * len(self.response_ids)

@@ -51,6 +51,7 @@ from rlhf.testing.conformance.programs import (
     check_command,
     check_lifecycle_observer,
     check_trainer,
+    kit_rollout_samples,
 )
 from rlhf.testing.conformance.rewards import RewardFunctionKit, RewardShaperKit, check_reward_function, check_reward_shaper
 from rlhf.testing.conformance.steps import (
@@ -120,4 +121,5 @@ __all__ = [
     "check_sample_filter",
     "check_scheduler",
     "check_trainer",
+    "kit_rollout_samples",
 ]

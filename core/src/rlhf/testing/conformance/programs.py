@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 from rlhf.config.loading import ConfigParser
 from rlhf.registry import ComponentKind
+from rlhf.runtime.control.sample_records import sample_records
+from rlhf.runtime.workers.batch import Sample
 from rlhf.testing.conformance._core import (
     ComponentKit,
     ContractProperties,
@@ -24,7 +26,7 @@ TRAINER = ComponentKind.TRAINER.label
 COMMAND = ComponentKind.COMMAND.label
 OBSERVER = "lifecycle observer"
 LIFECYCLE_HOOKS = ("rlhf_worker_init", "rlhf_train_start", "rlhf_step_end", "rlhf_train_end", "rlhf_checkpoint_save",
-                   "rlhf_checkpoint_load")
+                   "rlhf_checkpoint_load", "rlhf_rollout_samples")
 
 
 def check_trainer(trainer_cls: Any, module: str, argv: list[str] | None, run_dir: Path | None) -> None:
@@ -129,7 +131,9 @@ def check_lifecycle_observer(module: str, run_dir: Path, config: Any = None) -> 
     calls = [
         ("rlhf_worker_init", lambda: host.worker_init("actor", 0, config)),
         ("rlhf_train_start", lambda: host.train_start(config, run_dir)),
+        ("rlhf_rollout_samples", lambda: host.rollout_samples(1, "train", kit_rollout_samples(1, trained=True))),
         ("rlhf_step_end", lambda: host.step_end(1, {"reward": 0.5, "kl": 0.01, "policy_loss": -0.2})),
+        ("rlhf_rollout_samples", lambda: host.rollout_samples(1, "eval", kit_rollout_samples(1, trained=False))),
         ("rlhf_step_end", lambda: host.step_end(2, {})),
         ("rlhf_checkpoint_save", lambda: host.checkpoint_save(2, checkpoint, state)),
         ("rlhf_checkpoint_load", lambda: host.checkpoint_load(2, checkpoint, json.loads(json.dumps(state)))),
@@ -148,13 +152,26 @@ def check_lifecycle_observer(module: str, run_dir: Path, config: Any = None) -> 
                 raise fail(OBSERVER, "checkpoint state is JSON", str(exc)) from None
 
 
+def kit_rollout_samples(step: int, trained: bool) -> list[dict[str, Any]]:
+    """Four samples of two prompts as ``rlhf_rollout_samples`` hands them over (a multi-turn one, a cut one, a
+    reward term and a plugin's column); ``trained``: with advantages, returns and trainer log-probs, as a step's."""
+    samples = [Sample(prompt_ids=[1, 2, 3], response_ids=[4 + i, 5, 6], rollout_logprobs=[-0.5, -1.0, -0.25],
+                      prompt=f"question {i // 2}\n", response=f"answer {i}", label=str(i // 2), group=i // 2,
+                      finish_reason="length" if i == 3 else "stop", reward=float(i % 2), score=float(i % 2),
+                      action_mask=[1, 0, 1] if i == 2 else None, terms={"kit_term": float(i % 2)},
+                      columns={"kit_term/output": f"output {i}"}, policy_version=step - 1) for i in range(4)]
+    rows = [[float(i % 2) - 0.5] * 3 for i in range(4)]
+    return (sample_records(samples, step, rows, rows, [[-0.4, -1.1, -0.2]] * 4) if trained
+            else sample_records(samples, step))
+
+
 class LifecycleObserverKit(ContractProperties):
     """pytest kit for a plugin module of lifecycle hooks: ``class TestMine(LifecycleObserverKit): plugin_module = "pkg"``."""
 
     plugin_module: ClassVar[str | None] = None
     contract_properties = ("implements a lifecycle hook", "plugin loads", "rlhf_worker_init", "rlhf_train_start",
-                           "rlhf_step_end", "rlhf_checkpoint_save", "checkpoint state is JSON", "rlhf_checkpoint_load",
-                           "rlhf_train_end")
+                           "rlhf_step_end", "rlhf_rollout_samples", "rlhf_checkpoint_save", "checkpoint state is JSON",
+                           "rlhf_checkpoint_load", "rlhf_train_end")
 
     def _module(self) -> str:
         if not self.plugin_module:

@@ -37,7 +37,8 @@ class AgentInstanceBase(ABC):
     and returns a dict with ``rewards`` (a number or one-element tensor; the episode's reward is the
     sum over steps), ``environment_feedback`` (text appended to the trajectory, never trained on),
     ``done`` (bool), and optionally ``scores`` (for dynamic filtering and pass@k; the last step's
-    count, default the rewards), ``extra_logs`` (name -> number, logged as means) and
+    count, default the rewards), ``extra_logs`` (name -> number, logged as means), ``columns`` (name -> text or
+    number: the episode's own columns in the sample table and ``--rollout.dump_dir``, the last step's value kept) and
     ``sampling_params`` (``max_tokens``, ``temperature``, ``top_p`` for the next turn; another key the
     engines cannot apply, e.g. ``stop``, fails the episode naming it), ``environment_images`` (images
     the feedback refers to, for a VLM policy: see docs/agents.md).
@@ -56,7 +57,7 @@ class AgentExecutorBase(ABC):
     ``execute`` runs once per episode and returns ``observation_tokens`` (prompt and trajectory
     token ids), ``action_ranges`` (``(start, end)`` spans of model tokens in ``observation_tokens``),
     ``rollout_log_probs`` (one per token of ``observation_tokens``, or None), ``truncated`` (bool),
-    ``reward``, and optionally ``scores`` and ``extra_logs``. ``llm_engine.generate(prompt_token_ids,
+    ``reward``, and optionally ``scores``, ``extra_logs`` and ``columns`` (as a step's). ``llm_engine.generate(prompt_token_ids,
     sampling_params)`` is awaited for each model turn and returns an object with
     ``outputs[0].token_ids``, ``outputs[0].logprobs`` (a list of ``{token_id: obj with .logprob}``)
     and ``outputs[0].finish_reason``; ``sampling_params`` is a dict or an object with

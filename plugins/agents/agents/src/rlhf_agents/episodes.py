@@ -137,7 +137,7 @@ class EnvironmentExecutor(AsyncAgentExecutor):
             tokens = list(prompt.get("prompt_ids", request["prompt_ids"]))
             media = request.get("media")
             text, params = observation, {"max_tokens": self.max_new_tokens, **sampling}
-            reward, score, logs, turn, finish = 0.0, None, {}, 0, "stop"
+            reward, score, logs, columns, turn, finish = 0.0, None, {}, {}, 0, "stop"
             while True:
                 room = self.max_len - len(tokens)
                 if room <= 0:
@@ -157,6 +157,7 @@ class EnvironmentExecutor(AsyncAgentExecutor):
                 reward += step_reward
                 score = step_score if step_score is not None else step_reward
                 logs.update(result.get("extra_logs") or {})
+                columns.update(result.get("columns") or {})  # the sample table's columns: the last step's value wins
                 if result.get("sampling_params") is not None:
                     try:
                         params = {**params, **turn_sampling(result["sampling_params"], "AgentInstance.step")}
@@ -184,7 +185,7 @@ class EnvironmentExecutor(AsyncAgentExecutor):
             return self._failed(trajectory, prompt, str(exc))
         return {**prompt, "response_ids": trajectory.response_ids, "logprobs": trajectory.logprobs,
                 "action_mask": trajectory.action_mask, "finish_reason": finish,
-                "agent": {"reward": reward, "score": score, "extra_logs": _scalars(logs), "turns": turn}}
+                "agent": {"reward": reward, "score": score, "extra_logs": _scalars(logs), "columns": columns, "turns": turn}}
 
     # ------------------------------------------------------------ AgentExecutor
 
@@ -266,4 +267,5 @@ def _executor_reward(out: dict[str, Any]) -> dict[str, Any]:
         raise EpisodeError("AgentExecutor.execute returned a dict without 'reward'")
     reward = _number(out.get("reward", out.get("rewards")), "reward")
     score = _number(out["scores"], "scores") if out.get("scores") is not None else reward
-    return {"reward": reward, "score": score, "extra_logs": _scalars(out.get("extra_logs") or {})}
+    return {"reward": reward, "score": score, "extra_logs": _scalars(out.get("extra_logs") or {}),
+            "columns": dict(out.get("columns") or {})}

@@ -97,6 +97,8 @@ class CompositeReward:
             for i, value in enumerate(result.rewards):
                 total[i] += spec.weight * value
             out.logs[f"reward/{spec.name}"] = sum(result.rewards) / max(count, 1)
+            out.terms[spec.name] = list(result.rewards)
+            out.columns.update({f"{spec.name}/{name}": values for name, values in result.columns.items()})
             for key, value in result.extra_logs.items():
                 out.logs[f"reward/{spec.name}/{key}"] = value
             if spec.name == self.score_term:

@@ -60,6 +60,12 @@ def rl_arguments(run_dir: Path, model_dir: Path, steps: int, seed: int, engine: 
     ]
 
 
+def shown_samples(run_dir: Path, rl_steps: int) -> list[str]:
+    """What the demo shows of its samples: 4 of them ten times in the run, and every rollout in ``rl/rollouts``."""
+    return ["--logger.samples", "4", "--logger.samples_steps", str(max(1, rl_steps // 10)),
+            "--rollout.dump_dir", str(run_dir / "rl" / "rollouts")]
+
+
 def run_demo(run_dir: Path, *, seed: int, rl_steps: int, engine: str, sft_target: float, plugins: Any,
              rewards: str = "exact") -> DemoResult:
     import torch
@@ -81,7 +87,8 @@ def run_demo(run_dir: Path, *, seed: int, rl_steps: int, engine: str, sft_target
 
     task.write_prompt_file(run_dir / "prompts.jsonl", train_pairs, 32 * rl_steps, seed)
     (run_dir / "reward.py").write_text(task.REWARD_FILE)
-    rl = trainer_run(plugins, "ppo", rl_arguments(run_dir, sft_dir, rl_steps, seed, engine, rewards))
+    rl = trainer_run(plugins, "ppo", [*rl_arguments(run_dir, sft_dir, rl_steps, seed, engine, rewards),
+                                      *shown_samples(run_dir, rl_steps)])
     rl.trainer(rl.config, plugins, rl.run_dir).run()  # its logs stay in the demo's rlhf.log
 
     tuned = AutoModelForCausalLM.from_pretrained(run_dir / "rl")
@@ -129,7 +136,8 @@ def report(result: DemoResult) -> None:
     console.print(table)
     console.print(
         f"SFT {result.sft_steps} steps, GRPO {result.rl_steps} steps, {result.seconds:.0f} s in all. "
-        f"Reward curve: {result.run_dir / 'reward_curve.png'}; metrics: {result.run_dir / 'rl' / 'metrics.jsonl'}.\n"
+        f"Reward curve: {result.run_dir / 'reward_curve.png'}; metrics: {result.run_dir / 'rl' / 'metrics.jsonl'}; "
+        f"every rollout: rlhf rollouts show|summary {result.run_dir / 'rl' / 'rollouts'}.\n"
         "On this task more SFT would also raise accuracy; the demo shows RL with a rule reward working end to end.",
         markup=False,  # the run dir is the user's path: a "[...]" in it is text, not rich markup
     )

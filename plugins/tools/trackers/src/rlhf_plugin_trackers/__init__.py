@@ -2,7 +2,8 @@
 
 ``--logger.tensorboard_dir DIR`` writes TensorBoard events there; ``--logger.wandb.key KEY`` (or
 ``WANDB_MODE`` in the environment) logs to wandb, offline when its server does not answer (``wandb
-sync`` later). Both take the records ``metrics.jsonl`` gets, every ``--logger.logging_steps`` steps.
+sync`` later). Both take the records ``metrics.jsonl`` gets, every ``--logger.logging_steps`` steps, and
+``--logger.samples N`` of the step's samples (TensorBoard text, a wandb Table; every evaluation's too).
 A resumed run owns every step after its checkpoint: TensorBoard drops a crashed run's later events.
 Process: the controller of an RL run, rank 0 of a supervised one.
 """
@@ -27,6 +28,12 @@ def rlhf_train_start(config, run_dir):
 def rlhf_step_end(step, metrics):
     for tracker in _trackers:
         tracker.log(step, metrics)
+
+
+@rlhf.hookimpl
+def rlhf_rollout_samples(step, kind, samples):
+    for tracker in _trackers:
+        tracker.samples(step, kind, samples)
 
 
 @rlhf.hookimpl
