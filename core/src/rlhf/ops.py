@@ -120,13 +120,14 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(log_p.exp() * log_p).sum(dim=-1)
 
 
-#: Positions per chunk of :func:`chunked_logprobs`. Its fp32 working set is at most 3 chunks of vocabulary
-#: rows, 3 × LOGPROB_CHUNK_TOKENS × V × 4 B (forward: the chunk and logsumexp's temporary, plus the chunk's
-#: bf16 copy; backward: the chunk, its probabilities and the gradient's cast to the logits' dtype): 1.9 GB at
-#: a 152k vocabulary, against the 5 GB each of the several fp32 copies that the direct formulas made of a
-#: 4 × 2048-token micro-batch. Larger chunks would save nothing measurable: at 1024 rows each kernel already
-#: covers 1.6·10⁸ elements, so the Python loop over chunks costs nothing beside them on a GPU.
-LOGPROB_CHUNK_TOKENS = 1024
+#: Positions per chunk of :func:`chunked_logprobs`. Its working set beside the logits and their gradient is
+#: 2 × LOGPROB_CHUNK_TOKENS × V × 4 B: the chunk's fp32 rows and one temporary of their size (logsumexp's in
+#: the forward, the probabilities in the backward; the chunk's copy in the logits' dtype never outlives them),
+#: 0.3 GB at a 152k vocabulary. 256, not more: at 1024 it would be 1.2 GB, as much as the fp32 logits of a
+#: 4 × 512-token micro-batch themselves (benchmarks/logprob_memory.py measures both); and 256 rows of a
+#: 32k-152k vocabulary (8-39 M elements) still keep each kernel of a chunk long beside the Python loop's
+#: few microseconds on a GPU.
+LOGPROB_CHUNK_TOKENS = 256
 
 
 def chunked_logprobs(logits: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor, *,

@@ -33,30 +33,49 @@ def _scaled_chunk(flat: torch.Tensor, index: torch.Tensor, temperature: float) -
     return rows.div_(temperature) if temperature != 1.0 else rows
 
 
+def _chunk_forward(flat: torch.Tensor, index: torch.Tensor, targets: torch.Tensor, temperature: float,
+                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One chunk's ``(lse, logp, entropy or None)``, each ``(C,)``; its ``(C, V)`` tensors die on return."""
+    log_p = _scaled_chunk(flat, index, temperature)
+    lse = torch.logsumexp(log_p, dim=-1)
+    log_p.sub_(lse[:, None])
+    logp = log_p.gather(-1, targets[:, None]).squeeze(-1)
+    return lse, logp, -(log_p.exp().mul_(log_p)).sum(-1) if with_entropy else None
+
+
+def _chunk_logits_grad(flat: torch.Tensor, index: torch.Tensor, targets: torch.Tensor, temperature: float,
+                       lse: torch.Tensor, grad_logp: torch.Tensor, entropy: torch.Tensor | None,
+                       grad_entropy: torch.Tensor | None) -> torch.Tensor:
+    """One chunk's gradient with respect to its rows of the logits, ``(C, V)`` in the working dtype."""
+    log_p = _scaled_chunk(flat, index, temperature).sub_(lse[:, None])
+    p = log_p.exp()
+    g_logp = grad_logp[:, None]
+    if entropy is not None:  # −g_H·p·(log p + H) − g_logp·p, in place of log p
+        dz = log_p.add_(entropy[:, None]).mul_(grad_entropy[:, None]).add_(g_logp).mul_(p).neg_()
+    else:
+        dz = p.mul_(g_logp).neg_()
+    dz.scatter_add_(-1, targets[:, None], g_logp)
+    return dz.div_(temperature) if temperature != 1.0 else dz
+
+
 class ChunkedLogSoftmax(torch.autograd.Function):
     """``(logits (R, L, V), index (M,), targets (M,), τ, with_entropy, chunk) -> logp (M,)[, entropy (M,)]``, in
     fp32 (fp64 for fp64 logits).
 
     ``index`` holds flat positions into ``R·L`` (row · L + position); ``targets`` the token id read
-    at each. Differentiable once, with respect to ``logits`` only.
+    at each. Differentiable once, with respect to ``logits`` only. Each chunk is computed in a
+    function of its own, so its ``(C, V)`` tensors are freed before the next chunk's are made.
     """
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, index: torch.Tensor, targets: torch.Tensor, temperature: float,
                 with_entropy: bool, chunk: int) -> Any:
         flat = logits.reshape(-1, logits.shape[-1])  # a view of the model's contiguous logits
-        count = index.shape[0]
-        lse = torch.empty(count, dtype=_working_dtype(logits), device=logits.device)
-        logp = torch.empty_like(lse)
-        entropy = torch.empty_like(lse) if with_entropy else None
-        for start in range(0, count, chunk):
-            part = slice(start, start + chunk)
-            log_p = _scaled_chunk(flat, index[part], temperature)
-            lse[part] = torch.logsumexp(log_p, dim=-1)
-            log_p.sub_(lse[part, None])
-            logp[part] = log_p.gather(-1, targets[part, None]).squeeze(-1)
-            if entropy is not None:
-                entropy[part] = -(log_p.exp().mul_(log_p)).sum(-1)
+        parts = [_chunk_forward(flat, index[start:start + chunk], targets[start:start + chunk], temperature, with_entropy)
+                 for start in range(0, index.shape[0], chunk)]
+        empty = flat.new_empty(0, dtype=_working_dtype(flat))
+        lse, logp = (torch.cat([part[k] for part in parts]) if parts else empty for k in (0, 1))
+        entropy = (torch.cat([part[2] for part in parts]) if parts else empty) if with_entropy else None
         ctx.temperature, ctx.chunk = temperature, chunk
         ctx.save_for_backward(logits, index, targets, lse, entropy)
         return (logp, entropy) if entropy is not None else logp
@@ -71,15 +90,8 @@ class ChunkedLogSoftmax(torch.autograd.Function):
         flat, grad_flat = logits.reshape(-1, logits.shape[-1]), grad.view(-1, logits.shape[-1])
         for start in range(0, index.shape[0], ctx.chunk):
             part = slice(start, start + ctx.chunk)
-            log_p = _scaled_chunk(flat, index[part], ctx.temperature).sub_(lse[part, None])
-            p = log_p.exp()
-            g_logp = grad_logp[part, None]
-            if entropy is not None:  # −g_H·p·(log p + H) − g_logp·p, in place of log p
-                dz = log_p.add_(entropy[part, None]).mul_(grad_entropy[part, None]).add_(g_logp).mul_(p).neg_()
-            else:
-                dz = p.mul_(g_logp).neg_()
-            dz.scatter_add_(-1, targets[part, None], g_logp)
-            if ctx.temperature != 1.0:
-                dz.div_(ctx.temperature)
-            grad_flat.index_add_(0, index[part], dz.to(grad.dtype))
+            chunk_grad = _chunk_logits_grad(flat, index[part], targets[part], ctx.temperature, lse[part], grad_logp[part],
+                                            None if entropy is None else entropy[part],
+                                            None if entropy is None else grad_entropy[part])
+            grad_flat.index_add_(0, index[part], chunk_grad.to(grad.dtype))
         return grad, None, None, None, None, None
