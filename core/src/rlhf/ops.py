@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rlhf.vocab_chunks import chunked_log_softmax
+
 if TYPE_CHECKING:
     import torch
 
@@ -148,13 +150,11 @@ def chunked_logprobs(logits: torch.Tensor, rows: torch.Tensor, positions: torch.
     """
     import torch
 
-    from rlhf.vocab_chunks import ChunkedLogSoftmax
-
     rows, positions, targets = torch.broadcast_tensors(rows, positions, targets)
     flat = rows * logits.shape[1] + positions
     keep = None if mask is None else torch.broadcast_to(mask, flat.shape) != 0
     index, wanted = (flat.reshape(-1), targets.reshape(-1)) if keep is None else (flat[keep], targets[keep])
-    out = ChunkedLogSoftmax.apply(logits, index, wanted, float(temperature), with_entropy,
+    out = chunked_log_softmax().apply(logits, index, wanted, float(temperature), with_entropy,
                                   chunk_tokens or LOGPROB_CHUNK_TOKENS)
     results = out if with_entropy else (out,)
 
