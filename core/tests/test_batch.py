@@ -44,10 +44,10 @@ def test_action_logprobs_read_the_token_after_each_position():
     prompts, responses = [[5, 6, 7], [5]], [[8, 9], []]
     batch = pack(prompts, responses, 0)
     logits = torch.randn(2, batch.input_ids.shape[1], 12)
-    logp = action_logprobs(logits, batch)
+    logp, entropy = action_logprobs(logits, batch)
     expected = torch.log_softmax(logits[0], -1)
     assert torch.allclose(logp[0], torch.stack([expected[2, 8], expected[3, 9]]))
-    assert torch.equal(logp[1], torch.zeros(2))  # an empty response has no action
+    assert torch.equal(logp[1], torch.zeros(2)) and entropy is None  # an empty response has no action
 
 
 def test_pad_list_left_aligns_rows_and_pads_with_zero():

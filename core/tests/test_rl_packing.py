@@ -38,7 +38,7 @@ def test_packed_and_padded_give_the_same_logprobs_values_and_rewards(seed: int, 
     policy = load_causal_lm(str(tiny_causal_lm_path), torch.float32, "sdpa").eval()
     critic = load_value_model(str(tiny_reward_model_path), torch.float32, "sdpa", require_head=True).eval()
     with torch.no_grad():
-        logp = [action_logprobs(policy(**b.model_inputs()).logits, b, temperature=0.7) for b in (padded, packed)]
+        logp = [action_logprobs(policy(**b.model_inputs()).logits, b, temperature=0.7)[0] for b in (padded, packed)]
         values = [b.at_actions(token_values(critic, **b.model_inputs())) * b.action_mask for b in (padded, packed)]
         rewards = [b.at_last_token(token_values(critic, **b.model_inputs())) for b in (padded, packed)]
     for name, (a, b) in {"logprobs": logp, "values": values, "rewards": rewards}.items():
@@ -47,7 +47,7 @@ def test_packed_and_padded_give_the_same_logprobs_values_and_rewards(seed: int, 
     # the check can fail: one causal row without the per-sample restarts reads other samples' tokens
     unrestarted = {"input_ids": packed.input_ids, "use_cache": False}
     with torch.no_grad():
-        leaked = action_logprobs(policy(**unrestarted).logits, packed, temperature=0.7)
+        leaked = action_logprobs(policy(**unrestarted).logits, packed, temperature=0.7)[0]
     assert (leaked - logp[0]).abs().max() > 1e-3
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rlhf.vocab_chunks import chunked_log_softmax
+
 if TYPE_CHECKING:
     import torch
 
@@ -110,9 +112,56 @@ def aggregate_loss(
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of each (already temperature-scaled) next-token distribution: ``(..., V) -> (...)``."""
+    """Entropy of each (already temperature-scaled) next-token distribution: ``(..., V) -> (...)``.
+
+    It holds several fp32 copies of ``logits``; for a model's logits use :func:`chunked_logprobs`."""
     import torch
 
     logits = as_float(logits)
     log_p = torch.log_softmax(logits, dim=-1)
     return -(log_p.exp() * log_p).sum(dim=-1)
+
+
+#: Positions per chunk of :func:`chunked_logprobs`. Its working set beside the logits and their gradient is
+#: 2 × LOGPROB_CHUNK_TOKENS × V × 4 B: the chunk's fp32 rows and one temporary of their size (logsumexp's in
+#: the forward, the probabilities in the backward; the chunk's copy in the logits' dtype never outlives them),
+#: 0.3 GB at a 152k vocabulary. 256, not more: at 1024 it would be 1.2 GB, as much as the fp32 logits of a
+#: 4 × 512-token micro-batch themselves (benchmarks/logprob_memory.py measures both); and 256 rows of a
+#: 32k-152k vocabulary (8-39 M elements) still keep each kernel of a chunk long beside the Python loop's
+#: few microseconds on a GPU.
+LOGPROB_CHUNK_TOKENS = 256
+
+
+def chunked_logprobs(logits: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor, *,
+                     mask: torch.Tensor | None = None, temperature: float = 1.0, with_entropy: bool = False,
+                     chunk_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of ``targets`` (and the entropies) under ``softmax(logits[rows, positions] / temperature)``,
+    computed ``chunk_tokens`` positions at a time: never a ``(positions, V)`` fp32 tensor.
+
+    ``logits``: ``(R, L, V)``, the model's output in its own dtype (bf16 stays bf16). ``rows``,
+    ``positions``, ``targets``: long tensors that broadcast to one shape ``S`` (e.g. ``(B, 1)``,
+    ``(B, T)``, ``(B, T)``): the distribution at ``logits[rows, positions]`` is read at ``targets``.
+    ``mask`` (``S``, any dtype): where it is 0 nothing is computed, and both results are 0 there.
+    Returns ``(log_probs, entropy)``, fp32 (fp64 for fp64 logits) of shape ``S`` on the logits' device;
+    ``entropy`` is None unless ``with_entropy``. Differentiable (once) with respect to ``logits``: the backward writes the
+    gradient straight into a logits-shaped tensor in the logits' dtype, recomputing each chunk's softmax.
+    Besides the logits and their gradient the memory is the ``S``-sized results and about three fp32
+    ``(chunk_tokens, V)`` tensors; ``chunk_tokens`` defaults to :data:`LOGPROB_CHUNK_TOKENS`.
+    """
+    import torch
+
+    rows, positions, targets = torch.broadcast_tensors(rows, positions, targets)
+    flat = rows * logits.shape[1] + positions
+    keep = None if mask is None else torch.broadcast_to(mask, flat.shape) != 0
+    index, wanted = (flat.reshape(-1), targets.reshape(-1)) if keep is None else (flat[keep], targets[keep])
+    out = chunked_log_softmax().apply(logits, index, wanted, float(temperature), with_entropy,
+                                  chunk_tokens or LOGPROB_CHUNK_TOKENS)
+    results = out if with_entropy else (out,)
+
+    def placed(values: torch.Tensor) -> torch.Tensor:
+        if keep is None:
+            return values.view(flat.shape)
+        return values.new_zeros(flat.shape).masked_scatter(keep, values)
+
+    log_probs, *entropy = (placed(values) for values in results)
+    return log_probs, entropy[0] if entropy else None

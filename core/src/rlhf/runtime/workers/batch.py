@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlhf.media import collate_media
+from rlhf.ops import chunked_logprobs
 from rlhf.payloads import WorkerColumns
 
 if TYPE_CHECKING:
@@ -147,17 +148,14 @@ def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int
                       actions, collate_media(media) if media else None)
 
 
-def action_logits(logits: torch.Tensor, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Temperature-scaled logits of the positions that predict each action token: ``(R, L, V) -> (B, T, V)``."""
-    return batch.at_actions(logits).float() / temperature
-
-
-def action_logprobs(logits: torch.Tensor, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probs of the action tokens under temperature-scaled logits: ``(R, L, V) -> (B, T)``."""
-    import torch
-
-    logp = torch.log_softmax(action_logits(logits, batch, temperature), dim=-1)
-    return torch.gather(logp, -1, batch.actions.unsqueeze(-1)).squeeze(-1) * batch.action_mask
+def action_logprobs(logits: torch.Tensor, batch: TokenBatch, temperature: float = 1.0,
+                    with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of the action tokens under temperature-scaled logits, and with ``with_entropy`` the
+    entropy of each action position's distribution: ``(R, L, V) -> ((B, T), (B, T) or None)``, fp32,
+    0 where the action mask is 0. Chunked over the action tokens (:func:`rlhf.ops.chunked_logprobs`):
+    no ``(B, T, V)`` fp32 tensor, in the forward or the backward."""
+    return chunked_logprobs(logits, batch.rows[:, None], batch.action_index, batch.actions, mask=batch.action_mask,
+                            temperature=temperature, with_entropy=with_entropy)
 
 
 def pad_list(rows: list[list[float]], width: int) -> torch.Tensor:

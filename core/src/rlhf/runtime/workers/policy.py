@@ -23,11 +23,10 @@ from rlhf.models.extensions import active, load_model
 from rlhf.models.loading import dtype_of, load_causal_lm, token_id
 from rlhf.models.lora import apply_lora, is_peft, merged_state_dict, quantization_kwargs
 from rlhf.models.saving import without_deepspeed_import
-from rlhf.ops import token_entropy
 from rlhf.records.checkpoints import published
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.sync.weights import ActorWeights
-from rlhf.runtime.workers.batch import action_logits, action_logprobs, pack, pad_list
+from rlhf.runtime.workers.batch import action_logprobs, pack, pad_list
 from rlhf.runtime.workers.group import BaseWorker
 from rlhf.runtime.workers.micro_batches import packed_forward, plan
 from rlhf.runtime.workers.objective import ObjectiveSettings, StepNormalisers, policy_objective, step_counts
@@ -188,7 +187,7 @@ class _CausalLMWorker(_ModelWorker):
     def logprobs(self, payload: dict[str, list]) -> list[list[float]]:
         def compute(batch: Any) -> Any:
             logits = self.model(**batch.model_inputs()).logits
-            return action_logprobs(logits, batch, self.config.rollout.temperature)
+            return action_logprobs(logits, batch, self.config.rollout.temperature)[0]
 
         return self._per_token_rows(payload, compute)
 
@@ -270,7 +269,6 @@ class PolicyWorker(_CausalLMWorker):
         ``coefficients`` (set by steering plugins, rlhf.steering): ``entropy`` replaces c_H,
         ``lr_scale`` multiplies the scheduled learning rate of this step's optimizer steps.
         """
-        import torch
 
         cfg = self.config
         coefficients = coefficients or {}
@@ -285,8 +283,8 @@ class PolicyWorker(_CausalLMWorker):
             column = functools.partial(_padded_column, payload, rows, mask.shape[1], mask.device)
             moe = {"output_router_logits": True} if cfg.actor.aux_loss_coef > 0 else {}
             output = self.model(**batch.model_inputs(), **moe)
-            scaled = action_logits(output.logits, batch, cfg.rollout.temperature)
-            logp = torch.log_softmax(scaled, -1).gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1) * mask
+            logp, entropy = action_logprobs(output.logits, batch, cfg.rollout.temperature,
+                                            with_entropy=settings.entropy_coef is not None)
             # one on-policy optimizer step: the weights that sampled are the ones being
             # differentiated, so π_old is exactly this forward's value
             old = logp.detach() if payload["old_logprobs"] is None else column("old_logprobs")
@@ -296,7 +294,7 @@ class PolicyWorker(_CausalLMWorker):
                 rollout_log_probs=column("rollout_logprobs") if settings.correcting else None,
                 ref_log_probs=column("ref_logprobs") if payload.get("ref_logprobs") is not None else None,
                 kl_coef=kl_coef,
-                entropy=token_entropy(scaled) if settings.entropy_coef is not None else None)
+                entropy=entropy)
             if moe and getattr(output, "aux_loss", None) is not None:
                 loss = loss + cfg.actor.aux_loss_coef * output.aux_loss  # MoE balancing, per forward
                 metrics["aux_loss"] = output.aux_loss.detach()

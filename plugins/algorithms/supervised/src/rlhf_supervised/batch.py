@@ -79,12 +79,19 @@ def collate(sequences: list[list[int]], masks: list[list[float]], pad_id: int, p
 
 
 def token_logprobs(logits: torch.Tensor, batch: SupervisedBatch, temperature: float = 1.0) -> torch.Tensor:
-    """``(R, L, V) -> (R, L)``: log p(token t | tokens before it); 0 where t starts a row."""
+    """``(R, L, V) -> (R, L)`` fp32: log p(token t | tokens before it); 0 where t starts a sample and on padding.
+    Chunked over the positions (:func:`rlhf.ops.chunked_logprobs`): no ``(R, L, V)`` fp32 tensor."""
     import torch
 
-    logp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
-    picked = torch.gather(logp, -1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.nn.functional.pad(picked, (1, 0))
+    from rlhf.ops import chunked_logprobs
+
+    rows, width = batch.input_ids.shape
+    sample = batch.sample_ids
+    within_a_sample = (sample[:, 1:] >= 0) & (sample[:, 1:] == sample[:, :-1])  # a packed row's next sample starts fresh
+    logp, _ = chunked_logprobs(logits, torch.arange(rows, device=logits.device)[:, None],
+                               torch.arange(width - 1, device=logits.device), batch.input_ids[:, 1:],
+                               mask=within_a_sample, temperature=temperature)
+    return torch.nn.functional.pad(logp, (1, 0))
 
 
 def per_sample_sum(values: torch.Tensor, batch: SupervisedBatch, weights: torch.Tensor | None = None) -> torch.Tensor:
