@@ -250,7 +250,7 @@ def test_a_bad_colocation_is_one_line(capsys, llama7b, entry):
 
 def test_logits_parts_against_hand_computation(monkeypatch):
     """The training logits (micro-batch x sequence x vocab in the weights' dtype, twice with their gradient; an
-    experience forward's where larger), one fp32 log-prob chunk of LOGPROB_CHUNK_TOKENS (3 copies); none for a
+    experience forward's where larger), one fp32 log-prob chunk of LOGPROB_CHUNK_TOKENS (2 copies); none for a
     value head."""
     from rlhf import ops
     from rlhf.runtime.plan.plan import logits_parts
@@ -259,7 +259,7 @@ def test_logits_parts_against_hand_computation(monkeypatch):
     rng = random.Random(57)
     for _ in range(20):
         chunk = rng.choice([64, 1024, 4096])
-        monkeypatch.setattr(ops, "LOGPROB_CHUNK_TOKENS", chunk, raising=False)
+        monkeypatch.setattr(ops, "LOGPROB_CHUNK_TOKENS", chunk)
         train_mb, rollout_mb, length, vocab = rng.randrange(1, 9), rng.randrange(1, 33), rng.randrange(8, 9000), rng.randrange(100, 200000)
         dtype, d = rng.choice([("bf16", 2), ("fp32", 4)])
         config = ppo_config(train={"micro_batch_size": train_mb}, rollout={"micro_batch_size": rollout_mb},
@@ -269,8 +269,8 @@ def test_logits_parts_against_hand_computation(monkeypatch):
         ref = {p.part: p.nbytes for p in logits_parts(config, PlannedModel("ref", shape, False, 8, 0, None))}
         assert actor["logits"] == max(2 * train_mb, rollout_mb) * length * vocab * d
         assert ref["logits"] == rollout_mb * length * vocab * d
-        assert actor["log-prob chunk"] == 3 * min(chunk, max(train_mb, rollout_mb) * length) * vocab * 4
-        assert ref["log-prob chunk"] == 3 * min(chunk, rollout_mb * length) * vocab * 4
+        assert actor["log-prob chunk"] == 2 * min(chunk, max(train_mb, rollout_mb) * length) * vocab * 4
+        assert ref["log-prob chunk"] == 2 * min(chunk, rollout_mb * length) * vocab * 4
         assert logits_parts(config, PlannedModel("critic", shape.value_model(), True, 8, 1, 8)) == []
 
 
@@ -322,12 +322,13 @@ ISSUE_57_RUN = ["--actor.num_gpus_per_node", "8", "--algo.advantage.estimator", 
 
 def test_issue_57_configs_fit_on_eight_gpus_or_the_verdict_names_a_change_that_does(capsys):
     """GRPO of the four published configs (Qwen2.5-0.5B, Qwen2.5-7B, Llama-2-7B, Qwen3-30B-A3B) on 8 x 80 GiB with
-    --vllm.num_engines 0: each fits, or names a change with which the same plan fits."""
+    --vllm.num_engines 0: each fits as it stands (ZeRO-3 ranks generate in place, one chunk at a time); with an HF
+    engine process of its own (--rollout.engine hf: a ninth GPU) the verdict names a change with which it fits."""
     for name in ("qwen2.5-0.5b", "qwen2.5-7b", "llama-2-7b", "qwen3-30b-a3b"):
-        argv = ["--actor.model_name_or_path", str(BENCHMARK_CONFIGS / name), *ISSUE_57_RUN]
-        code, out = plan(capsys, *argv, "--vllm.num_engines", "0")
-        if out["fits"]:
-            continue
-        assert out["fix"], (name, out["verdict"])
-        code, fixed = plan(capsys, *argv, "--vllm.num_engines", "0", *out["fix"].split())
+        argv = ["--actor.model_name_or_path", str(BENCHMARK_CONFIGS / name), *ISSUE_57_RUN, "--vllm.num_engines", "0"]
+        code, out = plan(capsys, *argv)
+        assert code == 0 and out["fits"] is True, (name, out["verdict"])
+        code, out = plan(capsys, *argv, "--rollout.engine", "hf")
+        assert code == 1 and out["fix"], (name, out["verdict"])
+        code, fixed = plan(capsys, *argv, *out["fix"].split())
         assert code == 0 and fixed["fits"] is True, (name, out["fix"], fixed["verdict"])

@@ -15,9 +15,10 @@ from rlhf.registry import ComponentKind
 from rlhf.runtime.plan.layout import GPU, group_keys, lay_out, paper_nodes, requested_gpus
 from rlhf.runtime.plan.remedies import changed_config, search
 
-#: fp32 copies of one log-prob chunk alive at once: the temperature-scaled logits, their log-softmax, and its gradient
-#: in a backward (the probabilities an entropy takes, in a forward)
-CHUNK_COPIES = 3
+#: fp32 ``(chunk, V)`` tensors of one log-prob chunk alive at once in rlhf.ops.chunked_logprobs (measured with
+#: benchmarks/logprob_memory.py): the temperature-scaled fp32 copy of the chunk, and its exp (the probabilities, or the
+#: gradient written from them in a backward); each chunk is freed before the next
+CHUNK_COPIES = 2
 
 
 @dataclass
@@ -206,14 +207,14 @@ def logits_parts(config: Any, model: PlannedModel) -> list[MemoryPart]:
     chunk = min(logprob_chunk_tokens(), max(forward, trained if model.trained else 0))
     return [MemoryPart("logits", logits, how),
             MemoryPart("log-prob chunk", CHUNK_COPIES * chunk * vocab * 4, f"{CHUNK_COPIES} x {chunk} tokens x {vocab} x "
-                       f"4 B (fp32 logits, log-softmax, {'gradient' if model.trained else 'probabilities'})")]
+                       f"4 B (fp32 logits and {'their gradient' if model.trained else 'probabilities'})")]
 
 
 def logprob_chunk_tokens() -> int:
-    """Action tokens whose log-probs are computed at once (``rlhf.ops.LOGPROB_CHUNK_TOKENS``; 1024 before it was)."""
-    from rlhf import ops
+    """Action tokens whose log-probs are computed at once (``rlhf.ops.LOGPROB_CHUNK_TOKENS``)."""
+    from rlhf.ops import LOGPROB_CHUNK_TOKENS
 
-    return getattr(ops, "LOGPROB_CHUNK_TOKENS", 1024)
+    return LOGPROB_CHUNK_TOKENS
 
 
 def engine_parts(config: Any, groups: RunGroups, gpu_memory: int | None) -> list[MemoryPart]:
