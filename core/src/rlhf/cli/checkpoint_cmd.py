@@ -16,9 +16,9 @@ from rlhf.errors import CheckpointError, ConfigError, OneLineArgumentParser
 from rlhf.records.checkpoints import checkpoints, load_state
 
 USAGE = """\
-rlhf checkpoint inspect PATH [--json] [FLAGS]   what a checkpoint holds; FLAGS (--section.field VALUE ...) are
+usage: rlhf checkpoint inspect PATH [--json] [FLAGS]   what a checkpoint holds; FLAGS (--section.field VALUE ...) are
                                                 compared with the flags of the run that wrote it
-rlhf checkpoint export PATH --model actor|critic|ema --out DIR [--lora merged|adapter] [--base MODEL_DIR]
+       rlhf checkpoint export PATH --model actor|critic|ema --out DIR [--lora merged|adapter] [--base MODEL_DIR]
                                                 a plain Hugging Face model of that step
 PATH is a global_step<N> directory or a --ckpt.path (its newest checkpoint)."""
 

@@ -35,6 +35,7 @@ from rlhf.errors import (
     exception_chain,
     storage_error,
 )
+from rlhf.records.checkpoint_fit import check_fit
 
 PATTERN = re.compile(r"^global_step(\d+)$")
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
@@ -189,8 +190,6 @@ def resume(root: Path, load: Callable[[Path, dict[str, Any]], None], keys: tuple
     state (which has ``step`` and ``keys``), or ``None`` when there is none. Either way a WARNING says which,
     so a resume is never silent. ``models``: this run's trained groups (:func:`rlhf.config.training_backend.model_record`),
     checked against the checkpoint's before ``load`` (:func:`~rlhf.records.checkpoint_fit.check_fit`)."""
-    from rlhf.records.checkpoint_fit import check_fit
-
     found = checkpoints(root)
     if not found:
         log.warning("--ckpt.load_enable: no checkpoint under %s; starting from step 0", root)

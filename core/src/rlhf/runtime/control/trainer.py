@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.ppo_rules import finalize_ppo_config
 from rlhf.config.rollout_engine import rollout_engine_class
-from rlhf.config.training_backend import check_backend_config
+from rlhf.config.training_backend import backend_class, check_backend_config
 from rlhf.errors import ConfigError
 from rlhf.planning.groups import ModelGroup, RunGroups
 from rlhf.registry import ComponentKind
@@ -34,7 +34,10 @@ class PPOTrainer:
     @classmethod
     def prepare_config(cls, config: PPOConfig, plugins: Any) -> PPOConfig:
         config = finalize_ppo_config(config, plugins)
-        check_backend_config(config, plugins.registry, cls.plan_groups(config, plugins.registry).models)
+        groups = None  # planned only for a backend that asks (they need the actor's path and the engine)
+        if config.actor.model_name_or_path and hasattr(backend_class(config, plugins.registry), "check_groups"):
+            groups = cls.plan_groups(config, plugins.registry).models
+        check_backend_config(config, plugins.registry, groups)
         return config
 
     @classmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlhf import ops
 from rlhf.config.training_backend import backend_class
 from rlhf.errors import ConfigError
 from rlhf.planning.groups import ModelGroup, RunGroups
@@ -211,10 +212,9 @@ def logits_parts(config: Any, model: PlannedModel) -> list[MemoryPart]:
 
 
 def logprob_chunk_tokens() -> int:
-    """Action tokens whose log-probs are computed at once (``rlhf.ops.LOGPROB_CHUNK_TOKENS``)."""
-    from rlhf.ops import LOGPROB_CHUNK_TOKENS
-
-    return LOGPROB_CHUNK_TOKENS
+    """Action tokens whose log-probs are computed at once (``rlhf.ops.LOGPROB_CHUNK_TOKENS``, read when planned so that
+    a test may change it)."""
+    return ops.LOGPROB_CHUNK_TOKENS
 
 
 def engine_parts(config: Any, groups: RunGroups, gpu_memory: int | None) -> list[MemoryPart]:

@@ -15,8 +15,10 @@ from itertools import combinations
 from typing import Any
 
 from rlhf.config.checks import engines_colocated_with
+from rlhf.config.ppo_rules import check_sleep
 from rlhf.config.training_backend import check_backend_config
 from rlhf.errors import ConfigError
+from rlhf.planning.parts import format_bytes
 from rlhf.registry import ComponentKind
 from rlhf.runtime.cluster.placement import COLOCATIONS, colocated_sets
 
@@ -83,8 +85,6 @@ def search(config: Any, registry: Any, base: Any, ranks: dict[str, int], engine:
             changed = changed_config(config, flags)
             check_backend_config(changed, registry)
             if hasattr(changed, "vllm"):  # the rules prepare_config applies, which a plan does not run
-                from rlhf.config.ppo_rules import check_sleep
-
                 check_sleep(changed)
             on = cluster_for(changed) if grows else base.cluster
             seen[typed] = plan = replan(changed, on)
@@ -198,8 +198,6 @@ def growth(config: Any, ranks: dict[str, int]) -> list[Change]:
 def closest(seen: dict[str, Any]) -> str | None:
     """Of the changes planned, the one whose fullest GPU is least over its memory: ``"FLAGS (node 0 GPU 3 needs
     X of Y)"``; None where none could be placed."""
-    from rlhf.planning.parts import format_bytes
-
     placed = [(plan.overshoot(), typed, plan) for typed, plan in seen.items()
               if plan is not None and plan.overshoot() is not None]
     if not placed:

@@ -112,8 +112,11 @@ class SupervisedTrainer:
         check_global_batch(config.train.batch_size, config.train.micro_batch_size, world // tp,
                            "the launcher's WORLD_SIZE / --ds.tensor_parallel_size")
 
-        groups = [dataclasses.replace(group, ranks=world, ranks_from="the launcher's WORLD_SIZE") for group in cls.plan_groups(config, plugins.registry).models]
-        check_backend_config(config, plugins.registry, groups)  # every group in every rank of the launch
+        groups = None  # every group in every rank of the launch; without a model path the run is refused later
+        if config.model.model_name_or_path:
+            groups = [dataclasses.replace(group, ranks=world, ranks_from="the launcher's WORLD_SIZE")
+                      for group in cls.plan_groups(config, plugins.registry).models]
+        check_backend_config(config, plugins.registry, groups)
         if config.ds.load_in_4bit:
 
             check_4bit(config.ds)
