@@ -173,7 +173,7 @@ def test_an_agent_executor_class_drives_the_engine_itself(engine, tiny_causal_lm
     requests = requests_for(executor.tokenizer, 2)
     results = executor.run(requests, CountingEngines(engine), SAMPLING)
     for result in results:
-        assert result["agent"] == {"reward": 0.5, "score": 1.0, "extra_logs": {}}
+        assert result["agent"] == {"reward": 0.5, "score": 1.0, "extra_logs": {}, "columns": {}}
         runs = spans(result["action_mask"])
         assert [value for value, _, _ in runs] == [1, 0, 1, 0]
         assert executor.tokenizer.decode(result["response_ids"][runs[1][1]:runs[1][2]]) == " again "
