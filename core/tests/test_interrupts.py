@@ -125,3 +125,30 @@ def test_the_budget_running_out_stops_the_run_at_once(watching) -> None:
         time.sleep(5)  # a step (or save) longer than the budget
     assert preemption.stopped_because() == ("the preemption budget of 0.2 s ran out before the checkpoint was written, "
                                             "so it was not kept")
+
+
+def test_a_checkpoint_without_training_states_is_never_promised_a_resume(watching, tmp_path: Path) -> None:
+    """Issue 61: under --ckpt.disable_ds a checkpoint holds no training states; the preemption line, the interrupt
+    line and a failed run's advice say no run can resume from it, where they promise a resume for one that can."""
+    import json
+
+    from rlhf.records.checkpoints import resume_advice
+
+    for states in (True, False):
+        root = tmp_path / str(states)
+        step = root / "global_step2"
+        step.mkdir(parents=True)
+        (step / "state.json").write_text(json.dumps({"step": 2, "models": {"actor": {"backend": "fsdp2", "states": states}}}))
+        preemption.watch("SIGUSR2", 60)
+        preemption.step_done(1, lambda: step)
+        os.kill(os.getpid(), signal.SIGUSR2)
+        with pytest.raises(Preempted) as stopped:
+            preemption.step_done(2, lambda step=step: step)
+        preemption._watch = None
+        lines = [str(stopped.value), str(interrupted(root)), resume_advice(root)]
+        promise = "with the same command and --ckpt.load_enable"
+        if states:
+            assert all(promise in line for line in lines), lines
+        else:
+            assert all(promise not in line and "no training states (--ckpt.disable_ds), so no run can resume from it"
+                       in line for line in lines), lines

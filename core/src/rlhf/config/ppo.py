@@ -177,7 +177,7 @@ class CkptSection(PreemptionFields):
     save_steps: int = flag(-1, "Save a checkpoint every N steps (-1: never)")
     path: str = flag("./ckpt/checkpoints_ppo_ray", "Checkpoint directory")
     save_hf: bool = flag(False, "Also save an HF-loadable model", switch=True)
-    disable_ds: bool = flag(False, "Do not save DeepSpeed states", switch=True)
+    disable_ds: bool = flag(False, "Do not save the training backend's states (any --train.backend): checkpoints then hold only the run's state and, with --ckpt.save_hf, the HF model, and no run can resume from them", switch=True)
     max_num: int = flag(3, "Checkpoints to keep")
     max_mem: float = flag(math.inf, "Maximum checkpoint disk use (GB)")
     load_enable: bool = flag(False, "Resume from the latest checkpoint", switch=True)

@@ -212,8 +212,7 @@ def interrupted(root: Path) -> RunInterrupted:
         return RunInterrupted(f"no checkpoint was written under {root}, so a new run starts from step 0 "
                               "(--ckpt.save_steps N writes one every N steps)")
     step, directory = found[-1]
-    return RunInterrupted(f"the last checkpoint is step {step} ({directory}): resume with the same command "
-                          "and --ckpt.load_enable")
+    return RunInterrupted(f"the last checkpoint is step {step} ({directory}): {how_to_resume(directory)}")
 
 
 def resume_advice(root: Path) -> str:
@@ -224,7 +223,29 @@ def resume_advice(root: Path) -> str:
         return (f"no checkpoint was written under {root}, so --ckpt.load_enable would start from step 0 "
                 "(--ckpt.save_steps N writes one every N steps)")
     step, directory = found[-1]
+    if not resumable(directory):
+        return f"the last checkpoint, step {step} ({directory}), {how_to_resume(directory)}"
     return f"resume from step {step} ({directory}) with the same command and --ckpt.load_enable"
+
+
+def resumable(directory: Path) -> bool:
+    """Whether the checkpoint holds the training states a resume loads: not one written with ``--ckpt.disable_ds``
+    (its ``state.json`` records each trained group's ``states``; a checkpoint from before the records is taken as
+    resumable, and its backend's load is the check)."""
+    try:
+        models = json.loads((Path(directory) / "state.json").read_text()).get("models")
+    except (OSError, ValueError, AttributeError):
+        return True
+    return not isinstance(models, dict) or all(record.get("states", True) for record in models.values())
+
+
+def how_to_resume(directory: Path) -> str:
+    """The end of every line that tells how to go on from the checkpoint ``directory`` (a preemption, an interrupt,
+    a failed worker): the resume command, or, for a checkpoint without training states, that none can resume from it."""
+    if resumable(directory):
+        return "resume with the same command and --ckpt.load_enable"
+    return ("it holds no training states (--ckpt.disable_ds), so no run can resume from it: its hf/ model (with "
+            "--ckpt.save_hf) is what the run keeps; drop --ckpt.disable_ds to write checkpoints a run resumes from")
 
 
 def load_state(directory: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:

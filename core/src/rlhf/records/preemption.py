@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.errors import ConfigError, Preempted
+from rlhf.records.checkpoints import how_to_resume
 
 __all__ = ["Notice", "first_signal", "parse_signals", "pending", "step_done", "stopped_because", "warn", "watch",
            "watched_signals"]
@@ -137,7 +138,7 @@ def step_done(step: int, save: Callable[[], Path], agree: Callable[[bool], bool]
     signal.setitimer(signal.ITIMER_REAL, 0)  # the budget is kept: no alarm may interrupt what follows
     name = notice.signal if notice is not None else "a preemption signal on another rank"
     raise Preempted(f"({name}) at step {step}: checkpoint {path} written in {time.monotonic() - started:.1f} s; "
-                    "resume with the same command and --ckpt.load_enable", checkpoint=path, step=step)
+                    f"{how_to_resume(path)}", checkpoint=path, step=step)
 
 
 def warn(reason: str, seconds_left: float | None = None) -> None:
