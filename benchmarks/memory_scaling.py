@@ -1,0 +1,460 @@
+"""Peak host memory of a GRPO step as the rollout batch grows: each model-holding process, planned beside measured.
+
+    python benchmarks/memory_scaling.py                      # 8, 32 and 128 prompts x 4 engines x 2 backends x 2
+    python benchmarks/memory_scaling.py --results benchmarks/results/memory_scaling_cpu.json \
+        --chart docs/images/memory_scaling.png               # saved, and drawn as docs/performance.md's chart
+    python benchmarks/memory_scaling.py --smoke              # one point (8 prompts, HF engine process, ZeRO-3) (CI)
+
+The model is a random Llama with Qwen2.5's vocabulary size (151,936 tokens; the demo's character tokenizer padded
+with filler tokens) and a tiny body (hidden 64, 2 layers), so that the vocabulary is what costs memory: a batch's
+logits are ``tokens x 151,936 x 4`` bytes, the weights 39 MB. Every point is ``rlhf train ppo`` (the demo's GRPO
+task: 2-digit addition, exact-match reward) as a fresh process, 2 steps, ``SAMPLES`` samples per prompt,
+``NEW_TOKENS`` new tokens, with the training micro-batch and the rollout micro-batch fixed at ``MICRO`` sequences
+whatever the batch. The random model almost never emits EOS, so every response runs to the limit.
+
+How the peak is measured, per process: the kernel's high-water mark of each process's resident memory
+(``VmHWM`` in ``/proc/PID/status``), exact where a sampler of the resident memory could miss a short spike. A
+sampler thread reads it for every process of the run's tree every 50 ms (a process's mark only rises, so the last
+read is its peak, less what it allocated in its last 50 ms). The rank that holds the actor is found by the
+``rlhf_worker_init`` hook of an observer plugin (its pid); where it is the controller's process (``--train.in_process
+auto`` on a CPU), the observer reads that process's mark at each step's end and resets it
+(``/proc/self/clear_refs``), so each step has a peak of its own. The rollout engine's process is the Ray worker whose
+title names ``EngineActor``. ``ru_maxrss`` would need each process to report itself at its exit, and a Ray worker
+is not the script's child.
+
+What each figure holds: a process's peak is everything resident, its libraries included. The plan
+(``rlhf plan train ppo ... --json``, with the same flags) counts what a GPU would hold: model states, activations,
+engine weights and KV cache. So the plan is set against the peak less the process's resident memory before its
+model: the rank's at ``rlhf_worker_init`` (its libraries, the controller's data where the rank lives there), an
+engine process's as a bare process with its library imported (``torch`` and ``transformers`` for HF, ``vllm``, with
+``ray``).
+
+``keep_freed_memory`` (rlhf.runtime.cluster.host_memory): the ranks and engine processes keep what they free in
+glibc's heap, so their resident memory stays at its peak. Every point runs with it on (a run's default) and off
+(``RLHF_KEEP_FREED_MEMORY=0``). The stored rollouts (the controller's samples: Python lists of token ids and
+log-probs) are estimated per sample with ``sys.getsizeof`` over one sample of the run's length.
+
+A benchmark, not a test: figures depend on the machine, its load and the library versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from process_tree import load_average, wait_for_quiet
+
+HERE = Path(__file__).resolve().parent
+VOCAB = 151936  # Qwen2.5's
+SIZES = {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2}
+SAMPLES, NEW_TOKENS, MAX_LEN, MICRO, STEPS = 2, 8, 32, 8, 2
+PROMPTS = (8, 32, 128)
+ENGINES = ("hf-inprocess", "hf", "vllm", "vllm-inprocess")
+BACKENDS: dict[str, tuple[str, ...]] = {"zero3": ("--ds.zero_stage", "3"), "fsdp2": ("--train.backend", "fsdp2")}
+#: the library an engine's process imports, for its baseline (a bare process with it and Ray)
+ENGINE_LIBRARY = {"hf": "transformers", "vllm": "vllm"}
+MiB = 2**20
+
+OBSERVER = '''"""benchmarks/memory_scaling.py: the actor rank's pid and resident memory before its model; each step's
+peak in the controller's process (its high-water mark, reset after each step)."""
+import json, os, time
+import rlhf
+
+rlhf_plugin_api = rlhf.PLUGIN_API_VERSION
+
+
+def _memory():
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status") if line.startswith(("VmRSS", "VmHWM")))
+    return {key.lower(): int(value.split()[0]) * 1024 for key, value in fields.items()}
+
+
+def _write(**line):
+    with open(os.environ["RLHF_BENCH_LINES"], "a") as handle:
+        handle.write(json.dumps({"t": time.time(), "pid": os.getpid(), **line}) + "\\n")
+
+
+@rlhf.hookimpl
+def rlhf_worker_init(role, rank, config):
+    _write(event="worker_init", role=role, rank=rank, **_memory())
+
+
+@rlhf.hookimpl
+def rlhf_step_end(step, metrics):
+    _write(event="step", step=step, metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float))},
+           **_memory())
+    with open("/proc/self/clear_refs", "w") as handle:  # the next step's high-water mark starts from here
+        handle.write("5")
+'''
+
+
+@dataclass
+class Point:
+    """One run: its settings and what each model-holding process used (bytes)."""
+
+    engine: str
+    backend: str
+    prompts: int
+    keep: bool
+    rank_peak: int = 0  # the actor rank's process at its largest (start-up included)
+    rank_step_peaks: list[int] = field(default_factory=list)  # each step's peak, where the rank is the controller's
+    rank_rest: list[int] = field(default_factory=list)  # its resident memory at each step's end
+    rank_before_model: int = 0  # at rlhf_worker_init: its libraries, before the model
+    rank_in_controller: bool = True
+    engine_peak: int = 0  # the engine's own process (0: the engine lives in the rank)
+    losses: list[float] = field(default_factory=list)  # policy_loss of each step
+    planned_rank: int = 0  # the plan's bytes for the actor's GPU (the engine's too where it lives in the rank)
+    planned_engine: int = 0
+    stored_rollouts: int = 0  # estimate, in the controller's process
+    seconds: float = 0.0
+    load: float = 0.0
+    error: str = ""
+    processes: dict[str, int] = field(default_factory=dict)  # every process of the run over 100 MiB: title -> peak
+
+
+# ---- the model and the task
+
+def prepare(work: Path) -> Path:
+    """The random 151,936-token Llama and its tokenizer (the demo's characters, then filler tokens)."""
+    model_dir = work / "model"
+    if (model_dir / "config.json").exists():
+        return model_dir
+    import torch
+    from rlhf_plugin_demo import task
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tokens = task.SPECIALS + task.CHARS
+    vocab = {token: i for i, token in enumerate(tokens + [f"<f{i}>" for i in range(VOCAB - len(tokens))])}
+    inner = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    inner.decoder = decoders.Fuse()
+    inner.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=inner, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                        unk_token="<unk>")
+    tokenizer.save_pretrained(model_dir)
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, max_position_embeddings=64, tie_word_embeddings=True,
+                                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                                 pad_token_id=tokenizer.pad_token_id, **SIZES)).save_pretrained(model_dir)
+    return model_dir
+
+
+def train_flags(run_dir: Path, model: Path, engine: str, backend: str, prompts: int) -> list[str]:
+    """The demo's ``rlhf train ppo`` flags at this point's sizes, its engine and backend, micro-batches of MICRO."""
+    from rlhf_plugin_demo import task
+    from rlhf_plugin_demo.run import rl_arguments
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    task.write_prompt_file(run_dir / "prompts.jsonl", task.split_problems(0)[0], prompts * STEPS, seed=1)
+    (run_dir / "reward.py").write_text(task.REWARD_FILE)
+    flags = rl_arguments(run_dir, model, STEPS, 0, "vllm" if engine == "vllm" else "hf", prompts_per_step=prompts,
+                         samples=SAMPLES, new_tokens=NEW_TOKENS, max_len=MAX_LEN)
+    for name in ("--rollout.micro_batch_size", "--train.micro_batch_size"):
+        flags[flags.index(name) + 1] = str(MICRO)
+    if backend == "zero3":
+        flags[flags.index("--ds.zero_stage") + 1] = "3"
+    else:
+        flags += BACKENDS[backend]
+    return flags + ["--rollout.engine", engine]
+
+
+def stored_rollout_bytes(samples: int) -> int:
+    """The controller's samples of one rollout batch: one :class:`Sample` of the run's lengths, measured deep."""
+    from rlhf.runtime.workers.batch import Sample
+
+    sample = Sample(prompt_ids=list(range(1000, 1008)), response_ids=list(range(2000, 2000 + NEW_TOKENS)),
+                    rollout_logprobs=[-float(i) - 0.5 for i in range(NEW_TOKENS)], prompt="12+34=",
+                    response="x" * NEW_TOKENS * 5, label="46")
+    seen: set[int] = set()
+
+    def deep(value: Any) -> int:
+        if id(value) in seen:
+            return 0
+        seen.add(id(value))
+        size = sys.getsizeof(value)
+        if isinstance(value, dict):
+            size += sum(deep(k) + deep(v) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            size += sum(deep(item) for item in value)
+        elif hasattr(value, "__dict__"):
+            size += deep(vars(value))
+        return size
+
+    return deep(sample) * samples
+
+
+# ---- measuring
+
+class HighWaterMarks:
+    """Every 50 ms, each process of the tree under ``pid``: its ``VmHWM`` (kept at its largest) and its title."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.peaks: dict[int, int] = {}
+        self.titles: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="high-water-marks", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            try:
+                processes = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:
+                break
+            for process in processes:
+                try:
+                    with open(f"/proc/{process.pid}/status") as status:
+                        mark = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM"))
+                    # a Ray worker starts idle and takes its actor's title (ray::EngineActor) later
+                    self.titles[process.pid] = " ".join(process.cmdline())[:200]
+                except (OSError, StopIteration, psutil.Error):
+                    continue
+                self.peaks[process.pid] = max(mark, self.peaks.get(process.pid, 0))
+            self._stop.wait(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+#: how Ray fails to start on a machine too busy for its 30-second wait on the raylet (fixed in ray/_private/node.py)
+RAY_START_TIMEOUT = "timed out during startup"
+
+
+def run_point(work: Path, model: Path, engine: str, backend: str, prompts: int, keep: bool, tries: int = 3) -> Point:
+    """One run; again (up to ``tries`` in all) where Ray did not start in time."""
+    for _ in range(tries):
+        point = run_once(work, model, engine, backend, prompts, keep)
+        if RAY_START_TIMEOUT not in point.error:
+            break
+    return point
+
+
+def run_once(work: Path, model: Path, engine: str, backend: str, prompts: int, keep: bool) -> Point:
+    point = Point(engine, backend, prompts, keep)
+    run_dir = work / "runs" / f"{engine}-{backend}-{prompts}-{'keep' if keep else 'nokeep'}"
+    flags = train_flags(run_dir, model, engine, backend, prompts)
+    observer, lines = run_dir / "memory_observer.py", run_dir / "lines.jsonl"
+    observer.write_text(OBSERVER)
+    lines.unlink(missing_ok=True)
+    env = {**os.environ, "RLHF_BENCH_LINES": str(lines), "RLHF_NO_PROGRESS": "1",
+           "RLHF_KEEP_FREED_MEMORY": "1" if keep else "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    started, load_before = time.time(), load_average()
+    process = subprocess.Popen([sys.executable, "-m", "rlhf", "--plugins", str(observer), "train", "ppo", *flags],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    marks = HighWaterMarks(process.pid)
+    _, stderr = process.communicate()
+    marks.stop()
+    point.seconds, point.load = time.time() - started, max(load_before, load_average())
+    if process.returncode != 0:
+        point.error = (stderr.strip().splitlines() or ["no message"])[-1][:300]
+        return point
+    events = [json.loads(line) for line in lines.read_text().splitlines()]
+    actor = next(e for e in events if e["event"] == "worker_init" and e["role"] == "actor")
+    steps = [e for e in events if e["event"] == "step"]
+    point.rank_before_model = actor["vmrss"]
+    point.rank_in_controller = actor["pid"] == process.pid
+    if point.rank_in_controller:  # the observer reset the mark after each step: each step's line has its own peak
+        point.rank_step_peaks = [e["vmhwm"] for e in steps]
+        point.rank_rest = [e["vmrss"] for e in steps]
+        point.rank_peak = max(point.rank_step_peaks)
+    else:
+        point.rank_peak = marks.peaks.get(actor["pid"], 0)
+    point.engine_peak = max((peak for pid, peak in marks.peaks.items() if "EngineActor" in marks.titles.get(pid, "")),
+                            default=0)
+    point.processes = {f"{pid} {marks.titles.get(pid, '')[:80]}": peak for pid, peak in marks.peaks.items()
+                       if peak > 100 * MiB}
+    point.losses = [e["metrics"].get("policy_loss", float("nan")) for e in steps]
+    point.stored_rollouts = stored_rollout_bytes(prompts * SAMPLES)
+    point.planned_rank, point.planned_engine = planned(flags)
+    return point
+
+
+def planned(flags: list[str]) -> tuple[int, int]:
+    """``rlhf plan``'s bytes for the actor's GPU and for an engine's own GPU (0 where the engine is in the rank)."""
+    done = subprocess.run([sys.executable, "-m", "rlhf", "plan", "train", "ppo", *flags, "--json"], capture_output=True,
+                          text=True, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    if done.returncode != 0:  # the run itself went ahead: its measurement stands without a plan beside it
+        print(f"  note: rlhf plan failed: {(done.stderr.strip().splitlines() or [''])[-1][:300]}")
+        return 0, 0
+    plan = json.loads(done.stdout)
+    rank = max((g["peak"] for g in plan["gpus"] if any(h.startswith("actor") for h in g["holds"])), default=0)
+    engine = max((g["peak"] for g in plan["gpus"] if all(h.startswith("engine") for h in g["holds"])), default=0)
+    return rank, engine
+
+
+def library_baselines() -> dict[str, int]:
+    """Resident bytes of a bare process with each engine's library and Ray imported (an engine process, less its model)."""
+    out = {}
+    for family, library in ENGINE_LIBRARY.items():
+        code = (f"import ray, torch, {library}; print(int(open('/proc/self/statm').read().split()[1]) * "
+                "__import__('os').sysconf('SC_PAGE_SIZE'))")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        out[family] = int(done.stdout.split()[-1]) if done.returncode == 0 else 0
+    return out
+
+
+# ---- reading the figures
+
+def growth_verdicts(points: list[Point]) -> list[str]:
+    """Per engine, backend and setting: the peak at the most prompts against the fewest, allowed to grow by the
+    stored rollouts' growth plus 10 % of the smaller peak."""
+    lines = []
+    key = lambda p: (p.engine, p.backend, p.keep)  # noqa: E731
+    for engine, backend, keep in dict.fromkeys(map(key, points)):
+        runs = sorted((p for p in points if key(p) == (engine, backend, keep) and not p.error), key=lambda p: p.prompts)
+        if len(runs) < 2:
+            continue
+        low, high = runs[0], runs[-1]
+        allowed = high.stored_rollouts - low.stored_rollouts
+        for name, a, b in (("rank", low.rank_peak, high.rank_peak), ("engine", low.engine_peak, high.engine_peak)):
+            if not a:
+                continue
+            ok = b - a <= allowed + 0.10 * a
+            lines.append(f"{engine} {backend} keep {'on' if keep else 'off'} {name}: {a / MiB:.0f} -> {b / MiB:.0f} MiB "
+                         f"({low.prompts} -> {high.prompts} prompts, +{(b - a) / MiB:.0f} MiB; allowed "
+                         f"+{(allowed + 0.10 * a) / MiB:.0f}): {'flat' if ok else 'GROWS'}")
+    return lines
+
+
+def table(points: list[Point], baselines: dict[str, int]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Table(title=f"Peak resident memory per process, MiB ({VOCAB}-token vocabulary, {SAMPLES} samples, "
+                      f"{NEW_TOKENS} new tokens, micro-batches of {MICRO})")
+    for column in ("engine", "backend", "keep", "prompts", "rank peak", "rank step peaks", "rank before model",
+                   "planned rank", "rank vs plan", "engine peak", "planned engine", "engine vs plan", "stored",
+                   "loss", "s", "load"):
+        out.add_column(column)
+    for p in points:
+        if p.error:
+            out.add_row(p.engine, p.backend, "on" if p.keep else "off", str(p.prompts), f"failed: {p.error}")
+            continue
+        above = p.rank_peak - p.rank_before_model
+        engine_base = baselines.get(p.engine.split("-")[0], 0)
+        out.add_row(p.engine, p.backend, "on" if p.keep else "off", str(p.prompts), f"{p.rank_peak / MiB:.0f}",
+                    "/".join(f"{s / MiB:.0f}" for s in p.rank_step_peaks) or "-", f"{p.rank_before_model / MiB:.0f}",
+                    f"{p.planned_rank / MiB:.0f}", f"{above / MiB:.0f} ({error(p.planned_rank, above)})",
+                    f"{p.engine_peak / MiB:.0f}" if p.engine_peak else "-",
+                    f"{p.planned_engine / MiB:.0f}" if p.engine_peak else "-",
+                    f"{(p.engine_peak - engine_base) / MiB:.0f} ({error(p.planned_engine, p.engine_peak - engine_base)})"
+                    if p.engine_peak else "-",
+                    f"{p.stored_rollouts / MiB:.1f}", "/".join(f"{x:.6f}" for x in p.losses), f"{p.seconds:.0f}",
+                    f"{p.load:.1f}")
+    Console(width=250).print(out)
+    print("rank/engine peak: the process's high-water mark (libraries included); rank step peaks: each step's own "
+          "(where the rank is in the controller's process); rank vs plan: the peak less the rank's memory before its "
+          "model, and the plan's error against it; engine vs plan: the engine process's peak less a bare process with "
+          f"its library ({', '.join(f'{k} {v / MiB:.0f} MiB' for k, v in baselines.items())}); stored: the "
+          "controller's samples of one batch (estimate); loss: policy_loss per step")
+
+
+def error(plan: int, measured: int) -> str:
+    return f"{100 * (plan - measured) / measured:+.0f} %" if measured > 0 else "-"
+
+
+def chart(points: list[Point], path: Path, machine: str) -> None:
+    """Peak per process against prompts per step, one panel per backend, planned (dashed) beside measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    backends = list(dict.fromkeys(p.backend for p in points))
+    figure, axes = plt.subplots(1, len(backends), figsize=(8, 4.5), sharey=True, squeeze=False)
+    for axis, backend in zip(axes[0], backends):
+        for number, engine in enumerate(dict.fromkeys(p.engine for p in points)):
+            runs = sorted((p for p in points if (p.engine, p.backend, p.keep) == (engine, backend, True) and not p.error),
+                          key=lambda p: p.prompts)
+            if not runs:
+                continue
+            prompts = [p.prompts for p in runs]
+            color = f"C{number}"
+            # the model-holding processes together: the rank, and the engine's own process where it has one
+            axis.plot(prompts, [(p.rank_peak + p.engine_peak) / MiB for p in runs], "o-", color=color, label=engine)
+            axis.plot(prompts, [(p.rank_before_model + p.planned_rank + p.planned_engine
+                                 + (p.engine_peak and ENGINE_BASELINE.get(engine, 0))) / MiB for p in runs], "x--",
+                      color=color, alpha=0.6)
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(list(PROMPTS), [str(p) for p in PROMPTS])
+        axis.set_title({"zero3": "DeepSpeed ZeRO-3", "fsdp2": "FSDP2"}.get(backend, backend))
+        axis.set_xlabel("prompts per step")
+    axes[0][0].set_ylabel("peak resident MiB, rank + engine process")
+    axes[0][0].legend(fontsize=8, title="measured (solid), planned (dashed)", title_fontsize=8)
+    figure.suptitle(f"GRPO step peak memory, {VOCAB}-token vocabulary ({machine})", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def save(path: Path, points: list[Point], baselines: dict[str, int]) -> None:
+    path.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "vocab": VOCAB, "sizes": SIZES, "samples": SAMPLES,
+                                "new_tokens": NEW_TOKENS, "max_len": MAX_LEN, "micro": MICRO,
+                                "library_baselines": baselines, "points": [asdict(p) for p in points]}, indent=1) + "\n")
+
+
+#: filled by main(): an engine process's bare-library resident bytes, per engine name (the chart's planned line)
+ENGINE_BASELINE: dict[str, int] = {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated (default: all four)")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: zero3, fsdp2")
+    parser.add_argument("--prompts", default=",".join(map(str, PROMPTS)), help="prompts per step (comma-separated)")
+    parser.add_argument("--keep", default="on,off", help="keep_freed_memory settings to run: on, off or both")
+    parser.add_argument("--smoke", action="store_true", help="one point: hf, zero3, 8 prompts, keep on")
+    parser.add_argument("--work", type=Path, help="where the model and runs go (default: a temporary directory)")
+    parser.add_argument("--quiet_load", type=float, default=1.5, help="wait for the 1-minute load to fall under this")
+    parser.add_argument("--quiet_wait", type=float, default=60, help="seconds to wait for it at most, per point")
+    parser.add_argument("--results", type=Path, help="write every point here (JSON)")
+    parser.add_argument("--chart", type=Path, help="draw the keep-on points here (PNG)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.engines, args.backends, args.prompts, args.keep, args.quiet_wait = "hf", "zero3", "8", "on", 0
+    keeps = [setting == "on" for setting in args.keep.split(",")]
+    points: list[Point] = []
+    with tempfile.TemporaryDirectory(prefix="memory_scaling_") as tmp:
+        work = args.work or Path(tmp)
+        model = prepare(work)
+        baselines = library_baselines() if not args.smoke else {}
+        ENGINE_BASELINE.update({e: baselines.get(e.split("-")[0], 0) for e in ENGINES})
+        for backend in args.backends.split(","):
+            for engine in args.engines.split(","):
+                for keep in keeps:
+                    for prompts in map(int, args.prompts.split(",")):
+                        wait_for_quiet(args.quiet_load, args.quiet_wait)
+                        point = run_point(work, model, engine, backend, prompts, keep)
+                        points.append(point)
+                        print(f"  {engine} {backend} keep {'on' if keep else 'off'} {prompts} prompts: "
+                              + (f"failed: {point.error}" if point.error else
+                                 f"rank {point.rank_peak / MiB:.0f} MiB, engine {point.engine_peak / MiB:.0f} MiB, "
+                                 f"{point.seconds:.0f} s") + f", load {point.load:.1f}", flush=True)
+                        if args.results:  # after every point: a long run that stops keeps what it measured
+                            save(args.results, points, baselines)
+    table(points, baselines)
+    for line in growth_verdicts(points):
+        print(line)
+    if args.chart:
+        chart(points, args.chart, f"{os.cpu_count()} cores")
+    if any(p.error for p in points) and args.smoke:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
