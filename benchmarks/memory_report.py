@@ -133,7 +133,7 @@ def chart(points: list[Point], path: Path, settings: dict, baselines: dict[str, 
                       color=color, alpha=0.6)
         axis.set_xscale("log", base=2)
         axis.set_xticks(list(PROMPTS), [str(p) for p in PROMPTS])
-        axis.set_title({"zero3": "DeepSpeed ZeRO-3", "fsdp2": "FSDP2"}.get(backend, backend))
+        axis.set_title({"zero3": "DeepSpeed ZeRO-3", "fsdp2": "FSDP2", "zero0": "DeepSpeed ZeRO-0"}.get(backend, backend))
         axis.set_xlabel("prompts per step")
     axes[0][0].set_ylabel("peak resident MiB, rank + engine process")
     axes[0][0].legend(fontsize=8, title="measured (solid), planned (dashed)", title_fontsize=8)

@@ -8,7 +8,7 @@
 The model is a random Llama with Qwen2.5's vocabulary size (151,936 tokens; the demo's character tokenizer padded
 with filler tokens) and a tiny body (hidden 64, 2 layers), so that the vocabulary is what costs memory: a batch's
 logits are ``tokens x 151,936 x 4`` bytes, the weights 39 MB. Every point is ``rlhf train ppo`` (the demo's GRPO
-task: 2-digit addition, exact-match reward) as a fresh process, 2 steps, ``SAMPLES`` samples per prompt,
+run on its addition prompts, with a reward that differs between samples: ``REWARD_FILE``) as a fresh process, 2 steps, ``SAMPLES`` samples per prompt,
 ``NEW_TOKENS`` new tokens, with the training micro-batch and the rollout micro-batch fixed at ``MICRO`` sequences
 whatever the batch. The random model almost never emits EOS, so every response runs to the limit.
 
@@ -60,9 +60,23 @@ SIZES = {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "n
          "num_key_value_heads": 1}
 SAMPLES, NEW_TOKENS, MAX_LEN, MICRO, STEPS = 2, 8, 32, 8, 2
 ENGINES = ("hf-inprocess", "hf", "vllm", "vllm-inprocess")
-BACKENDS: dict[str, tuple[str, ...]] = {"zero3": ("--ds.zero_stage", "3"), "fsdp2": ("--train.backend", "fsdp2")}
+#: the backends measured by default; zero0 (whole weights, so hf-inprocess and vllm-inprocess run on any tree, and
+#: with an in-rank engine no Ray at all: the quick layout on a busy machine, where Ray's start-up times out) on request
+BACKENDS: dict[str, tuple[str, ...]] = {"zero3": ("--ds.zero_stage", "3"), "fsdp2": ("--train.backend", "fsdp2"),
+                                        "zero0": ("--ds.zero_stage", "0")}
 #: the library an engine's process imports, for its baseline (a bare process with it and Ray)
 ENGINE_LIBRARY = {"hf": "transformers", "vllm": "vllm"}
+
+#: The random model never answers the sum, so the demo's exact-match reward would be 0 everywhere and so would every
+#: advantage and the loss. This reward is a fixed function of the response's text that differs between samples: the
+#: loss is a number to compare between two trees that sample the same responses.
+REWARD_FILE = '''"""benchmarks/memory_scaling.py: a reward that differs between a prompt's samples (their text's code points)."""
+
+
+def reward_func(queries, prompts, labels, **kwargs):
+    rewards = [float(sum(map(ord, query[len(prompt):])) % 5) / 4 for query, prompt in zip(queries, prompts)]
+    return {"rewards": rewards, "scores": rewards}
+'''
 
 OBSERVER = '''"""benchmarks/memory_scaling.py: the actor rank's pid and resident memory before its model; each step's
 peak in the controller's process (its high-water mark, reset after each step)."""
@@ -131,13 +145,13 @@ def train_flags(run_dir: Path, model: Path, engine: str, backend: str, prompts: 
 
     run_dir.mkdir(parents=True, exist_ok=True)
     task.write_prompt_file(run_dir / "prompts.jsonl", task.split_problems(0)[0], prompts * STEPS, seed=1)
-    (run_dir / "reward.py").write_text(task.REWARD_FILE)
+    (run_dir / "reward.py").write_text(REWARD_FILE)
     flags = rl_arguments(run_dir, model, STEPS, 0, "vllm" if engine == "vllm" else "hf", prompts_per_step=prompts,
                          samples=SAMPLES, new_tokens=NEW_TOKENS, max_len=MAX_LEN)
     for name in ("--rollout.micro_batch_size", "--train.micro_batch_size"):
         flags[flags.index(name) + 1] = str(MICRO)
-    if backend == "zero3":
-        flags[flags.index("--ds.zero_stage") + 1] = "3"
+    if BACKENDS[backend][0] == "--ds.zero_stage":
+        flags[flags.index("--ds.zero_stage") + 1] = BACKENDS[backend][1]
     else:
         flags += BACKENDS[backend]
     return flags + ["--rollout.engine", engine]
@@ -287,7 +301,7 @@ def library_baselines() -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated (default: all four)")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: zero3, fsdp2")
+    parser.add_argument("--backends", default="zero3,fsdp2", help="comma-separated: zero3, fsdp2, zero0")
     parser.add_argument("--prompts", default=",".join(map(str, PROMPTS)), help="prompts per step (comma-separated)")
     parser.add_argument("--keep", default="on,off", help="keep_freed_memory settings to run: on, off or both")
     parser.add_argument("--smoke", action="store_true", help="one point: hf, zero3, 8 prompts, keep on")
