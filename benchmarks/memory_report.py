@@ -30,6 +30,7 @@ class Point:
     rank_in_controller: bool = True
     engine_peak: int = 0  # the engine's own process (0: the engine lives in the rank)
     losses: list[float] = field(default_factory=list)  # policy_loss of each step
+    metrics: list[dict[str, float]] = field(default_factory=list)  # every numeric metric of each step
     planned_rank: int = 0  # the plan's bytes for the actor's GPU (the engine's too where it lives in the rank)
     planned_engine: int = 0
     stored_rollouts: int = 0  # estimate, in the controller's process

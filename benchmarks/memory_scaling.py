@@ -269,6 +269,7 @@ def run_once(work: Path, model: Path, engine: str, backend: str, prompts: int, k
     point.processes = {f"{pid} {marks.titles.get(pid, '')[:80]}": peak for pid, peak in marks.peaks.items()
                        if peak > 100 * MiB}
     point.losses = [e["metrics"].get("policy_loss", float("nan")) for e in steps]
+    point.metrics = [e["metrics"] for e in steps]
     point.stored_rollouts = stored_rollout_bytes(prompts * SAMPLES)
     point.planned_rank, point.planned_engine = planned(flags)
     return point
