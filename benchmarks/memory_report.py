@@ -117,7 +117,7 @@ def chart(points: list[Point], path: Path, settings: dict, baselines: dict[str, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    backends = list(dict.fromkeys(p.backend for p in points))
+    backends = list(dict.fromkeys(p.backend for p in points if not p.error)) or ["none measured"]
     figure, axes = plt.subplots(1, len(backends), figsize=(8, 4.5), sharey=True, squeeze=False)
     for axis, backend in zip(axes[0], backends):
         for number, engine in enumerate(dict.fromkeys(p.engine for p in points)):
@@ -138,7 +138,9 @@ def chart(points: list[Point], path: Path, settings: dict, baselines: dict[str, 
         axis.set_xlabel("prompts per step")
     axes[0][0].set_ylabel("peak resident MiB, rank + engine process")
     axes[0][0].legend(fontsize=8, title="measured (solid), planned (dashed)", title_fontsize=8)
-    figure.suptitle(f"GRPO step peak memory, {settings['vocab']}-token vocabulary ({settings['machine']})", fontsize=10)
+    tree = f", {settings['tree']}" if settings.get("tree") else ""  # which code, where a saved run says
+    figure.suptitle(f"GRPO step peak memory, {settings['vocab']}-token vocabulary ({settings['machine']}{tree})",
+                    fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
 
