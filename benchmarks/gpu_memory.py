@@ -44,3 +44,33 @@ class GpuMemory:
         out, _ = self._sampler.communicate(timeout=30)
         used = [int(line) for line in out.split() if line.isdigit()]
         return max(0, max(used, default=self.before) - self.before) * 2**20
+
+
+def rank_peaks(folder: str | os.PathLike[str]) -> dict[str, int]:
+    """``{"actor rank 0": bytes}``: each model rank's ``torch.cuda.max_memory_allocated()`` as the rank last recorded
+    it in ``folder`` (grpo_workloads.py's observer: one ``<role>-<rank>.json`` per rank, rewritten every second)."""
+    import json
+    from pathlib import Path
+
+    peaks = {}
+    for path in sorted(Path(folder).glob("*.json")):
+        record = json.loads(path.read_text())
+        peaks[f"{record['role']} rank {record['rank']}"] = record["max_memory_allocated"]
+    return peaks
+
+
+def planned_against_measured(plan: dict, peaks: dict[str, int]) -> list[str]:
+    """One line per rank: the plan's peak for the GPU that holds it (``rlhf plan --json``'s ``gpus``), the rank's
+    measured ``max_memory_allocated``, and the plan's error against it. The plan counts what the GPU holds; the
+    measurement counts the rank's tensors only (no CUDA context, no allocator reserve), so the plan should be at or a
+    little above it."""
+    lines = []
+    for label, measured in peaks.items():
+        gpu = next((g for g in plan["gpus"] if label in g["holds"]), None)
+        if gpu is None:
+            lines.append(f"{label}: measured {measured / 2**30:.2f} GiB; the plan places no such rank")
+            continue
+        error = f"{100 * (gpu['peak'] - measured) / measured:+.0f} %" if measured else "-"
+        lines.append(f"{label} (GPU {gpu['node']}.{gpu['gpu']}: {', '.join(gpu['holds'])}): planned "
+                     f"{gpu['peak'] / 2**30:.2f} GiB, measured {measured / 2**30:.2f} GiB, plan {error}")
+    return lines

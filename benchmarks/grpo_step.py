@@ -27,7 +27,7 @@ with ``!`` where the machine never got quiet.
   is one vLLM engine in its own process, ``rlhf-vllm-inproc`` vLLM inside the actor's rank.
 - ``raw-hf``/``raw-vllm`` are the floor: the same generation with no framework, plus a
   plain-torch forward/backward/AdamW step of the batch in rlhf's micro-batches (their step =
-  those two times).
+  those two times), under the host allocator settings of rlhf's ranks (freed memory kept for the next step).
 - ``trl`` needs TRL (``pip install -c constraints.txt -e '.[bench]'``); it is left out, with a note, if absent.
 
 ``--device cuda`` runs the same systems on one GPU, in bf16, on a random Llama of Qwen2.5-0.5B's shape (hidden
@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpu_memory import GpuMemory, device_name  # beside this script (on sys.path as it runs)
+from gpu_memory import GpuMemory, device_name, planned_against_measured, rank_peaks  # beside this script (on sys.path)
 from process_tree import TreeSampler, load_average, wait_for_quiet
 from step_chart import cpu_machine, save, shape_record
 
@@ -98,6 +98,7 @@ class Run:
     quiet: bool = True  # whether the load was under --quiet_load when the run started
     gpu_peak: int = 0  # bytes, the GPU's memory.used at its peak above the run's start (--device cuda)
     gpu_alloc: int = 0  # bytes, torch.cuda.max_memory_allocated() of the system's own process, 0 where unknown
+    plan_lines: list[str] = field(default_factory=list)  # rlhf on cuda: each rank's planned against measured peak
 
 
 def prepare(work: Path, max_positions: int, warm_start: bool, shape: str = "demo", full_length: bool = False) -> Path:
@@ -207,9 +208,12 @@ def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: i
     lengths = [line["response_length"] for line in lines if "response_length" in line]
     steady = stamps[1 + warmup:]  # the CPU of the steps the wall-clock median covers
     cpu = ((samples.cpu_at(steady[-1]) - samples.cpu_at(stamps[warmup])) / (len(steady))) if steady else float("nan")
+    plan = run_dir / "plan.json"  # rlhf on cuda (grpo_workloads.run_rlhf)
+    plan_lines = planned_against_measured(json.loads(plan.read_text()), rank_peaks(run_dir / "gpu_peaks")) \
+        if plan.exists() else []
     return Run(stamps[0] - started, step_times, statistics.mean(lengths) if lengths else float("nan"), phases, cpu,
                samples.peak_rss(), max(load_before, load_average()), gpu_peak=gpu_peak,
-               gpu_alloc=max(line.get("gpu_alloc", 0) for line in lines))
+               gpu_alloc=max(line.get("gpu_alloc", 0) for line in lines), plan_lines=plan_lines)
 
 
 def available(systems: list[str]) -> list[str]:
@@ -296,6 +300,9 @@ def table(runs: dict[str, list[Run]], samples_per_step: int, title: str, device:
           "less its generation and scoring; the floor has no sync)" + ("; GPU MiB: the GPU's memory.used at its peak above the run's start "
           "(nvidia-smi, every process of the run); alloc MiB: torch.cuda.max_memory_allocated() in the system's own "
           "process (- where the model lives in another process)" if device == "cuda" else ""))
+    for system, system_runs in runs.items():  # on cuda: rlhf plan's peak per GPU against each rank's allocator peak
+        for line in system_runs[-1].plan_lines:
+            print(f"planned against measured, {system}: {line}")
 
 
 def length_mismatch(runs: dict[str, list[Run]], tolerance: float) -> str | None:

@@ -13,11 +13,14 @@ step time are measured the same way for every system, from outside.
 - ``raw-hf`` / ``raw-vllm``: the floor. The same generation with no framework (HF
   ``generate`` / an in-process vLLM ``LLM``), and a plain-torch GRPO update
   (forward, backward, AdamW step) of the same batch, in the same micro-batches as rlhf's
-  (``spec["micro"]``); a line carries both times.
+  (``spec["micro"]``); a line carries both times. The floor's process keeps freed host memory for reuse as rlhf's
+  ranks do (``keep_freed_memory``; ``RLHF_KEEP_FREED_MEMORY=0`` switches both off).
 
 On ``cuda`` every system trains in bf16 (rlhf: ``--ds.param_dtype bf16``; TRL and the floor: fp32 weights under
 bf16 autocast, as TRL's ``bf16=True`` does) and a line also carries ``gpu_alloc``: the process's
-``torch.cuda.max_memory_allocated()`` (0 where the model lives in another process, e.g. rlhf's Ray workers).
+``torch.cuda.max_memory_allocated()`` (0 where the model lives in another process, e.g. rlhf's Ray workers). rlhf's
+run also records each rank's ``max_memory_allocated`` wherever the rank lives (``gpu_peaks/``) and saves ``rlhf
+plan``'s JSON for the same flags (``plan.json``), for grpo_step.py's planned-against-measured lines.
 """
 
 from __future__ import annotations
@@ -50,6 +53,28 @@ def rlhf_step_end(step, metrics):
 def _gpu_alloc():
     torch = sys.modules.get("torch")  # the ranks run in this process when they fit one (--train.in_process auto)
     return torch.cuda.max_memory_allocated() if torch is not None and torch.cuda.is_initialized() else 0
+
+
+@rlhf.hookimpl
+def rlhf_worker_init(role, rank, config):
+    """Each rank on a GPU, in whichever process it lives (a Ray worker too): its max_memory_allocated every second,
+    into RLHF_BENCH_GPU_PEAKS/<role>-<rank>.json (gpu_memory.rank_peaks reads it)."""
+    import threading
+
+    torch = sys.modules.get("torch")
+    folder = os.environ.get("RLHF_BENCH_GPU_PEAKS")
+    if not folder or torch is None or not torch.cuda.is_available():
+        return
+    path = os.path.join(folder, f"{role}-{rank}.json")
+
+    def record():
+        while True:
+            with open(path + ".tmp", "w") as handle:
+                json.dump({"role": role, "rank": rank, "max_memory_allocated": torch.cuda.max_memory_allocated()}, handle)
+            os.replace(path + ".tmp", path)
+            time.sleep(1)
+
+    threading.Thread(target=record, name="gpu-peak", daemon=True).start()
 '''
 
 
@@ -89,7 +114,14 @@ def run_rlhf(spec: dict[str, Any]) -> None:
     # `-m rlhf`, not the console script beside the interpreter: an install with pip --target (scripts/gpu_check.sh
     # --wheelhouse) puts that script elsewhere
     command = [sys.executable, "-m", "rlhf", "--plugins", str(observer), "train", "ppo", *args]
+    if on_cuda(spec):  # each rank's allocator peak, and the plan of the same flags to set it against (gpu_memory.py)
+        env["RLHF_BENCH_GPU_PEAKS"] = str(run_dir / "gpu_peaks")
+        (run_dir / "gpu_peaks").mkdir(exist_ok=True)
     subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+    if on_cuda(spec):
+        plan = subprocess.run([sys.executable, "-m", "rlhf", "plan", "train", "ppo", *args, "--json"], env=env,
+                              check=True, capture_output=True, text=True).stdout
+        (run_dir / "plan.json").write_text(plan)
 
 
 def run_trl(spec: dict[str, Any]) -> None:
@@ -188,10 +220,14 @@ def _autocast(device: str) -> Any:
 
 
 def run_raw(spec: dict[str, Any], engine: str) -> None:
-    """The floor: generation of the same requests, then one plain-torch update of the batch."""
+    """The floor: generation of the same requests, then one plain-torch update of the batch, under the host allocator
+    settings of rlhf's ranks and engine processes (freed blocks kept for the next step: like with like)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rlhf.runtime.cluster.host_memory import keep_freed_memory
+
+    keep_freed_memory()
     if engine == "vllm":
         for key, value in {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
                            "TORCHDYNAMO_DISABLE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}.items():

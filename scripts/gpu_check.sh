@@ -11,8 +11,10 @@
 # --target (torch, triton and nvidia-* files in DIR are skipped), and every part runs with --site first on PYTHONPATH.
 # The parts, within 8 minutes on one H100 by their limits: install; environment (torch, rlhf doctor); the GRPO step
 # side by side (benchmarks/grpo_step.py --device cuda: rlhf, TRL and the raw floor on a 0.5B-shaped model, with
-# s/step, start-up and GPU memory); then, at once on the same GPU, the gpu-marked tests and short GRPO runs with the
-# engine in a process of its own (ZeRO-3, FSDP2) on the demo's tiny model. --extended adds, past those 8 minutes:
+# s/step, start-up and GPU memory, and each rlhf rank's torch.cuda.max_memory_allocated set against `rlhf plan`'s
+# peak for its GPU); then, at once on the same GPU, the gpu-marked tests and short GRPO runs with the engine in a
+# process of its own (ZeRO-3, FSDP2) on the demo's tiny model. The planned-against-measured lines are gathered at
+# the end of the results. --extended adds, past those 8 minutes:
 # vLLM rollout against raw vLLM, the weight-sync transports, Liger, flash-attn packing and deepcompile's compile.
 # A part that fails or runs out of time is recorded as such and the next one runs.
 # Exit status: 0 when every part passed, 1 when one did not, 2 for a usage mistake or no GPU.
@@ -163,6 +165,10 @@ mapfile -t gpu_tests < <(grep -rl --include='test_*.py' 'mark\.gpu' tests core/t
   part "FSDP2 step" 90 "${tiny[@]}" --rlhf_flags "--train.backend fsdp2" ) &
 wait
 cat "$work/lane-tests" "$work/lane-runs" >>"$results"
+
+planned=$(grep -h '^planned against measured, ' "$results" | sed 's/^planned against measured, /  /')
+say "planned against measured peak GPU memory (rlhf plan's GPU peak, each rank's torch.cuda.max_memory_allocated):"
+say "${planned:-  none recorded (no rlhf run finished)}"
 
 if [ "$extended" -eq 1 ]; then
   part "vLLM rollout vs raw vLLM" 200 "${bench[@]}" --systems rlhf-vllm,rlhf-vllm-inproc,raw-vllm --steps 6 --warmup 1 \

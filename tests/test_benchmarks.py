@@ -109,3 +109,88 @@ def test_the_step_chart_draws_each_kind_of_response_length_in_a_panel_of_its_own
 
     height, width, _ = matplotlib.image.imread(tmp_path / "chart.png").shape
     assert (width, height) == (1600, 450)  # two 8 x 4.5 inch panels side by side
+
+
+def benchmark_module(name: str):
+    """A module of benchmarks/ (they import each other as scripts do, from their own folder)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_the_gpu_check_sets_each_ranks_allocator_peak_against_the_plan_of_its_gpu(tmp_path: Path, capsys) -> None:
+    """scripts/gpu_check.sh's planned-against-measured lines: each rank's recorded max_memory_allocated (the files
+    grpo_workloads.py's observer writes on a GPU) beside `rlhf plan --json`'s peak of the GPU that holds it."""
+    import random
+
+    from rlhf.cli.main import main
+
+    gpu_memory = benchmark_module("gpu_memory")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 896, "intermediate_size": 4864,
+        "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2, "vocab_size": 151936,
+        "max_position_embeddings": 512, "tie_word_embeddings": True}))
+    # GRPO on Qwen2.5-0.5B's shape: two ZeRO-3 ranks and an HF engine process, one GPU each
+    assert main(["plan", "train", "ppo", "--actor.model_name_or_path", str(model), "--ds.zero_stage", "3",
+                 "--actor.num_gpus_per_node", "2", "--vllm.num_engines", "0", "--algo.advantage.estimator", "group_norm",
+                 "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "8", "--algo.kl.init_coef", "0",
+                 "--data.max_len", "512", "--plan.gpus", "3", "--plan.gpu_memory", "80GiB", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    rng = random.Random(0)
+    peaks = tmp_path / "gpu_peaks"
+    peaks.mkdir()
+    measured = {rank: rng.randrange(2**30, 8 * 2**30) for rank in (0, 1)}
+    for rank, nbytes in measured.items():
+        (peaks / f"actor-{rank}.json").write_text(json.dumps({"role": "actor", "rank": rank,
+                                                               "max_memory_allocated": nbytes}))
+    (peaks / "ref-0.json").write_text(json.dumps({"role": "ref", "rank": 0, "max_memory_allocated": 2**30}))
+
+    lines = gpu_memory.planned_against_measured(plan, gpu_memory.rank_peaks(peaks))
+
+    assert len(lines) == 3
+    for rank, nbytes in measured.items():
+        gpu = next(g for g in plan["gpus"] if f"actor rank {rank}" in g["holds"])
+        line = next(line for line in lines if line.startswith(f"actor rank {rank} "))
+        assert f"planned {gpu['peak'] / 2**30:.2f} GiB, measured {nbytes / 2**30:.2f} GiB" in line, line
+        assert line.endswith(f"plan {100 * (gpu['peak'] - nbytes) / nbytes:+.0f} %"), line
+    assert "ref rank 0: measured 1.00 GiB; the plan places no such rank" in lines  # a run without a reference model
+
+
+def test_memory_scaling_calls_a_peak_flat_within_the_stored_rollouts_plus_a_tenth() -> None:
+    """From the fewest prompts to the most, a process's peak may grow by the stored rollouts' growth plus 10 % of its
+    smaller peak; more is a verdict of GROWS, naming the engine, backend, setting and process."""
+    scaling = benchmark_module("memory_report")
+    mib = scaling.MiB
+
+    def point(prompts: int, rank: int, engine: int = 0, **kw) -> object:
+        return scaling.Point("hf", "zero3", prompts, True, rank_peak=rank * mib, engine_peak=engine * mib,
+                             stored_rollouts=prompts * mib // 8, **kw)
+
+    # 8 -> 128 prompts: the rollouts grow by 15 MiB, so 1000 MiB may reach 1000 + 15 + 100
+    flat = scaling.growth_verdicts([point(8, 1000, 500), point(32, 1050, 520), point(128, 1115, 565)])
+    assert flat == ["hf zero3 keep on rank: 1000 -> 1115 MiB (8 -> 128 prompts, +115 MiB; allowed +115): flat",
+                    "hf zero3 keep on engine: 500 -> 565 MiB (8 -> 128 prompts, +65 MiB; allowed +65): flat"]
+    grows = scaling.growth_verdicts([point(8, 1000), point(128, 1116), point(32, 900, error="refused")])
+    assert grows == ["hf zero3 keep on rank: 1000 -> 1116 MiB (8 -> 128 prompts, +116 MiB; allowed +115): GROWS"]
+    assert scaling.growth_verdicts([point(8, 1000), point(32, 1000, error="refused")]) == []  # one point: no verdict
+
+
+@pytest.mark.slow
+def test_memory_scaling_benchmark_smoke(tmp_path: Path) -> None:
+    """One point end to end: an rlhf run's rank found by its worker-init hook, each step's peak, the plan beside it."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "memory_scaling.py"), "--smoke", "--work",
+                           str(tmp_path), "--results", str(tmp_path / "points.json"), "--chart",
+                           str(tmp_path / "chart.png")], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [point] = json.loads((tmp_path / "points.json").read_text())["points"]
+    assert (point["engine"], point["backend"], point["prompts"], point["keep"]) == ("hf", "zero3", 8, True)
+    # the rank holds a 151,936 x 64 embedding with its gradient and Adam's moments (39 MB each) above its libraries
+    assert point["rank_peak"] - point["rank_before_model"] > 4 * 39 * 10**6, point
+    assert len(point["rank_step_peaks"]) == 2 and point["rank_peak"] == max(point["rank_step_peaks"])
+    assert point["engine_peak"] > 39 * 10**6 and point["planned_rank"] > 0 and point["planned_engine"] > 0, point
+    assert len(point["losses"]) == 2 and all(abs(loss) < 10 for loss in point["losses"])
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -35,8 +36,9 @@ print(json.dumps({"kept": kept, "faults": faults, "given_back": held - resident(
 """
 
 
-def probe(mode: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120)
+def probe(mode: str, **env: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -53,3 +55,11 @@ def test_freed_host_memory_is_reused_without_page_faults_and_given_back_at_the_e
     assert kept["faults"] <= defaults["faults"] / 4, (kept, defaults)
     # and give_back_memory trims what the heap kept (at least the largest block) back to the system
     assert kept["given_back"] >= 64 * 2**20, kept
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_rlhf_keep_freed_memory_0_keeps_glibcs_defaults() -> None:
+    """benchmarks/memory_scaling.py measures a step's own peak with the setting off: every block is mapped afresh."""
+    pages_per_step = (40 + 64 + 48) * 2**20 // 4096
+    off = probe("kept", RLHF_KEEP_FREED_MEMORY="0")
+    assert off["kept"] is False and off["faults"] >= 4 * pages_per_step * 0.9, off

@@ -13,7 +13,9 @@ allocator keeps freed device memory: the page faults of a step fall to none afte
 resident memory then stays at its peak. :func:`give_back_memory` returns what is free to the system and restores
 glibc's defaults (a run whose ranks lived in a process that goes on, :func:`rlhf.runtime.cluster.local.in_process_ranks`).
 
-Both do nothing where the C library is not glibc (musl, macOS), which has no such settings.
+Both do nothing where the C library is not glibc (musl, macOS), which has no such settings, and
+``RLHF_KEEP_FREED_MEMORY=0`` keeps glibc's defaults everywhere (a measurement of what a step itself needs at its
+peak, benchmarks/memory_scaling.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 from typing import Any
 
 # mallopt(3) parameters, from glibc's malloc.h
@@ -48,12 +51,13 @@ def keep_freed_memory() -> bool:
     """Serve every allocation from the heap (no per-block ``mmap``) and never trim it, in a process that computes
     on the host; True where that took effect. A process that sees a CUDA device keeps glibc's defaults: its steps'
     tensors live in device memory, and what it frees on the host (weights a sleeping engine or an offloading
-    backend moved there, a checkpoint it loaded) should go back to the system."""
+    backend moved there, a checkpoint it loaded) should go back to the system. ``RLHF_KEEP_FREED_MEMORY=0``: glibc's
+    defaults in every process."""
     import torch
 
     global _kept
     libc = _glibc()
-    if libc is None or torch.cuda.is_available():
+    if libc is None or os.environ.get("RLHF_KEEP_FREED_MEMORY") == "0" or torch.cuda.is_available():
         return False
     _kept = bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
     return _kept
