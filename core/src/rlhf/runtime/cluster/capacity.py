@@ -50,12 +50,13 @@ def describe_nodes(nodes: Sequence[float]) -> str:
     return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} with {counts} GPU{'s' if sum(nodes) != 1 else ''}"
 
 
-def shortfall(requests: Sequence[Request], nodes: Sequence[float]) -> str | None:
+def shortfall(requests: Sequence[Request], nodes: Sequence[float], cluster: str = "the Ray cluster") -> str | None:
     """Why a cluster with ``nodes`` (GPUs per node) can never hold every one of ``requests`` at once, or None.
 
     Necessary conditions only, so that no run Ray could place is refused: each bundle within one node,
     a ``STRICT_PACK`` group within one node, a ``STRICT_SPREAD`` group on as many nodes as it has bundles,
-    and the GPUs of all groups within the cluster's."""
+    and the GPUs of all groups within the cluster's. ``cluster`` names it in the line (``rlhf plan`` of a cluster
+    that exists only on paper does not call it the Ray cluster)."""
     largest = max(nodes, default=0.0)
     for request in requests:
         per_bundle = request.bundle.get("GPU", 0.0)
@@ -63,18 +64,18 @@ def shortfall(requests: Sequence[Request], nodes: Sequence[float]) -> str | None
             continue
         if per_bundle > largest:
             return (f"{request.what} ({request.flags}): {per_bundle:g} GPUs on one node per bundle, and the largest "
-                    f"node of the Ray cluster has {largest:g}")
+                    f"node of {cluster} has {largest:g}")
         if request.strategy == "STRICT_PACK" and request.gpus > largest:
             return (f"{request.what} ({request.flags}) with --train.placement_strategy STRICT_PACK: {request.gpus:g} "
-                    f"GPUs on one node, and the largest node of the Ray cluster has {largest:g}")
+                    f"GPUs on one node, and the largest node of {cluster} has {largest:g}")
         fitting_nodes = sum(n >= per_bundle for n in nodes)
         if request.strategy == "STRICT_SPREAD" and request.bundles > fitting_nodes:
             return (f"{request.what} ({request.flags}) with --train.placement_strategy STRICT_SPREAD: {request.bundles} "
-                    f"nodes with {per_bundle:g} GPU(s) each, and the Ray cluster has {fitting_nodes}")
+                    f"nodes with {per_bundle:g} GPU(s) each, and {cluster} has {fitting_nodes}")
     needed, have = sum(r.gpus for r in requests), sum(nodes)
     if needed > have:
         parts = "; ".join(f"{r.what} {r.gpus:g} = {r.flags}" for r in requests if r.gpus)
-        return f"this run needs {needed:g} GPUs and the Ray cluster has {have:g} ({describe_nodes(nodes)}): {parts}"
+        return f"this run needs {needed:g} GPUs and {cluster} has {have:g} ({describe_nodes(nodes)}): {parts}"
     return None
 
 

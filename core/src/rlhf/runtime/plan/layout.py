@@ -30,9 +30,9 @@ class GPU:
     seats: list[Seat] = field(default_factory=list)
 
 
-def lay_out(config: Any, groups: RunGroups, nodes: list[float]) -> tuple[list[GPU], str | None]:
-    """Every GPU of ``nodes`` (GPUs per node) with the seats placed on it, and why the run cannot be placed (the
-    GPU-count check's line) or None. An unplaced bundle is left out of the GPUs."""
+def lay_out(config: Any, groups: RunGroups, nodes: list[float], cluster: str = "the Ray cluster") -> tuple[list[GPU], str | None]:
+    """Every GPU of ``nodes`` (GPUs per node, of ``cluster``) with the seats placed on it, and why the run cannot be
+    placed (the GPU-count check's line, naming the groups left out of the placement) or None."""
     if groups.per_device:
         every = [GPU(n, i) for n, count in enumerate(nodes) for i in range(int(count))]
         for rank, gpu in enumerate(every):
@@ -42,7 +42,7 @@ def lay_out(config: Any, groups: RunGroups, nodes: list[float]) -> tuple[list[GP
     copies = {role: sum(m.role == role for m in groups.models) for role in ranks}
     sets = colocated_sets(config.train, ranks)
     requests = run_requests(config, config.train, ranks, sets, groups.engines_in_rank or not groups.engine, True)
-    problem = shortfall(requests, nodes)
+    problem = shortfall(requests, nodes, cluster)
     gpus = [[GPU(n, i) for i in range(int(count))] for n, count in enumerate(nodes)]
     free = [list(node) for node in gpus]
     bundles: dict[str, list[list[GPU]]] = {}
@@ -72,6 +72,11 @@ def lay_out(config: Any, groups: RunGroups, nodes: list[float]) -> tuple[list[GP
     elif groups.engine is not None:
         for gpu in (g for node in gpus for g in node):
             gpu.seats += [Seat(f"engine in {s.label}", "engine", s.index) for s in gpu.seats if s.group == "actor"]
+    unplaced = [f"{name} ({missing} of {len(placed)} {unit})" for name, placed, unit in
+                [*((role, bundles[role], "ranks") for role in ranks), ("engines", bundles.get("engine", []), "bundles")]
+                if (missing := sum(not bundle for bundle in placed))]
+    if problem and unplaced:
+        problem += f" (left out of the placement below: {', '.join(unplaced)})"
     return [g for node in gpus for g in node if g.seats], problem
 
 

@@ -30,6 +30,10 @@ class Cluster:
     gpu_memory: int | None
     source: str
 
+    def name(self) -> str:
+        """How a verdict calls it: "the Ray cluster" only where one was read, else "the planned cluster"."""
+        return "the Ray cluster" if "Ray cluster" in self.source else "the planned cluster"
+
 
 @dataclass
 class Plan:
@@ -114,7 +118,7 @@ def plan_run(trainer: type, config: Any, registry: Any, cluster: Cluster | None,
     if groups.per_device:  # as many ranks as the cluster has GPUs
         world = int(sum(cluster.nodes)) or 1
         groups.models = [replace(m, ranks=world) for m in groups.models]
-    gpus, problem = lay_out(config, groups, cluster.nodes)
+    gpus, problem = lay_out(config, groups, cluster.nodes, cluster.name())
     parts = {key: model_parts(config, registry, model) for key, model in group_keys(groups).items()}
     if groups.engine is not None:
         parts["engine"] = engine_parts(config, groups, cluster.gpu_memory)
