@@ -119,18 +119,9 @@ def prepare(work: Path) -> Path:
         return model_dir
     import torch
     from rlhf_plugin_demo import task
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokens = task.SPECIALS + task.CHARS
-    vocab = {token: i for i, token in enumerate(tokens + [f"<f{i}>" for i in range(VOCAB - len(tokens))])}
-    inner = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    inner.decoder = decoders.Fuse()
-    inner.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=inner, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                        unk_token="<unk>")
-    tokenizer.save_pretrained(model_dir)
+    tokenizer = task.build_tokenizer(model_dir, vocab_size=VOCAB)
     torch.manual_seed(0)
     LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, max_position_embeddings=64, tie_word_embeddings=True,
                                  bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,

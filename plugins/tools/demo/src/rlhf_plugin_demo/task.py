@@ -25,11 +25,15 @@ def reward_func(queries, prompts, labels, **kwargs):
 '''
 
 
-def build_tokenizer(path: Path) -> Any:
+def build_tokenizer(path: Path, vocab_size: int | None = None) -> Any:
+    """The task's character tokenizer, saved to ``path``; ``vocab_size``: padded with filler tokens that never occur
+    in text, so that a model of a realistic vocabulary (a memory benchmark's) reads the same prompts."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {token: i for i, token in enumerate(SPECIALS + CHARS)}
+    tokens = SPECIALS + CHARS
+    tokens += [f"<f{i}>" for i in range((vocab_size or len(tokens)) - len(tokens))]
+    vocab = {token: i for i, token in enumerate(tokens)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tokenizer.decoder = decoders.Fuse()
