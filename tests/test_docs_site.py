@@ -58,7 +58,7 @@ def served(site: Path) -> Iterator[str]:
 
 
 #: page -> (its mermaid diagrams, the pictures it shows)
-PAGES = {"": (0, []), "architecture/": (2, []), "performance/": (0, ["grpo_step_time.png"]),
+PAGES = {"": (0, []), "architecture/": (2, []), "performance/": (0, ["grpo_step_time.png", "memory_scaling.png"]),
          "agents/": (0, ["async_reward_curves.png"])}
 
 
