@@ -26,7 +26,8 @@ def test_a_two_rank_zero3_grpo_checkpoint_resumes_on_one_rank(ray_cluster, task_
                 "--reward.remote_url", str(task_files["reward"]), "--algo.advantage.estimator", "group_norm",
                 "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8", "--algo.kl.init_coef", "0",
                 "--ds.zero_stage", "3", "--train.enable_ema", "--train.ema_beta", "0.5", "--ckpt.save_steps", "2",
-                "--actor.num_gpus_per_node", str(ranks), "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "4"]
+                "--actor.num_gpus_per_node", str(ranks), "--train.micro_batch_size", "4", "--rollout.micro_batch_size", "4",
+                "--rollout.engine", "hf"]  # one engine process generates both runs' samples alike
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert_ok(run_in_process(*flags(straight, 2)))  # its ranks in Ray workers
