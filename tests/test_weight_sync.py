@@ -102,7 +102,8 @@ def _logprobs_after_an_object_store_sync(controller: Any, probe: list[int]) -> l
 @pytest.mark.slow
 @pytest.mark.parametrize("engine,extra", [
     ("vllm", ["--train.in_process", "on"]),  # the one rank in this process, beside the engine's: the CPU layout
-    ("hf", ["--actor.num_gpus_per_node", "2", "--ds.zero_stage", "3"]),  # two ranks: in Ray workers
+    # two ranks in Ray workers and an HF engine process of its own (auto would generate in the ranks: nothing to sync)
+    ("hf", ["--actor.num_gpus_per_node", "2", "--ds.zero_stage", "3", "--rollout.engine", "hf"]),
 ], ids=["vllm", "hf-zero3-2-ranks"])
 def test_engines_compute_the_same_logprobs_after_a_gloo_or_object_store_sync(engine, extra, ray_cluster, task_files,
                                                                              tiny_causal_lm_path, tmp_path) -> None:
