@@ -45,13 +45,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from memory_report import PROMPTS, MiB, Point, report, save  # beside this script (on sys.path as it runs)
-from process_tree import load_average, wait_for_quiet
+from process_tree import TreeWatcher, load_average, wait_for_quiet
 
 HERE = Path(__file__).resolve().parent
 VOCAB = 151936  # Qwen2.5's
@@ -175,41 +174,25 @@ def stored_rollout_bytes(samples: int) -> int:
 
 # ---- measuring
 
-class HighWaterMarks:
+class HighWaterMarks(TreeWatcher):
     """Every 50 ms, each process of the tree under ``pid``: its ``VmHWM`` (kept at its largest) and its title."""
 
     def __init__(self, pid: int) -> None:
-        import psutil
-
-        self.root = psutil.Process(pid)
         self.peaks: dict[int, int] = {}
         self.titles: dict[int, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="high-water-marks", daemon=True)
-        self._thread.start()
+        super().__init__(pid, 0.05)
 
-    def _run(self) -> None:
-        import psutil
-
-        while not self._stop.is_set():
-            try:
-                processes = [self.root, *self.root.children(recursive=True)]
-            except psutil.Error:
-                break
-            for process in processes:
-                try:
-                    with open(f"/proc/{process.pid}/status") as status:
-                        mark = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM"))
-                    # a Ray worker starts idle and takes its actor's title (ray::EngineActor) later
-                    self.titles[process.pid] = " ".join(process.cmdline())[:200]
-                except (OSError, StopIteration, psutil.Error):
-                    continue
-                self.peaks[process.pid] = max(mark, self.peaks.get(process.pid, 0))
-            self._stop.wait(0.05)
+    def read(self, process) -> None:
+        with open(f"/proc/{process.pid}/status") as status:
+            mark = next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM")), None)
+        if mark is None:  # a zombie has no memory lines
+            return
+        # a Ray worker starts idle and takes its actor's title (ray::EngineActor) later
+        self.titles[process.pid] = " ".join(process.cmdline())[:200]
+        self.peaks[process.pid] = max(mark, self.peaks.get(process.pid, 0))
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._join()
 
 
 #: how Ray fails to start on a machine too busy for its 30-second wait on the raylet (fixed in ray/_private/node.py)

@@ -38,8 +38,48 @@ class TreeSamples:
         return max(self.rss, default=0)
 
 
-class TreeSampler:
-    """Samples the tree under ``pid`` every ``interval`` seconds on a thread, until :meth:`stop`.
+class TreeWatcher:
+    """Every ``interval`` seconds on a thread, until :meth:`stop`: :meth:`read` of each live process of the tree
+    under ``pid`` (the root and all its descendants, found again at each sweep), then :meth:`swept`.
+    A process that ends mid-sweep is skipped; the sweeps end when the root does."""
+
+    def __init__(self, pid: int, interval: float) -> None:
+        import psutil
+
+        self.root, self.interval = psutil.Process(pid), interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+        self._thread.start()
+
+    def read(self, process) -> None:
+        """Take what this watcher wants from one ``psutil.Process`` (it may raise ``psutil.Error`` or ``OSError``)."""
+
+    def swept(self) -> None:
+        """After each sweep over the tree."""
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            try:
+                processes = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:
+                break
+            for process in processes:
+                try:
+                    self.read(process)
+                except (OSError, psutil.Error):
+                    continue
+            self.swept()
+            self._stop.wait(self.interval)
+
+    def _join(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class TreeSampler(TreeWatcher):
+    """CPU-seconds and resident memory of the tree under ``pid``, every ``interval`` seconds, until :meth:`stop`.
 
     CPU-seconds are the live processes' user + system time plus what their reaped children used;
     a process that ends between two samples loses at most one interval of its time. Memory is the
@@ -47,40 +87,26 @@ class TreeSampler:
     figures count them)."""
 
     def __init__(self, pid: int, interval: float = 0.1) -> None:
-        import psutil
-
-        self.root, self.interval = psutil.Process(pid), interval
         self.samples = TreeSamples()
         self._seen: dict[int, float] = {}  # pid -> its last CPU-seconds, kept after it ends
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
-        self._thread.start()
+        self._rss = 0
+        super().__init__(pid, interval)
 
-    def _run(self) -> None:
-        import psutil
+    def read(self, process) -> None:
+        with process.oneshot():
+            times = process.cpu_times()
+            rss = process.memory_info().rss
+        self._rss += rss
+        self._seen[process.pid] = times.user + times.system + times.children_user + times.children_system
 
-        while not self._stop.is_set():
-            rss = 0
-            try:
-                processes = [self.root, *self.root.children(recursive=True)]
-            except psutil.Error:
-                break
-            for process in processes:
-                try:
-                    with process.oneshot():
-                        times = process.cpu_times()
-                        rss += process.memory_info().rss
-                except psutil.Error:
-                    continue
-                self._seen[process.pid] = times.user + times.system + times.children_user + times.children_system
-            self.samples.times.append(time.time())
-            self.samples.cpu.append(sum(self._seen.values()))
-            self.samples.rss.append(rss)
-            self._stop.wait(self.interval)
+    def swept(self) -> None:
+        self.samples.times.append(time.time())
+        self.samples.cpu.append(sum(self._seen.values()))
+        self.samples.rss.append(self._rss)
+        self._rss = 0
 
     def stop(self) -> TreeSamples:
-        self._stop.set()
-        self._thread.join()
+        self._join()
         return self.samples
 
 
