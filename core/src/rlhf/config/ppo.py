@@ -221,6 +221,9 @@ class RolloutSection(Section):
     dump_dir: str | None = flag(None, "Write each step's rollouts to DIR/step_<N>.parquet (read them with rlhf rollouts)")
     replay_dir: str | None = flag(None, "Train on the rollouts a run dumped in DIR (--rollout.dump_dir) instead of "
                                         "generating: no rollout engine, no reward source is called")
+    generate_only: bool = flag(False, "Generate and reward each step's batch without training (every step samples the "
+                                      "initial weights): to check rewards and templates, or build a dataset with "
+                                      "--rollout.dump_dir", switch=True)
 
 
 class PPOConfig(Section):

@@ -171,6 +171,9 @@ def _resolve_scheduler(cfg: PPOConfig, host: PluginHost) -> None:
     """``--train.rollout_scheduler``: ``auto`` keeps OpenRLHF's ``--train.async_enable``; a named scheduler that
     generates ahead sets it, as the CPU placement reads it."""
     train = cfg.train
+    if cfg.rollout.generate_only and (cfg.rollout.replay_dir or train.async_enable):
+        flag = "--rollout.replay_dir" if cfg.rollout.replay_dir else "--train.async_enable"
+        raise ConfigError(f"--rollout.generate_only trains nothing, and {flag} only changes how a run trains: drop one")
     if cfg.rollout.replay_dir:  # the dump holds what the run trained, however it was generated (an async run's too)
         if train.rollout_scheduler not in ("auto", "replay"):
             raise ConfigError(f"--rollout.replay_dir trains on dumped rollouts, which --train.rollout_scheduler "

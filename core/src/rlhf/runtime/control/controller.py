@@ -311,6 +311,14 @@ class PPOController:
         with timed(metrics, "timing/make_experience"):
             if rolled is None or not rolled.shaped:
                 self.rewards.shape(samples)
+        if cfg.rollout.generate_only:  # the samples as rewarded, recorded and logged; no advantage, nothing trains
+            with timed(metrics, "timing/samples"):
+                self.trained_samples = sample_records(samples, self.step)
+            metrics.update(extra)
+            metrics.update(_sample_means(samples))
+            metrics["timing/step_total"] = time.perf_counter() - start
+            return metrics
+        with timed(metrics, "timing/make_experience"):
             payload = worker_payload(samples)
             kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
             correcting = self.correcting
@@ -348,10 +356,7 @@ class PPOController:
             if actor_trains:
                 self.sync_weights()
         metrics.update(actor_metrics, **adv_metrics, **extra)
-        metrics["reward"] = sum(s.reward for s in samples) / len(samples)
-        metrics["score"] = sum(s.score for s in samples) / len(samples)
-        metrics["response_length"] = sum(len(s.response_ids) for s in samples) / len(samples)
-        metrics["truncated_ratio"] = sum(s.finish_reason == "length" for s in samples) / len(samples)
+        metrics.update(_sample_means(samples))
         metrics["kl_coef"] = self.kl.value
         self.kl.update(observed_kl(metrics, cfg.algo.kl.use_loss), cfg.rollout.batch_size * n)
         metrics["timing/step_total"] = time.perf_counter() - start
@@ -473,9 +478,10 @@ class PPOController:
                 if requests.stop:
                     reason = requests.stop
                     break
-            self.actor.call("save_hf", str(self.run_dir))
-            if self.critic is not None and cfg.critic.save_value_network:  # OpenRLHF's <save_path>_critic
-                self.critic.call("save_hf", str(self.run_dir.with_name(self.run_dir.name + "_critic")))
+            if not cfg.rollout.generate_only:  # untrained models are no run's output
+                self.actor.call("save_hf", str(self.run_dir))
+                if self.critic is not None and cfg.critic.save_value_network:  # OpenRLHF's <save_path>_critic
+                    self.critic.call("save_hf", str(self.run_dir.with_name(self.run_dir.name + "_critic")))
             status = "completed" if reason is None else "stopped"
         except Preempted:  # its checkpoint is written: the CLI names it
             status = "preempted"
@@ -499,6 +505,14 @@ class PPOController:
             self.plugins.train_end(cfg, self.run_dir, status)
             if started_ray:
                 stop_ray()
+
+
+def _sample_means(samples: list[Sample]) -> dict[str, float]:
+    """The step's reward, score, response length and share of responses cut at the token limit."""
+    count = len(samples)
+    return {"reward": sum(s.reward for s in samples) / count, "score": sum(s.score for s in samples) / count,
+            "response_length": sum(len(s.response_ids) for s in samples) / count,
+            "truncated_ratio": sum(s.finish_reason == "length" for s in samples) / count}
 
 
 def _flatten(parts: list[list[Any]]) -> list[Any]:
