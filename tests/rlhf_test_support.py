@@ -136,11 +136,13 @@ def replay_of(flags: list[str], dump: Path) -> list[str]:
 
 
 def assert_replayed(original: list[dict], replayed: list[dict]) -> None:
-    """A replay logs every step's metrics as the dumped run did, to 1e-6: all but timings and evaluations."""
+    """A replay logs every step's metrics as the dumped run did, to 1e-6: all but timings, evaluations and the
+    checkpoint an evaluation made rlhf-plugin-best-checkpoint ask for."""
     assert [m["step"] for m in replayed] == [m["step"] for m in original]
+    apart = ("timing/", "eval/", "steer/checkpoint")
     for before, after in zip(original, replayed):
-        keys = {k for k in before if not k.startswith(("timing/", "eval/"))}
-        assert keys == {k for k in after if not k.startswith("timing/")}, (before["step"], keys ^ set(after))
+        keys = {k for k in before if not k.startswith(apart)}
+        assert keys == {k for k in after if not k.startswith(apart)}, (before["step"], keys ^ set(after))
         for key in keys:
             assert after[key] == pytest.approx(before[key], rel=0, abs=1e-6), (before["step"], key)
 
