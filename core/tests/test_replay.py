@@ -103,5 +103,7 @@ def test_a_dump_it_cannot_replay_is_one_error_line(replay_flags, tiny_causal_lm_
     assert "--eval.dataset: evaluating generates, and a run with --rollout.replay_dir has no rollout engine" in error_line(capsys)
     assert main(replay_flags(tmp_path / "fits", "--train.rollout_scheduler", "sync")) == 2
     assert "--train.rollout_scheduler sync would generate instead: leave it at auto" in error_line(capsys)
+    assert main(replay_flags(tmp_path / "fits", "--rollout.dump_dir", str(tmp_path / "fits"))) == 2
+    assert "is the directory --rollout.replay_dir reads, whose steps this run would write over" in error_line(capsys)
     assert main(replay_flags(tmp_path / "fits", "--rollout.generate_only")) == 2
     assert "--rollout.generate_only trains nothing, and --rollout.replay_dir only changes how" in error_line(capsys)

@@ -39,6 +39,10 @@ class Replay:
                               "drop --eval.dataset (evaluate the trained model afterwards)")
         if not directory.is_dir():
             raise ConfigError(f"{FLAG} {directory}: no such directory; name the --rollout.dump_dir of the run to replay")
+        dump = config.rollout.dump_dir
+        if dump and Path(dump).resolve() == directory.resolve():  # a run drops the dumped steps after its start
+            raise ConfigError(f"--rollout.dump_dir {dump} is the directory {FLAG} reads, whose steps this run would "
+                              "write over; give the replay another --rollout.dump_dir, or none")
         steps = dumped_steps(directory)
         if not steps:
             raise ConfigError(f"{FLAG} {directory} holds no step_<N>.parquet file; name the --rollout.dump_dir of the "
