@@ -11,6 +11,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from rlhf.testing.cli import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,6 +126,25 @@ def base_flags(model: Path, prompts: Path, run: Path, engine: str, steps: int) -
         # subprocess runs cover that layout.
         *(["--train.in_process", "off"] if engine == "vllm" else []),
     ]
+
+
+def replay_of(flags: list[str], dump: Path) -> list[str]:
+    """The flags of a run that trains again on ``dump`` (--rollout.replay_dir): the same, without the --eval.* ones (a
+    replay has no engine to evaluate with)."""
+    kept = [f for i, f in enumerate(flags) if not f.startswith("--eval.") and not flags[i - 1].startswith("--eval.")]
+    return [*kept, "--rollout.replay_dir", str(dump)]
+
+
+def assert_replayed(original: list[dict], replayed: list[dict]) -> None:
+    """A replay logs every step's metrics as the dumped run did, to 1e-6: all but timings, evaluations and the
+    checkpoint an evaluation made rlhf-plugin-best-checkpoint ask for."""
+    assert [m["step"] for m in replayed] == [m["step"] for m in original]
+    apart = ("timing/", "eval/", "steer/checkpoint")
+    for before, after in zip(original, replayed):
+        keys = {k for k in before if not k.startswith(apart)}
+        assert keys == {k for k in after if not k.startswith(apart)}, (before["step"], keys ^ set(after))
+        for key in keys:
+            assert after[key] == pytest.approx(before[key], rel=0, abs=1e-6), (before["step"], key)
 
 
 def truncate(states: Path) -> None:

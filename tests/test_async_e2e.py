@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rlhf_test_support import base_flags, crash_plugin
+from rlhf_test_support import assert_replayed, base_flags, crash_plugin, replay_of
 
 from rlhf.cli.main import main
 from rlhf.records.metrics import read_metrics
@@ -41,6 +41,10 @@ def test_async_training_is_one_sync_stale_checkpoints_the_trained_position_and_e
     # the checkpoint holds the position of the last trained batch, not of the batch generated ahead
     state = json.loads((tmp_path / "ckpt" / "global_step2" / "state.json").read_text())
     assert state["data"] == {"episode": 0, "position": 2 * 4}
+    # trained again from its dump, in turn and with no engine: the same metrics step by step (staleness included)
+    elsewhere = [f.replace(str(tmp_path), str(tmp_path / "replayed")) for f in flags]
+    assert main(["train", "ppo", *replay_of(elsewhere, tmp_path / "rollouts")]) == 0
+    assert_replayed(metrics, read_metrics(tmp_path / "replayed" / "out"))
 
 
 def test_partial_rollout_with_a_multi_turn_agent_on_vllm(ray_cluster, tiny_causal_lm_path, tmp_path) -> None:

@@ -337,3 +337,24 @@ def test_issue_57_configs_fit_on_eight_gpus_or_the_verdict_names_a_change_that_d
         assert code == 1 and out["fix"], (name, out["verdict"])
         code, fixed = plan(capsys, *argv, *out["fix"].split())
         assert code == 0 and fixed["fits"] is True, (name, out["fix"], fixed["verdict"])
+
+
+def test_a_replayed_run_plans_no_engine(capsys, tmp_path, tiny_tokenizer_path):
+    """--rollout.replay_dir: nothing generates, so the plan places no engine and counts no engine memory."""
+    import shutil
+
+    from rlhf.models.loading import load_tokenizer
+    from rlhf.records.rollouts import SCHEMA, RolloutDump, tokenizer_fingerprint
+
+    model = Path(write_config(tmp_path / "llama7b", LLAMA_7B))
+    for file in tiny_tokenizer_path.iterdir():
+        shutil.copy(file, model)
+    fingerprint = tokenizer_fingerprint(load_tokenizer(str(model), "--actor.model_name_or_path"))
+    RolloutDump(tmp_path / "dump").write(1, [{"step": 1}], {"schema": SCHEMA, "actor": str(model), "tokenizer": fingerprint})
+    flags = ["--actor.model_name_or_path", str(model), "--actor.num_gpus_per_node", "2", "--vllm.num_engines", "2",
+             "--algo.advantage.estimator", "reinforce", "--algo.kl.init_coef", "0", "--plan.gpus", "4"]
+    _, generating = plan(capsys, *flags)
+    assert [gpu["holds"] for gpu in generating["gpus"]][2:] == [["engine 0"], ["engine 1"]] and "engine" in generating["parts"]
+    _, replayed = plan(capsys, *flags, "--rollout.replay_dir", str(tmp_path / "dump"))
+    assert [gpu["holds"] for gpu in replayed["gpus"] if gpu["holds"]] == [["actor rank 0"], ["actor rank 1"]]
+    assert "engine" not in replayed["parts"]

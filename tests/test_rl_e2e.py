@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from rlhf_test_support import base_flags, crash_plugin
+from rlhf_test_support import assert_replayed, base_flags, crash_plugin, replay_of
 
 from rlhf.cli.main import main
 from rlhf.records.metrics import read_metrics
@@ -101,7 +101,8 @@ def assert_dumped_rollouts(dump: Path, metrics: list[dict]) -> None:
 def test_grpo_with_a_reward_file_through_vllm_whose_engine_holds_the_actors_weights(ray_cluster, task_files,
                                                                                      tiny_causal_lm_path, tmp_path) -> None:
     """The GRPO run through a vLLM engine process; after it the engine holds the actor's trained weights (the last
-    step's sync) and computes its log-probs, as :func:`assert_engines_hold_the_actors_weights` checks."""
+    step's sync) and computes its log-probs, as :func:`assert_engines_hold_the_actors_weights` checks. Replayed from
+    its dump (--rollout.replay_dir, no engine), it logs the same metrics."""
     import ray
 
     controller = ppo_controller(grpo_file_run_flags(tiny_causal_lm_path, task_files, tmp_path, "vllm"), tmp_path / "out")
@@ -112,7 +113,11 @@ def test_grpo_with_a_reward_file_through_vllm_whose_engine_holds_the_actors_weig
         for actor in [*controller.actor.workers, *controller.engines.engines]:
             ray.kill(actor)
         controller.placement.remove()
-    assert_grpo_file_run(tmp_path, tiny_causal_lm_path)
+    metrics = assert_grpo_file_run(tmp_path, tiny_causal_lm_path)
+    # trained again from its dump with no engine: the same metrics step by step
+    replay = replay_of(grpo_file_run_flags(tiny_causal_lm_path, task_files, tmp_path / "replayed", "vllm"), tmp_path / "rollouts")
+    assert main(["train", "ppo", *replay]) == 0
+    assert_replayed(metrics, read_metrics(tmp_path / "replayed" / "out"))
 
 
 def test_grpo_with_a_reward_file_alike_in_the_rank_in_an_engine_process_and_resumed(
@@ -122,7 +127,9 @@ def test_grpo_with_a_reward_file_alike_in_the_rank_in_an_engine_process_and_resu
     - the same run with HF generate in an engine process of its own (synced copies): on the same seed both draw the
       same responses, so rewards, lengths and losses agree step by step;
     - the same run crashed by a plugin after step 2 and resumed from its checkpoint continues exactly where it
-      stopped."""
+      stopped;
+    - the same run replayed from the first one's dump (--rollout.replay_dir, no engine) logs the same metrics;
+    - the same run with --rollout.generate_only samples step 1 as the first one did and trains nothing."""
     def flags(run: str, *extra: str) -> list[str]:
         return [*grpo_file_run_flags(tiny_causal_lm_path, task_files, tmp_path / run, "hf"), *extra]
 
@@ -135,6 +142,11 @@ def test_grpo_with_a_reward_file_alike_in_the_rank_in_an_engine_process_and_resu
     assert "step 4, 16 of 16 samples" in capsys.readouterr().out
     recorded = yaml.safe_load((tmp_path / "inprocess" / "out" / "rlhf_config.yaml").read_text())
     assert recorded["rollout"]["engine"] in ("auto", "hf-inprocess")
+    # trained again from its dump with no engine: the same metrics step by step
+    assert main(["train", "ppo", *replay_of(flags("replayed"), tmp_path / "inprocess" / "rollouts")]) == 0
+    assert_replayed(inprocess, read_metrics(tmp_path / "replayed" / "out"))
+    assert_generated_only(flags("generated", "--rollout.generate_only"), tmp_path / "generated", inprocess,
+                          tmp_path / "inprocess" / "rollouts")
 
     assert main(["train", "ppo", *flags("process", "--rollout.engine", "hf")]) == 0
     process = read_metrics(tmp_path / "process" / "out")
@@ -161,6 +173,27 @@ def test_grpo_with_a_reward_file_alike_in_the_rank_in_an_engine_process_and_resu
     for step in (3, 4):  # the resumed run drew what the uninterrupted one did
         assert ([s["response_ids"] for s in read_step(tmp_path / "resumed" / "rollouts", step)]
                 == [s["response_ids"] for s in read_step(tmp_path / "inprocess" / "rollouts", step)])
+
+
+def assert_generated_only(flags: list[str], run: Path, trained: list[dict], trained_dump: Path) -> None:
+    """A --rollout.generate_only run of a trained run's flags: its first step generates and rewards what the trained
+    run's did (the same weights and seed), every later one samples the initial weights too; nothing trains or syncs,
+    and no model is saved."""
+    from rlhf.records.rollouts import dumped_steps, read_step
+
+    assert main(["train", "ppo", *flags]) == 0
+    generated = read_metrics(run / "out")
+    assert [m["step"] for m in generated] == [m["step"] for m in trained]
+    assert not any(key in m for m in generated for key in ("policy_loss", "advantage_mean", "timing/ppo_train"))
+    for key in ("reward", "response_length", "reward/reward_func_file"):
+        assert generated[0][key] == pytest.approx(trained[0][key], abs=1e-6), key
+    assert "eval/pass1" in generated[1]  # evaluation generates too
+    first, dumped = read_step(run / "rollouts", 1), read_step(trained_dump, 1)
+    assert [s["response_ids"] for s in first] == [s["response_ids"] for s in dumped]
+    assert [s["reward"] for s in first] == [s["reward"] for s in dumped]
+    assert dumped_steps(run / "rollouts") == [1, 2, 3, 4]
+    assert all(s["advantage"] is None and s["policy_version"] == 0 for step in (1, 4) for s in read_step(run / "rollouts", step))
+    assert not list((run / "out").glob("*.safetensors"))
 
 
 def test_ppo_with_critic_reward_model_and_kl(ray_cluster, task_files, tiny_causal_lm_path, tiny_reward_model_path,

@@ -57,6 +57,8 @@ class StepRollout:
     #: weight syncs done when its generation started / ended
     version_start: int = 0
     version_end: int = 0
+    #: the rewards are final, shaping rules applied already (replayed from a dump): the step does not shape them again
+    shaped: bool = False
 
 
 class RolloutLoop(Protocol):
@@ -103,6 +105,11 @@ class RolloutScheduler(Protocol):
     checkpoint, after the step and while no batch is being trained; it may wait for a batch in flight.
     ``load_state(directory, loop) -> None``: on ``--ckpt.load_enable``, once, after the controller restored
     its own state and before :meth:`batches`; it may move ``loop.schedule`` and ``loop.policy_version``.
+
+    Optional trait the core reads: ``needs_engines`` (default True) — False for a scheduler whose batches are never
+    generated (``replay`` reads them from a dump, ``--rollout.replay_dir``): the run builds no rollout engine, plans
+    and places none, and syncs no weights; ``loop.rollout`` must then not be called. A class attribute, read in the
+    CLI process and in the actor's ranks.
     """
 
     def batches(self, loop: RolloutLoop) -> Iterator[tuple[list[dict[str, Any]], StepRollout | None]]:

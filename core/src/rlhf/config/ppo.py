@@ -219,6 +219,11 @@ class RolloutSection(Section):
     temperature: float = flag(1.0, "Sampling temperature")
     n_samples_per_prompt: int = flag(1, "Responses per prompt")
     dump_dir: str | None = flag(None, "Write each step's rollouts to DIR/step_<N>.parquet (read them with rlhf rollouts)")
+    replay_dir: str | None = flag(None, "Train on the rollouts a run dumped in DIR (--rollout.dump_dir) instead of "
+                                        "generating: no rollout engine, no reward source is called")
+    generate_only: bool = flag(False, "Generate and reward each step's batch without training (every step samples the "
+                                      "initial weights): to check rewards and templates, or build a dataset with "
+                                      "--rollout.dump_dir", switch=True)
 
 
 class PPOConfig(Section):

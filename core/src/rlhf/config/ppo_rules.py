@@ -171,6 +171,14 @@ def _resolve_scheduler(cfg: PPOConfig, host: PluginHost) -> None:
     """``--train.rollout_scheduler``: ``auto`` keeps OpenRLHF's ``--train.async_enable``; a named scheduler that
     generates ahead sets it, as the CPU placement reads it."""
     train = cfg.train
+    if cfg.rollout.generate_only and (cfg.rollout.replay_dir or train.async_enable):
+        flag = "--rollout.replay_dir" if cfg.rollout.replay_dir else "--train.async_enable"
+        raise ConfigError(f"--rollout.generate_only trains nothing, and {flag} only changes how a run trains: drop one")
+    if cfg.rollout.replay_dir:  # the dump holds what the run trained, however it was generated (an async run's too)
+        if train.rollout_scheduler not in ("auto", "replay"):
+            raise ConfigError(f"--rollout.replay_dir trains on dumped rollouts, which --train.rollout_scheduler "
+                              f"{train.rollout_scheduler} would generate instead: leave it at auto")
+        train.rollout_scheduler, train.async_enable, train.partial_rollout_enable = "replay", False, False
     if train.rollout_scheduler == "auto":
         train.rollout_scheduler = "async" if train.async_enable else "sync"
     scheduler = host.registry.get(ComponentKind.ROLLOUT_SCHEDULER, train.rollout_scheduler, flag="--train.rollout_scheduler")

@@ -83,3 +83,12 @@ def rollout_engine_class(config: PPOConfig, registry: Any) -> type:
     if check is not None:
         check(config)
     return engine_class
+
+
+def uses_engine(config: PPOConfig, registry: Any) -> bool:
+    """Whether the run generates at all: False when its rollout scheduler (resolved by the config's rules) declares
+    ``needs_engines = False`` (``replay``); the run then builds, plans and places no rollout engine."""
+    kind, name = ComponentKind.ROLLOUT_SCHEDULER, config.train.rollout_scheduler
+    if name not in registry.names(kind):  # auto before the rules resolved it, or an unknown name the rules report
+        return True
+    return bool(getattr(registry.get(kind, name), "needs_engines", True))

@@ -24,3 +24,5 @@ def rlhf_register_trainers(register):
 def rlhf_register_rollout_schedulers(register):
     register("sync", "rlhf.runtime.control.in_turn:InTurn",
              description="each step generates its batch, then trains on it (exact resume)")
+    register("replay", "rlhf.runtime.control.replay:Replay",
+             description="each step trains on the rollouts a run dumped (--rollout.replay_dir): no engine")

@@ -5,11 +5,15 @@
 column a reward function or agent executor added (``extra/<term>/<name>``). A file is written beside its final
 name and renamed into place, so a killed run leaves no half-written file; a run resumed from step S drops the
 files after S as it starts, so no step is there twice. Written by the controller, once per step; read by
-``rlhf rollouts`` (rlhf-plugin-rollouts) or by anyone with pandas: ``pd.read_parquet(DIR)``.
+``rlhf rollouts`` (rlhf-plugin-rollouts) or by anyone with pandas: ``pd.read_parquet(DIR)``, and trained on again by
+``--rollout.replay_dir DIR``, which reads each file's Parquet metadata ``rlhf`` (:func:`step_meta`, a JSON object:
+:data:`META`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import re
 import shutil
@@ -22,7 +26,7 @@ log = logging.getLogger("rlhf.records")
 
 #: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
 __all__ = ["COLUMNS", "TERM_PREFIX", "EXTRA_PREFIX", "RolloutDump", "dumped_steps", "read_step", "shown_samples",
-           "samples_shown_every"]
+           "samples_shown_every", "META", "SCHEMA", "step_meta", "tokenizer_fingerprint"]
 
 #: Every sample's columns, in order: name -> what it holds (``None`` where a run has no such value).
 COLUMNS: dict[str, str] = {
@@ -55,6 +59,19 @@ TERM_PREFIX = "reward/"
 #: ``extra/<term>/<name>``: columns a reward function or agent executor added (e.g. a code reward's test output)
 EXTRA_PREFIX = "extra/"
 
+#: What each file's Parquet metadata ``rlhf`` holds besides its samples: what a replay (``--rollout.replay_dir``) checks
+#: and gives back to the step it trains, so that the step logs what the dumped one did.
+META: dict[str, str] = {
+    "schema": "the layout's version (SCHEMA); a replay refuses another",
+    "actor": "--actor.model_name_or_path of the run that generated the samples",
+    "tokenizer": "tokenizer_fingerprint() of its tokenizer: the token ids mean the same only under an equal one",
+    "metrics": "the step's metrics of the rollout stage (filtering, the scheduler's async/..., prompt mix), no timing",
+    "extra": "the reward manager's logs of the step",
+    "data": "the prompt schedule's position after the step, as its checkpoint records it",
+}
+#: The version of :data:`COLUMNS` and :data:`META` that a dump is written with.
+SCHEMA = 1
+
 _FILE = re.compile(r"^step_(\d+)\.parquet$")
 
 
@@ -78,14 +95,17 @@ class RolloutDump:
         for step in later:
             (self.directory / _name(step)).unlink()
 
-    def write(self, step: int, samples: list[dict[str, Any]]) -> Path:
-        """Step ``step``'s samples as one file, in place only once it is whole."""
+    def write(self, step: int, samples: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> Path:
+        """Step ``step``'s samples as one file, in place only once it is whole; ``meta``: the file's :data:`META`."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        table = pa.Table.from_pylist(samples)
+        if meta is not None:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"rlhf": json.dumps(meta)})
         with published(self.directory, "rollouts") as staging:
             # no dictionary encoding: on float and token-id lists it cost 3x the write for 13 % less size
-            pq.write_table(pa.Table.from_pylist(samples), staging / _name(step), use_dictionary=False)
+            pq.write_table(table, staging / _name(step), use_dictionary=False)
         return self.directory / _name(step)
 
 
@@ -102,6 +122,21 @@ def read_step(directory: str | Path, step: int) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     return pq.read_table(Path(directory) / _name(step)).to_pylist()
+
+
+def step_meta(directory: str | Path, step: int) -> dict[str, Any] | None:
+    """Step ``step``'s :data:`META` (None: a file written without it)."""
+    import pyarrow.parquet as pq
+
+    found = (pq.read_schema(Path(directory) / _name(step)).metadata or {}).get(b"rlhf")
+    return json.loads(found) if found is not None else None
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A digest of what every token id means to ``tokenizer`` (its vocabulary and special tokens)."""
+    vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    special = [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id]
+    return hashlib.sha256(json.dumps([vocabulary, special]).encode()).hexdigest()[:16]
 
 
 def samples_shown_every(logger: Any) -> int:

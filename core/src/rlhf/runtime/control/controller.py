@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.config.ppo_rules import active_correction
-from rlhf.config.rollout_engine import rollout_engine_class
+from rlhf.config.rollout_engine import rollout_engine_class, uses_engine
 from rlhf.config.training_backend import model_record
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
 from rlhf.errors import Preempted, WorkerError
@@ -25,7 +25,7 @@ from rlhf.records import checkpoints as checkpoint
 from rlhf.records import preemption
 from rlhf.records.checkpoint_fit import check_fit
 from rlhf.records.metrics import MetricsTracker, record_status
-from rlhf.records.rollouts import RolloutDump
+from rlhf.records.rollouts import SCHEMA, RolloutDump, tokenizer_fingerprint
 from rlhf.registry import ComponentKind as K
 from rlhf.runtime.cluster.capacity import node_gpus
 from rlhf.runtime.cluster.draining import DrainWatch, run_nodes
@@ -39,7 +39,7 @@ from rlhf.runtime.control.rewarding import RewardStage
 from rlhf.runtime.control.sample_records import sample_records
 from rlhf.runtime.control.steering import prompt_mix_metrics, steer
 from rlhf.runtime.rollout.agents import generate_samples
-from rlhf.runtime.rollout.engines import InRankEngines, RolloutEngines
+from rlhf.runtime.rollout.engines import InRankEngines, NoEngines, RolloutEngines
 from rlhf.runtime.sync.weights import WeightSync, backend_for, transport_before_ray
 from rlhf.runtime.workers.batch import Sample, worker_payload
 from rlhf.runtime.workers.group import WorkerGroup
@@ -85,6 +85,7 @@ class PPOController:
         # lock, the data position of the batch being trained when it was drawn before batches generated ahead
         self.policy_version, self.engine_lock, self.trained_data = 0, contextlib.nullcontext(), None
         self.trained_samples: list[dict[str, Any]] = []  # the last step's samples as records (sample_records.py)
+        self.rollout_logs: dict[str, Any] = {}  # the last step's rollout-stage metrics and reward logs (its dump's META)
 
     # ----------------------------------------------------------------- set-up
 
@@ -99,11 +100,13 @@ class PPOController:
         wrong path costs one line and a second. Caps ``--data.max_len`` at the actor's positions."""
 
         cfg = self.config
-        # an engine that is not installed fails before Ray starts, and so does a --vllm.sync_backend that cannot run here
-        self.engine_class = rollout_engine_class(cfg, self.plugins.registry)
-        self.engine_in_rank = self.engine_class.in_training_rank
-        self.transport = transport = transport_before_ray(cfg, self.plugins.registry)
-        if self.engine_in_rank and cfg.vllm.sync_backend != "auto":
+        # an engine that is not installed fails before Ray starts, and so does a --vllm.sync_backend that cannot run here;
+        # a run that generates nothing (replayed rollouts) has no engine: nothing beside the ranks, nothing to sync
+        generates = uses_engine(cfg, self.plugins.registry)
+        self.engine_class = rollout_engine_class(cfg, self.plugins.registry) if generates else None
+        self.engine_in_rank = self.engine_class is None or self.engine_class.in_training_rank
+        self.transport = transport = transport_before_ray(cfg, self.plugins.registry) if generates else None
+        if generates and self.engine_in_rank and cfg.vllm.sync_backend != "auto":
             log.warning("--vllm.sync_backend %s is not used: the rollout engine generates inside the actor's ranks with "
                         "the trained weights, so there is nothing to sync", cfg.vllm.sync_backend)
         actor_path = cfg.actor.model_name_or_path
@@ -171,7 +174,9 @@ class PPOController:
 
         trained_tp = cfg.ds.tensor_parallel_size  # AutoTP splits the trained models; evaluated ones stay whole
         self.actor = group(PolicyWorker, "actor", cfg.actor, trained_tp)
-        if self.engine_in_rank:
+        if self.engine_class is None:
+            self.engines = NoEngines()
+        elif self.engine_in_rank:
             self.engines = InRankEngines(cfg, self.actor, self.engine_class)
         self.ref = group(ReferenceWorker, "ref", cfg.ref) if with_ref else None
         self.critic = group(CriticWorker, "critic", cfg.critic, trained_tp) if with_critic else None
@@ -297,12 +302,23 @@ class PPOController:
         start = time.perf_counter()
         samples, extra = self.rollout(prompts, metrics) if rolled is None else (rolled.samples, rolled.extra)
         metrics.update(rolled.metrics if rolled is not None else {})
+        # what a replay of this step must log again (rlhf.records.rollouts.META): the rollout stage's, timings aside
+        self.rollout_logs = {"metrics": {k: v for k, v in metrics.items() if not k.startswith("timing/")}, "extra": extra}
         if not samples:
             log.warning("step %d: every group was filtered out and no prompt is left to refill; nothing to train", self.step)
             metrics["timing/step_total"] = time.perf_counter() - start
             return metrics
         with timed(metrics, "timing/make_experience"):
-            self.rewards.shape(samples)
+            if rolled is None or not rolled.shaped:
+                self.rewards.shape(samples)
+        if cfg.rollout.generate_only:  # the samples as rewarded, recorded and logged; no advantage, nothing trains
+            with timed(metrics, "timing/samples"):
+                self.trained_samples = sample_records(samples, self.step)
+            metrics.update(extra)
+            metrics.update(_sample_means(samples))
+            metrics["timing/step_total"] = time.perf_counter() - start
+            return metrics
+        with timed(metrics, "timing/make_experience"):
             payload = worker_payload(samples)
             kl_in_reward = self.ref is not None and not cfg.algo.kl.use_loss
             correcting = self.correcting
@@ -340,10 +356,7 @@ class PPOController:
             if actor_trains:
                 self.sync_weights()
         metrics.update(actor_metrics, **adv_metrics, **extra)
-        metrics["reward"] = sum(s.reward for s in samples) / len(samples)
-        metrics["score"] = sum(s.score for s in samples) / len(samples)
-        metrics["response_length"] = sum(len(s.response_ids) for s in samples) / len(samples)
-        metrics["truncated_ratio"] = sum(s.finish_reason == "length" for s in samples) / len(samples)
+        metrics.update(_sample_means(samples))
         metrics["kl_coef"] = self.kl.value
         self.kl.update(observed_kl(metrics, cfg.algo.kl.use_loss), cfg.rollout.batch_size * n)
         metrics["timing/step_total"] = time.perf_counter() - start
@@ -433,6 +446,8 @@ class PPOController:
             self._resume()
             tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
             dump = RolloutDump(cfg.rollout.dump_dir, self.step) if cfg.rollout.dump_dir else None
+            dumped_by = {"schema": SCHEMA, "actor": cfg.actor.model_name_or_path,
+                         "tokenizer": tokenizer_fingerprint(self.tokenizer)} if dump is not None else {}
             self.plugins.train_start(cfg, self.run_dir)
             for prompts, rolled in self.scheduler.batches(self):
                 self.step += 1
@@ -440,7 +455,8 @@ class PPOController:
                 if self.trained_samples:
                     with timed(metrics, "timing/samples"):
                         if dump is not None:
-                            dump.write(self.step, self.trained_samples)
+                            dump.write(self.step, self.trained_samples, {**dumped_by, **self.rollout_logs,
+                                                                         "data": self.trained_data or self.schedule.state()})
                         self.plugins.rollout_samples(self.step, "train", self.trained_samples)
                 evaluating = self.eval_prompts and cfg.eval.steps > 0 and self.step % cfg.eval.steps == 0
                 if evaluating:
@@ -462,9 +478,10 @@ class PPOController:
                 if requests.stop:
                     reason = requests.stop
                     break
-            self.actor.call("save_hf", str(self.run_dir))
-            if self.critic is not None and cfg.critic.save_value_network:  # OpenRLHF's <save_path>_critic
-                self.critic.call("save_hf", str(self.run_dir.with_name(self.run_dir.name + "_critic")))
+            if not cfg.rollout.generate_only:  # untrained models are no run's output
+                self.actor.call("save_hf", str(self.run_dir))
+                if self.critic is not None and cfg.critic.save_value_network:  # OpenRLHF's <save_path>_critic
+                    self.critic.call("save_hf", str(self.run_dir.with_name(self.run_dir.name + "_critic")))
             status = "completed" if reason is None else "stopped"
         except Preempted:  # its checkpoint is written: the CLI names it
             status = "preempted"
@@ -488,6 +505,14 @@ class PPOController:
             self.plugins.train_end(cfg, self.run_dir, status)
             if started_ray:
                 stop_ray()
+
+
+def _sample_means(samples: list[Sample]) -> dict[str, float]:
+    """The step's reward, score, response length and share of responses cut at the token limit."""
+    count = len(samples)
+    return {"reward": sum(s.reward for s in samples) / count, "score": sum(s.score for s in samples) / count,
+            "response_length": sum(len(s.response_ids) for s in samples) / count,
+            "truncated_ratio": sum(s.finish_reason == "length" for s in samples) / count}
 
 
 def _flatten(parts: list[list[Any]]) -> list[Any]:

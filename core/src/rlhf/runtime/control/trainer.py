@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from rlhf.config.ppo import PPOConfig
 from rlhf.config.ppo_rules import finalize_ppo_config
-from rlhf.config.rollout_engine import rollout_engine_class
+from rlhf.config.rollout_engine import rollout_engine_class, uses_engine
 from rlhf.config.training_backend import backend_class, check_backend_config
 from rlhf.errors import ConfigError
 from rlhf.planning.groups import ModelGroup, RunGroups
@@ -61,6 +61,8 @@ class PPOTrainer:
                               config.reward) for path in reward_model_paths(config)]
         models = [dataclasses.replace(group, ranks_from=f"--{group.role}.num_nodes x --{group.role}.num_gpus_per_node")
                   for group in models]
+        if not uses_engine(config, plugins_registry):  # replayed rollouts: nothing generates
+            return RunGroups(models)
         engine = rollout_engine_class(config, plugins_registry)
         return RunGroups(models, engine, engine.in_training_rank, max(1, config.vllm.num_engines or 0),
                          config.vllm.tensor_parallel_size)

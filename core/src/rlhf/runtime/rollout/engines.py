@@ -158,6 +158,19 @@ class InRankEngines:
         return self.actor.call("engine_call", "sequence_logprobs", token_ids)
 
 
+class NoEngines:
+    """The controller's handle when the run generates nothing (a rollout scheduler with ``needs_engines = False``:
+    replayed rollouts): no engine to place, wake or sync."""
+
+    engines: list[Any] = []
+
+    def __init__(self) -> None:
+        self.sleep = SleepSchedule([], enabled=False)
+
+    def refresh(self) -> None:
+        """After a training step: there is no engine to hand the weights to."""
+
+
 def _spread(handles: list[Any], requests: list[dict[str, Any]], temperature: float, top_p: float,
             every_handle: bool = False) -> list[dict[str, Any]]:
     """``requests`` in equal contiguous shares over the Ray handles' ``generate``; the results in request order.

@@ -17,7 +17,7 @@ from typing import Any
 
 from rlhf.components import build
 from rlhf.components.first_use import FirstUse
-from rlhf.config.rollout_engine import engine_label, rollout_engine_class
+from rlhf.config.rollout_engine import engine_label, rollout_engine_class, uses_engine
 from rlhf.errors import ConfigError
 from rlhf.models.extensions import active, load_model
 from rlhf.models.loading import dtype_of, load_causal_lm, token_id
@@ -237,8 +237,8 @@ class PolicyWorker(_CausalLMWorker):
             self.ema = self.model.ema(cfg.train.ema_beta)
         #: an engine of the run's that lives in this rank (in_training_rank), on the trained model itself
         self.engine = None
-        engine_class = rollout_engine_class(cfg, self.plugins.registry)
-        if engine_class.in_training_rank:
+        engine_class = rollout_engine_class(cfg, self.plugins.registry) if uses_engine(cfg, self.plugins.registry) else None
+        if engine_class is not None and engine_class.in_training_rank:
             self.engine_use = FirstUse(engine_label(cfg, self.plugins.registry), engine_class)
             with self.engine_use.watch("construction", "while it was built on the trained model"):
                 self.engine = engine_class(cfg.actor.model_name_or_path, cfg.ds.param_dtype, cfg.data.max_len,
