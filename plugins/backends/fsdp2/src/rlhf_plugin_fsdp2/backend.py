@@ -120,7 +120,8 @@ class FSDP2Backend:
         """Load whole, shard, then build the optimizer over the shards (its states are sharded alike)."""
         model = load()
         shard(model, self._precision(model))
-        torch_optimizer = optimizer.build([p for p in model.parameters() if p.requires_grad], section)
+        # by name, so that an optimizer can treat the embeddings and head apart (Muon gives them to AdamW)
+        torch_optimizer = optimizer.build([(n, p) for n, p in model.named_parameters() if p.requires_grad], section)
         lr_scheduler = scheduler.build(torch_optimizer, max(1, num_training_steps), section)
         train = self.config.train
         accumulation = max(1, train.batch_size // (train.micro_batch_size * data_parallel_size))
