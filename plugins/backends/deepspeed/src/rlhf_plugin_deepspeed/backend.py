@@ -58,6 +58,14 @@ class DeepSpeedBackend:
         return full_state(Path(directory), tag, module, ema)
 
     @classmethod
+    def optimizer_state_from_checkpoint(cls, directory: str, tag: str, module: Any) -> dict[str, Any]:
+        """The optimizer's states saved under ``directory/tag`` by parameter name, for a resume under another
+        ``--train.backend`` (rlhf_plugin_deepspeed.checkpoint)."""
+        from rlhf_plugin_deepspeed.checkpoint import optimizer_state
+
+        return optimizer_state(Path(directory), tag, module)
+
+    @classmethod
     def plan_memory(cls, config: Any, model: Any) -> list[Any]:
         """One GPU of ``model`` (an :class:`rlhf.planning.PlannedModel`) for ``rlhf plan``: ZeRO's model states at
         ``--ds.zero_stage`` (DeepSpeed's own estimates), evaluated models in the stage :func:`eval_config` gives them

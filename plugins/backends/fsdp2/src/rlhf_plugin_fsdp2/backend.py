@@ -73,6 +73,23 @@ class FSDP2Backend:
         return {"sharding": "fully_shard"}
 
     @classmethod
+    def optimizer_state_from_checkpoint(cls, directory: str, tag: str, module: Any) -> dict[str, Any]:
+        """The optimizer's states saved under ``directory/tag`` by parameter name, for a resume under another
+        ``--train.backend`` (DCP, read in this process)."""
+        from pathlib import Path
+
+        from rlhf_plugin_fsdp2.checkpoint import optimizer_state
+
+        return optimizer_state(Path(directory), tag)
+
+    def load_full_state(self, model: Any, weights: dict[str, Any], optimizer_state: dict[str, Any]) -> None:
+        """Every rank: another backend's checkpoint, as whole weights and per-parameter optimizer states by name
+        (:func:`rlhf.config.training_backend.load_from_other_backend`), into this rank's shards."""
+        from rlhf_plugin_fsdp2.checkpoint import load_full
+
+        load_full(model.module, model.optimizer, weights, optimizer_state["state"], optimizer_state["steps"])
+
+    @classmethod
     def full_state_from_checkpoint(cls, directory: str, tag: str, module: Any, ema: bool = False) -> dict[str, Any]:
         """``rlhf checkpoint export``: the whole fp32 weights saved under ``directory/tag`` (DCP, read in this process)."""
         from pathlib import Path
