@@ -135,12 +135,15 @@ def optimizer_state(directory: Path, tag: str, module: Any) -> dict[str, Any]:
         value = torch.load(path, map_location="cpu", weights_only=False)
         return value["param"] if isinstance(value, dict) else value
 
-    per_name, steps = {}, 0
+    # the optimizer steps the engine took (its scheduler stepped alike); ZeRO-3's universal form has no step.pt
+    steps = torch.load(next(states.glob("*model_states.pt")), map_location="cpu", weights_only=False)["global_steps"]
+    per_name = {}
     for name, param in module.named_parameters():
         if not param.requires_grad:
             continue
         folder = universal / name
-        per_name[name] = {path.stem: whole(path) for path in folder.glob("*.pt") if path.stem not in ("fp32", "step")}
-        if (folder / "step.pt").is_file():
-            steps = int(whole(folder / "step.pt"))
-    return {"state": per_name, "steps": steps}
+        # ZeRO-3's universal form keeps each state flat; a ZeRO-3 partition's own shape is empty (ds_shape is whole)
+        shape = tuple(getattr(param, "ds_shape", None) or param.shape)
+        per_name[name] = {path.stem: whole(path).reshape(shape) for path in folder.glob("*.pt")
+                          if path.stem not in ("fp32", "step")}
+    return {"state": per_name, "steps": int(steps)}
