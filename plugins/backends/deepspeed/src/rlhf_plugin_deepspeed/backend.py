@@ -112,11 +112,11 @@ class DeepSpeedBackend:
         import torch.distributed as dist
 
         _forget_a_destroyed_world_group()
-        if dist.is_initialized():
-            return
-        if not on_gpu():
+        if not on_gpu():  # also where another backend's in-process run made the group: DeepSpeed's comm starts later
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
             deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # avoids a 45 s JIT build; plain gloo
+        if dist.is_initialized():
+            return
         deepspeed.init_distributed(dist_backend="nccl" if on_gpu() else "gloo")
 
     def trained(self, load: Any, optimizer: Any, scheduler: Any, section: Any, data_parallel_size: int,
