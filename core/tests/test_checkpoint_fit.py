@@ -33,8 +33,9 @@ def test_another_number_of_ranks_or_layout_is_a_note_not_a_refusal() -> None:
 
 @pytest.mark.parametrize(("saved", "now", "says"), [
     (record(), record(backend="fsdp2"),
-     [f"{DIRECTORY} was written by --train.backend deepspeed and this run uses fsdp2: resume it with --train.backend "
-      f"deepspeed", f"rlhf checkpoint export {DIRECTORY} --model actor"]),
+     [f"{DIRECTORY} was written by --train.backend deepspeed and this run uses fsdp2, which cannot load it",
+      "backend-neutral full state", "resume it with --train.backend deepspeed",
+      f"rlhf checkpoint export {DIRECTORY} --model actor"]),
     (record(lora_rank=8), record(),
      ["trained a LoRA adapter of rank 8 of the actor and this run trains the full model", "--ds.lora.rank 8"]),
     (record(), record(lora_rank=4), ["trained the full model of the actor", "a LoRA adapter of rank 4", "--ds.lora.rank 0"]),
@@ -46,6 +47,38 @@ def test_an_intact_checkpoint_that_does_not_fit_says_why_and_never_to_delete_it(
     message = str(refused.value)
     assert all(part in message for part in says), message
     assert "delete" not in message and "damaged" not in message
+
+
+def test_another_backend_is_a_note_where_the_run_converts_from_it_and_a_refusal_elsewhere() -> None:
+    """``converts`` (rlhf.config.training_backend.converts_from) is asked with the backend that wrote the group."""
+    saved = {"models": {"actor": record()}}
+    asked = []
+
+    def converts(backend: str) -> bool:
+        asked.append(backend)
+        return backend == "deepspeed"
+
+    now = {"actor": record(backend="fsdp2", world_size=1, layout={"sharding": "fully_shard"})}
+    assert check_fit(DIRECTORY, saved, now, converts) == ["actor: 2 ranks -> 1, --train.backend deepspeed -> fsdp2"]
+    assert asked == ["deepspeed"]
+    with pytest.raises(CheckpointError, match="written by --train.backend fsdp2 and this run uses deepspeed, which cannot"):
+        check_fit(DIRECTORY, {"models": {"actor": record(backend="fsdp2")}}, {"actor": record()}, converts)
+
+
+def test_which_backends_a_run_converts_from_is_what_the_two_backends_declare() -> None:
+    """The writer exports (full_state_from_checkpoint and optimizer_state_from_checkpoint), the run's backend loads
+    (load_full_state): the first-party FSDP2 run converts DeepSpeed's checkpoints; DeepSpeed loads no other's."""
+    from rlhf.config.ppo import PPOConfig
+    from rlhf.config.training_backend import converts_from
+    from rlhf.host.plugin_host import PluginHost
+    from rlhf.host.selection import PluginSelection
+
+    registry = PluginHost.load(PluginSelection.parse("deepspeed,fsdp2", strict=True)).registry
+    config = PPOConfig()
+    config.train.backend = "fsdp2"
+    assert converts_from(config, registry)("deepspeed") and not converts_from(config, registry)("megatron")
+    config.train.backend = "deepspeed"
+    assert not converts_from(config, registry)("fsdp2")
 
 
 def test_a_group_the_checkpoint_lacks_names_what_it_holds() -> None:

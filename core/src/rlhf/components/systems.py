@@ -314,7 +314,13 @@ class TrainingBackend(Protocol):
     how a trained model's states are split, recorded with each checkpoint; and ``full_state_from_checkpoint(directory,
     tag, module, ema=False) -> dict[str, Tensor]``, in a process of its own without a group: the whole fp32 state that
     :meth:`TrainedModel.save_checkpoint` wrote there, by ``module.state_dict()``'s names (``ema``: with the EMA's
-    trainable parameters), for ``rlhf checkpoint export``.
+    trainable parameters), for ``rlhf checkpoint export``. For a resume under another ``--train.backend`` (the
+    backend-neutral full state, :func:`rlhf.config.training_backend.load_from_other_backend`): the writer's
+    ``optimizer_state_from_checkpoint(directory, tag, module) -> {"state": {name: {key: tensor}}, "steps": int}``
+    (classmethod, every rank, no collective: each trainable parameter's optimizer states whole, by name, in torch's
+    keys without ``step``, and the optimizer steps taken) beside ``full_state_from_checkpoint``; and the resuming
+    backend's ``load_full_state(model, weights, optimizer_state) -> None`` (every rank: those whole tensors into its
+    :class:`TrainedModel`'s shards, each Adam-family parameter's ``step`` set to ``steps``).
     """
 
     def init_distributed(self) -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
@@ -9,7 +13,13 @@ from rlhf.components.first_use import ComponentLabel
 from rlhf.registry import ComponentKind
 
 #: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
-__all__ = ["backend_label", "check_backend_config", "model_record", "training_backend"]
+__all__ = ["backend_label", "check_backend_config", "converts_from", "load_from_other_backend", "model_record",
+           "training_backend"]
+
+log = logging.getLogger("rlhf.checkpoint")
+
+#: What a backend that wrote a checkpoint must have for another backend to resume it (docs/plugins/training-backend.md)
+NEUTRAL_EXPORT = ("full_state_from_checkpoint", "optimizer_state_from_checkpoint")
 
 if TYPE_CHECKING:
     from rlhf.config.run import RunConfig
@@ -57,3 +67,45 @@ def model_record(config: RunConfig, registry: Any, world_size: int, model: str, 
     return {"backend": config.train.backend, "world_size": world_size, "layout": layout(config) if layout else {},
             "lora_rank": int(getattr(lora, "rank", 0) or 0), "ema": ema, "model": model,
             "states": not getattr(config.ckpt, "disable_ds", False)}
+
+
+def converts_from(config: RunConfig, registry: Any) -> Callable[[str], bool]:
+    """Whether this run resumes a checkpoint that the named ``--train.backend`` wrote: that backend exports the
+    backend-neutral full state (``full_state_from_checkpoint`` and ``optimizer_state_from_checkpoint``) and this
+    run's backend imports it (``load_full_state``). For :func:`rlhf.records.checkpoints.resume`'s ``converts``."""
+    kind = ComponentKind.TRAINING_BACKEND
+    imports = hasattr(backend_class(config, registry), "load_full_state")
+
+    def converts(backend: str) -> bool:
+        if not imports or backend not in registry.names(kind):
+            return False
+        writer = registry.get(kind, backend, flag="--train.backend")
+        return all(hasattr(writer, method) for method in NEUTRAL_EXPORT)
+
+    return converts
+
+
+def load_from_other_backend(backend: Any, model: Any, writer: str, directory: Path, tag: str, registry: Any) -> None:
+    """Every rank of a resume whose checkpoint ``directory/tag`` the ``writer`` backend wrote: its backend-neutral
+    full state (whole fp32 weights, and the optimizer's per-parameter states, both by ``model.module``'s parameter
+    names, and the optimizer steps taken: ``{"state": {name: {key: tensor}}, "steps": int}``) goes into ``model`` (a :class:`rlhf.components.TrainedModel` of
+    ``backend``) through ``backend.load_full_state``; the LR scheduler is stepped as often as the optimizer was.
+    Each rank reads the whole state (it is the size of the model's fp32 weights and moments). One line says what was
+    converted and how long it took. The data position and step count are the core's (``state.json``)."""
+    import warnings
+
+    import torch.distributed as dist
+
+    started = time.perf_counter()
+    writer_class = registry.get(ComponentKind.TRAINING_BACKEND, writer, flag="--train.backend")
+    weights = writer_class.full_state_from_checkpoint(str(directory), tag, model.module)
+    optimizer = writer_class.optimizer_state_from_checkpoint(str(directory), tag, model.module)
+    backend.load_full_state(model, weights, optimizer)
+    with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": the steps were taken elsewhere
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(optimizer["steps"]):
+            model.lr_scheduler.step()
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        log.warning("checkpoint %s (written by --train.backend %s): loaded %d weights and the optimizer states of %d "
+                    "parameters after %d steps through the backend-neutral full state in %.1f s", directory / tag,
+                    writer, len(weights), len(optimizer["state"]), optimizer["steps"], time.perf_counter() - started)

@@ -17,6 +17,7 @@ no ``models``; for them the backends' own load errors are all there is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,12 @@ from rlhf.errors import CheckpointError
 __all__ = ["check_fit"]
 
 
-def check_fit(directory: Path, state: dict[str, Any], current: dict[str, dict[str, Any]]) -> list[str]:
+def check_fit(directory: Path, state: dict[str, Any], current: dict[str, dict[str, Any]],
+              converts: Callable[[str], bool] | None = None) -> list[str]:
     """Refuse a checkpoint whose training states cannot resume the run whose groups ``current`` records (as
     :func:`rlhf.config.training_backend.model_record` makes them): a :class:`CheckpointError` that says why and what fits. Returns one note per
-    group that resumes on another number of ranks or another layout (the backend converts those)."""
+    group that resumes on another number of ranks or another layout (the backend converts those), or from another
+    backend that ``converts(backend)`` says this run converts from (:func:`rlhf.config.training_backend.converts_from`)."""
     saved = state.get("models")
     if not isinstance(saved, dict):
         return []  # written before the records: the backend's load is the check
@@ -44,11 +47,14 @@ def check_fit(directory: Path, state: dict[str, Any], current: dict[str, dict[st
             raise CheckpointError(f"checkpoint {directory} has no training states (it was written with "
                                   f"--ckpt.disable_ds), so no run can resume from it; start a new run from its hf/ "
                                   f"model, or drop --ckpt.load_enable")
-        if then.get("backend") != now["backend"]:
+        moved = then.get("backend") != now["backend"]
+        if moved and not (converts is not None and converts(str(then.get("backend")))):
             raise CheckpointError(f"checkpoint {directory} was written by --train.backend {then.get('backend')} and this "
-                                  f"run uses {now['backend']}: resume it with --train.backend {then.get('backend')}, or "
-                                  f"start a new run from its weights (rlhf checkpoint export {directory} --model {role} "
-                                  f"--out DIR)")
+                                  f"run uses {now['backend']}, which cannot load it (a backend resumes another's "
+                                  f"checkpoint when that one exports and this one loads the backend-neutral full state: "
+                                  f"docs/plugins/training-backend.md): resume it with --train.backend "
+                                  f"{then.get('backend')}, or start a new run from its weights (rlhf checkpoint export "
+                                  f"{directory} --model {role} --out DIR)")
         if then.get("lora_rank", 0) != now["lora_rank"]:
             def kind(rank: int) -> str:
                 return f"a LoRA adapter of rank {rank}" if rank else "the full model"
@@ -57,8 +63,11 @@ def check_fit(directory: Path, state: dict[str, Any], current: dict[str, dict[st
                                   f"{then.get('lora_rank', 0)}, or start a new run from its weights (rlhf checkpoint "
                                   f"export {directory} --model {role} --out DIR)")
         changes = [f"{then.get('world_size')} ranks -> {now['world_size']}"] if then.get("world_size") != now["world_size"] else []
-        changes += [f"{key} {then.get('layout', {}).get(key)} -> {value}" for key, value in now["layout"].items()
-                    if then.get("layout", {}).get(key, value) != value]
+        if moved:  # one backend's layout says nothing of another's
+            changes.append(f"--train.backend {then.get('backend')} -> {now['backend']}")
+        else:
+            changes += [f"{key} {then.get('layout', {}).get(key)} -> {value}" for key, value in now["layout"].items()
+                        if then.get("layout", {}).get(key, value) != value]
         if changes:
             notes.append(f"{role}: {', '.join(changes)}")
     return notes

@@ -185,18 +185,20 @@ def published(output_dir: Path, what: str) -> Iterator[Path]:
 
 
 def resume(root: Path, load: Callable[[Path, dict[str, Any]], None], keys: tuple[str, ...] = (),
-           models: dict[str, dict[str, Any]] | None = None) -> dict[str, Any] | None:
+           models: dict[str, dict[str, Any]] | None = None,
+           converts: Callable[[str], bool] | None = None) -> dict[str, Any] | None:
     """``--ckpt.load_enable``: ``load(directory, state)`` the latest checkpoint under ``root`` and return its
     state (which has ``step`` and ``keys``), or ``None`` when there is none. Either way a WARNING says which,
     so a resume is never silent. ``models``: this run's trained groups (:func:`rlhf.config.training_backend.model_record`),
-    checked against the checkpoint's before ``load`` (:func:`~rlhf.records.checkpoint_fit.check_fit`)."""
+    checked against the checkpoint's before ``load`` (:func:`~rlhf.records.checkpoint_fit.check_fit`, with ``converts``:
+    which other backends' checkpoints this run converts)."""
     found = checkpoints(root)
     if not found:
         log.warning("--ckpt.load_enable: no checkpoint under %s; starting from step 0", root)
         return None
     _, directory = found[-1]
     state = load_state(directory, keys)
-    for note in check_fit(directory, state, models or {}):
+    for note in check_fit(directory, state, models or {}, converts):
         log.warning("--ckpt.load_enable: %s was written by another allocation (%s); the training backend converts it "
                     "or says why it cannot", directory, note)
     load(directory, state)

@@ -222,7 +222,7 @@ def _check_training_backend(backend_class: type, model_path: Any, config: Any) -
             try:
                 trained().load_checkpoint(str(Path(directory) / "nothing-here"), "model")
             except CheckpointError:
-                return exported(directory, saved, second.module)
+                return exported(directory, saved, second.module) or neutral(directory, after)
             return "load_checkpoint of a directory without a checkpoint did not raise CheckpointError"
 
     def exported(directory: str, saved: dict[str, Any] | None, module: Any) -> str | None:
@@ -233,6 +233,31 @@ def _check_training_backend(backend_class: type, model_path: Any, config: Any) -
         state = read(directory, "model", module)
         wrong = [k for k in saved if k not in state or not torch.allclose(state[k].float(), saved[k].float(), atol=1e-6)]
         return f"full_state_from_checkpoint differs from the saved weights at {wrong[:3]}" if wrong else None
+
+    def neutral(directory: str, after: dict[str, Any] | None) -> str | None:
+        """The optional backend-neutral full state (a resume under another backend): ``optimizer_state_from_checkpoint``
+        gives each trainable parameter's states whole, and the step count; with ``load_full_state`` too, a model
+        loaded through it (and its scheduler stepped as often) takes step 2 as the uninterrupted run did."""
+        read = getattr(backend_class, "optimizer_state_from_checkpoint", None)
+        if read is None:
+            return None
+        third = trained()
+        saved = read(directory, "model", third.module)
+        shapes = {name: tuple(p.shape) for name, p in load().named_parameters() if p.requires_grad}
+        if saved.get("steps") != 1 or set(saved.get("state", {})) != set(shapes):
+            return (f"optimizer_state_from_checkpoint gave steps {saved.get('steps')!r} and states of "
+                    f"{len(saved.get('state', {}))} parameters; expected 1 and the {len(shapes)} trainable ones by name")
+        wrong = [name for name, per in saved["state"].items()
+                 if any(torch.is_tensor(v) and v.dim() and tuple(v.shape) != shapes[name] for v in per.values())]
+        if wrong:
+            return f"optimizer_state_from_checkpoint's states of {wrong[:3]} are not whole (their parameters' shapes)"
+        if not hasattr(backend, "load_full_state") or after is None:
+            return None
+        backend.load_full_state(third, backend_class.full_state_from_checkpoint(directory, "model", third.module), saved)
+        third.lr_scheduler.step()
+        train_step(third, 1)
+        problem = _far(third.state_dict(), after)
+        return f"step 2 after load_full_state (step 1's checkpoint, through the neutral state): {problem}" if problem else None
 
     check_picklable(BACKEND, backend_class)
     first_failure(BACKEND, "accumulation", [("batch_size 4, micro_batch_size 2, one rank", accumulation)])

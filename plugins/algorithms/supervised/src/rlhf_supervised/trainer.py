@@ -25,7 +25,14 @@ import rlhf.records.checkpoints as checkpoint
 from rlhf.components.first_use import FirstUse
 from rlhf.config.base import ConfigError
 from rlhf.config.checks import check_4bit, check_global_batch, require_positive
-from rlhf.config.training_backend import backend_label, check_backend_config, model_record, training_backend
+from rlhf.config.training_backend import (
+    backend_label,
+    check_backend_config,
+    converts_from,
+    load_from_other_backend,
+    model_record,
+    training_backend,
+)
 from rlhf.data.sources import load_mixed
 from rlhf.data.workers import computed_in_order
 from rlhf.distributed import restored_process
@@ -397,11 +404,18 @@ class SupervisedTrainer:
         if not self.config.ckpt.load_enable:
             return 0
 
+        cfg, registry = self.config, self.plugins.registry
+
         def load(directory: Path, state: dict[str, Any]) -> None:
-            self.model.load_checkpoint(str(directory), "model")
+            writer = state.get("models", {}).get("model", {}).get("backend", cfg.train.backend)
+            if writer != cfg.train.backend:  # check_fit let it through: this run converts from it
+                load_from_other_backend(self.backend, self.model, writer, directory, "model", registry)
+            else:
+                self.model.load_checkpoint(str(directory), "model")
             self.plugins.checkpoint_load(state["step"], directory, state.get("plugins", {}))
 
-        state = checkpoint.resume(Path(self.config.ckpt.path), load, models=self._trained_models())
+        state = checkpoint.resume(Path(cfg.ckpt.path), load, models=self._trained_models(),
+                                  converts=converts_from(cfg, registry))
         return state["step"] if state is not None else 0
 
     def _trained_models(self) -> dict[str, dict[str, Any]]:

@@ -58,6 +58,14 @@ class DeepSpeedBackend:
         return full_state(Path(directory), tag, module, ema)
 
     @classmethod
+    def optimizer_state_from_checkpoint(cls, directory: str, tag: str, module: Any) -> dict[str, Any]:
+        """The optimizer's states saved under ``directory/tag`` by parameter name, for a resume under another
+        ``--train.backend`` (rlhf_plugin_deepspeed.checkpoint)."""
+        from rlhf_plugin_deepspeed.checkpoint import optimizer_state
+
+        return optimizer_state(Path(directory), tag, module)
+
+    @classmethod
     def plan_memory(cls, config: Any, model: Any) -> list[Any]:
         """One GPU of ``model`` (an :class:`rlhf.planning.PlannedModel`) for ``rlhf plan``: ZeRO's model states at
         ``--ds.zero_stage`` (DeepSpeed's own estimates), evaluated models in the stage :func:`eval_config` gives them
@@ -104,11 +112,11 @@ class DeepSpeedBackend:
         import torch.distributed as dist
 
         _forget_a_destroyed_world_group()
-        if dist.is_initialized():
-            return
-        if not on_gpu():
+        if not on_gpu():  # also where another backend's in-process run made the group: DeepSpeed's comm starts later
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
             deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # avoids a 45 s JIT build; plain gloo
+        if dist.is_initialized():
+            return
         deepspeed.init_distributed(dist_backend="nccl" if on_gpu() else "gloo")
 
     def trained(self, load: Any, optimizer: Any, scheduler: Any, section: Any, data_parallel_size: int,

@@ -112,3 +112,38 @@ def full_state(directory: Path, tag: str, module: Any, ema: bool = False) -> dic
         for i, (name, param) in enumerate(trainable):
             state[name] = resharded([shadow[i] for shadow in shadows], param, 0)
     return state
+
+
+def optimizer_state(directory: Path, tag: str, module: Any) -> dict[str, Any]:
+    """The optimizer's states saved under ``directory/tag``, whole, by ``module``'s trainable parameter names, in
+    torch's keys (``exp_avg``, ``exp_avg_sq``; Muon's ``momentum_buffer``), and the optimizer steps taken: read from
+    DeepSpeed's universal form, which stores each parameter's states whole (converted once, beside the states, as a
+    resume on another number of ranks does; every rank calls this, rank 0 converts)."""
+    import torch
+
+    from rlhf_plugin_deepspeed.universal import convert
+
+    states = directory / tag
+    if not any(states.glob("*model_states.pt")):
+        raise CheckpointError(f"checkpoint {states} holds no DeepSpeed model states: {_what_is_there(states, directory)}")
+    if saved_data_parallel_ranks(states) is None:
+        raise CheckpointError(f"checkpoint {states} was written under --ds.zero_stage 0, whose optimizer states "
+                              "DeepSpeed's universal form does not read: resume it with --train.backend deepspeed")
+    universal = directory / convert(directory, tag, "read by another --train.backend") / "zero"
+
+    def whole(path: Path) -> Any:
+        value = torch.load(path, map_location="cpu", weights_only=False)
+        return value["param"] if isinstance(value, dict) else value
+
+    # the optimizer steps the engine took (its scheduler stepped alike); ZeRO-3's universal form has no step.pt
+    steps = torch.load(next(states.glob("*model_states.pt")), map_location="cpu", weights_only=False)["global_steps"]
+    per_name = {}
+    for name, param in module.named_parameters():
+        if not param.requires_grad:
+            continue
+        folder = universal / name
+        # ZeRO-3's universal form keeps each state flat; a ZeRO-3 partition's own shape is empty (ds_shape is whole)
+        shape = tuple(getattr(param, "ds_shape", None) or param.shape)
+        per_name[name] = {path.stem: whole(path).reshape(shape) for path in folder.glob("*.pt")
+                          if path.stem not in ("fp32", "step")}
+    return {"state": per_name, "steps": int(steps)}

@@ -73,6 +73,23 @@ class FSDP2Backend:
         return {"sharding": "fully_shard"}
 
     @classmethod
+    def optimizer_state_from_checkpoint(cls, directory: str, tag: str, module: Any) -> dict[str, Any]:
+        """The optimizer's states saved under ``directory/tag`` by parameter name, for a resume under another
+        ``--train.backend`` (DCP, read in this process)."""
+        from pathlib import Path
+
+        from rlhf_plugin_fsdp2.checkpoint import optimizer_state
+
+        return optimizer_state(Path(directory), tag)
+
+    def load_full_state(self, model: Any, weights: dict[str, Any], optimizer_state: dict[str, Any]) -> None:
+        """Every rank: another backend's checkpoint, as whole weights and per-parameter optimizer states by name
+        (:func:`rlhf.config.training_backend.load_from_other_backend`), into this rank's shards."""
+        from rlhf_plugin_fsdp2.checkpoint import load_full
+
+        load_full(model.module, model.optimizer, weights, optimizer_state["state"], optimizer_state["steps"])
+
+    @classmethod
     def full_state_from_checkpoint(cls, directory: str, tag: str, module: Any, ema: bool = False) -> dict[str, Any]:
         """``rlhf checkpoint export``: the whole fp32 weights saved under ``directory/tag`` (DCP, read in this process)."""
         from pathlib import Path
@@ -120,7 +137,8 @@ class FSDP2Backend:
         """Load whole, shard, then build the optimizer over the shards (its states are sharded alike)."""
         model = load()
         shard(model, self._precision(model))
-        torch_optimizer = optimizer.build([p for p in model.parameters() if p.requires_grad], section)
+        # by name, so that an optimizer can treat the embeddings and head apart (Muon gives them to AdamW)
+        torch_optimizer = optimizer.build([(n, p) for n, p in model.named_parameters() if p.requires_grad], section)
         lr_scheduler = scheduler.build(torch_optimizer, max(1, num_training_steps), section)
         train = self.config.train
         accumulation = max(1, train.batch_size // (train.micro_batch_size * data_parallel_size))

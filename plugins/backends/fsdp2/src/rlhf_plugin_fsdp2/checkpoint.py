@@ -82,6 +82,54 @@ def full_state(directory: Path, tag: str) -> dict[str, Any]:
     return dict(_load_state_dict_from_keys({"model"}, checkpoint_id=str(path))["model"])
 
 
+def optimizer_state(directory: Path, tag: str) -> dict[str, Any]:
+    """The optimizer's states :func:`save_states` wrote, whole, by parameter name in torch's keys, and the optimizer
+    steps taken (the LR scheduler's count), read in this process (no process group)."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    path = directory / tag
+    if not (path / ".metadata").is_file() or not (path / TRAINER_STATE).is_file():
+        raise CheckpointError(f"checkpoint {path} holds no complete FSDP2 states: written by another --train.backend, "
+                              "or damaged; rlhf checkpoint inspect says which")
+    saved = _load_state_dict_from_keys({"optimizer"}, checkpoint_id=str(path))["optimizer"]["state"]
+    steps = torch.load(path / TRAINER_STATE, weights_only=True)["lr_scheduler"]["last_epoch"]
+    return {"state": {name: {key: value for key, value in per.items() if key != "step"} for name, per in saved.items()},
+            "steps": int(steps)}
+
+
+def load_full(module: Any, optimizer: Any, weights: dict[str, Any], optimizer_state: dict[str, dict[str, Any]],
+              steps: int) -> None:
+    """Every rank: whole weights and per-parameter optimizer states by name (another backend's checkpoint, through
+    the backend-neutral full state) into the sharded ``module`` and its ``optimizer``; each rank keeps its shards.
+    A state the size of its parameter is sharded like it; ``step`` (AdamW's) is ``steps`` on every parameter."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    module_names = set(module.state_dict())
+    weights = {name: tensor for name, tensor in weights.items() if name in module_names}
+    set_model_state_dict(module, weights, options=StateDictOptions(full_state_dict=True))
+
+    def like(value: Any, param: Any) -> Any:
+        value = value.to(param.dtype)
+        if isinstance(param, DTensor):
+            return distribute_tensor(value.to(param.device), param.device_mesh, param.placements)
+        return value.to(param.device)
+
+    parameters = dict(module.named_parameters())
+    missing = sorted(set(optimizer_state) - set(parameters))
+    if missing:
+        raise CheckpointError(f"the checkpoint's optimizer states name parameters this model lacks ({missing[0]}, "
+                              f"{len(missing)} in all): it was written for another model")
+    stepped = [p for group in optimizer.param_groups for p in group["params"]]
+    with torch.no_grad():
+        for name, per in optimizer_state.items():
+            param = parameters[name]
+            state = {key: like(value, param) for key, value in per.items()}
+            if any(p is param for p in stepped) and "exp_avg" in state:  # torch's Adam family counts steps per parameter
+                state["step"] = torch.tensor(float(steps))
+            optimizer.state[param] = state
+
+
 def _first_cause(exc: BaseException) -> BaseException:
     """DCP's ``CheckpointException`` (a ``BaseException``, raised on every rank alike) wraps each failing rank's
     error, and its own message is a list of tracebacks: the lowest failing rank's error tells what went wrong."""

@@ -26,6 +26,11 @@ def _eager_on_cpu() -> None:
         torch._dynamo.config.disable = True
 
 
+def _flags(field: str) -> str:
+    """``muon.<field>`` as each command spells it: ``deepspeed_config`` sees a section, not which one it is."""
+    return f"muon.{field} (--actor.muon.{field}, --critic.muon.{field} or --train.muon.{field})"
+
+
 class Muon:
     """``section`` is the trained model's config section (``config.actor``, ``config.critic`` or the
     supervised optimizer view), with ``muon.lr/momentum/ns_steps/nesterov`` and ``adam.*``."""
@@ -39,11 +44,6 @@ class Muon:
         return 4 * shape.matrix_parameters + 8 * (shape.parameters - shape.matrix_parameters)
 
     def check_config(self, section: Any, flag: Callable[[str], str]) -> None:
-        if section.muon.ns_steps != DEEPSPEED_NS_STEPS:
-            raise ConfigError(f"{flag('muon.ns_steps')} {section.muon.ns_steps}: DeepSpeed's Muon always runs "
-                              f"{DEEPSPEED_NS_STEPS} Newton-Schulz steps; leave the flag at {DEEPSPEED_NS_STEPS}")
-        if not section.muon.nesterov:
-            raise ConfigError(f"{flag('muon.no_nesterov')}: DeepSpeed's Muon always uses Nesterov momentum; drop the flag")
         if not 0.0 <= section.muon.momentum < 1.0:
             raise ConfigError(f"{flag('muon.momentum')} must be in [0, 1) (got {section.muon.momentum})")
         if section.max_norm != 0:
@@ -55,8 +55,20 @@ class Muon:
         return {"reduce_scatter": False} if stage == 3 else {}
 
     def deepspeed_config(self, section: Any) -> dict[str, Any]:
-        _eager_on_cpu()
+        """Asked only by a backend that builds the optimizer inside DeepSpeed (ZeRO partitions the parameters, and
+        DeepSpeed's ``MuonWithAuxAdam`` steps the partitions); it runs 5 Newton-Schulz steps with Nesterov momentum
+        whatever its config says, so other settings are refused here, where DeepSpeed is known to build it."""
         muon, adam = section.muon, section.adam
+        if muon.ns_steps != DEEPSPEED_NS_STEPS:
+            raise ConfigError(f"{_flags('ns_steps')} is {muon.ns_steps}: DeepSpeed's Muon (--train.backend deepspeed) "
+                              f"always runs {DEEPSPEED_NS_STEPS} Newton-Schulz steps; leave the flag at "
+                              f"{DEEPSPEED_NS_STEPS}, or train with a backend that builds the optimizer in torch "
+                              "(--train.backend fsdp2)")
+        if not muon.nesterov:
+            raise ConfigError(f"{_flags('no_nesterov')} is set: DeepSpeed's Muon (--train.backend deepspeed) always uses Nesterov "
+                              "momentum; drop the flag, or train with a backend that builds the optimizer in torch "
+                              "(--train.backend fsdp2)")
+        _eager_on_cpu()
         return {
             "type": "Muon",
             "params": {"muon_lr": muon.lr, "momentum": muon.momentum, "adam_lr": adam.lr, "betas": list(adam.betas),
@@ -64,24 +76,9 @@ class Muon:
         }
 
     def build(self, params: Any, section: Any) -> Any:
-        """The same optimizer without DeepSpeed; ``params`` may be ``(name, parameter)`` pairs (as
-        ``model.named_parameters()`` gives) so embeddings and the head go to AdamW, or bare
-        parameters, split by shape alone."""
-        import torch
-        from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
+        """The optimizer in plain torch (:mod:`rlhf_plugin_muon.torch_muon`), for a backend that builds its own; it
+        honours every ``muon.*`` flag. ``params`` may be ``(name, parameter)`` pairs (as ``model.named_parameters()``
+        gives) so that embeddings and the head go to AdamW, or bare parameters, split by shape alone."""
+        from rlhf_plugin_muon.torch_muon import muon_with_adamw
 
-        _eager_on_cpu()
-        named = [item if isinstance(item, tuple) else ("", item) for item in params]
-        trainable = [(name, p) for name, p in named if p.requires_grad]
-
-        def takes_muon(name: str, p: Any) -> bool:
-            return p.ndim >= 2 and not any(key in name.lower() for key in ("embed", "lm_head"))
-
-        muon, adam = section.muon, section.adam
-        groups = [
-            {"params": [p for n, p in trainable if takes_muon(n, p)], "use_muon": True, "lr": muon.lr,
-             "momentum": muon.momentum, "weight_decay": adam.weight_decay},
-            {"params": [p for n, p in trainable if not takes_muon(n, p)], "use_muon": False, "lr": adam.lr,
-             "betas": tuple(adam.betas), "eps": adam.eps, "weight_decay": adam.weight_decay},
-        ]
-        return MuonWithAuxAdam([g for g in groups if g["params"]], adam_optimizer=torch.optim.AdamW)
+        return muon_with_adamw(params, section)
