@@ -63,8 +63,8 @@ def run(root: Path, model: Path, mode: str, steps: int) -> list[dict]:
              "--rollout.micro_batch_size", "16", "--train.micro_batch_size", "8", "--train.batch_size", "8",
              "--actor.adam.lr", "3e-3", "--actor.lr_warmup_ratio", "0", "--ds.param_dtype", "bf16",
              "--reward.remote_url", str(reward), "--algo.advantage.estimator", "group_norm",
-             "--vllm.num_engines", "0", "--rollout.engine", "hf-inprocess", "--actor.num_gpus_per_node", "1",
-             "--actor.routing_replay", mode, "--rollout.dump_dir", str(out / "rollouts"),
+             "--vllm.num_engines", "0", "--rollout.engine", "hf-inprocess", "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
+             "--train.in_process", "on", "--actor.routing_replay", mode, "--rollout.dump_dir", str(out / "rollouts"),
              "--ckpt.output_dir", str(out / "out"), "--ckpt.path", str(out / "ckpt")]
     if main(["train", "ppo", *flags]) != 0:
         raise SystemExit(f"the {mode} run failed")

@@ -26,6 +26,8 @@ Per-token records, from the rollout engine to the trainer's forward (e.g. the ex
 * ``before_forward(module, tokens: ForwardTokens)`` (model workers): before every forward of the actor and the
   reference (old/reference log-probs, each training micro-batch), with where each sample sits in the forward's
   ``(R, L)`` input and what its engine recorded; a forward with no records passes None for each.
+* ``plan_memory(config, model: rlhf.planning.PlannedModel) -> list[rlhf.planning.MemoryPart]``: what the extension
+  adds to one GPU of ``model``'s group, for ``rlhf plan`` (in the CLI process, once per model group planned).
 * ``metrics() -> dict[str, float]``: after each actor training call, once per step and rank; what the extension
   measured since the last call (averaged over the ranks into ``metrics.jsonl``).
 """
@@ -39,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
 from rlhf.config.base import flagged_fields
+from rlhf.config.ppo import PPOConfig
+from rlhf.host.plugin_host import PluginHost
 from rlhf.registry import ComponentKind
 
 if TYPE_CHECKING:
@@ -97,9 +101,6 @@ class ForwardTokens:
 
 def engine_extensions(config: dict[str, Any]) -> list[Any]:
     """The model extensions a run switched on, built in a rollout engine's process from the config dict it gets."""
-    from rlhf.config.ppo import PPOConfig
-    from rlhf.host.plugin_host import PluginHost
-
     return active(PPOConfig.model_validate(config), PluginHost.load().registry)
 
 

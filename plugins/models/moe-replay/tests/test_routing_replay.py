@@ -135,3 +135,19 @@ def test_a_dense_model_is_refused_naming_the_flag(tmp_path_factory, tokenizer_pa
     path = build_causal_lm(tmp_path_factory.mktemp("dense"), tokenizer_path, hidden_size=64, layers=1)
     with pytest.raises(ConfigError, match="--actor.routing_replay rollout: the actor model .* has no top-k MoE router"):
         RoutingReplay("rollout").wrap(AutoModelForCausalLM.from_pretrained(path), "actor", None)
+
+
+def test_the_plan_counts_the_routing_record_of_one_forward_of_the_actor_and_the_reference(tmp_path_factory, tokenizer_path) -> None:
+    from rlhf.planning import PlannedModel, model_shape
+
+    path = _model(tmp_path_factory, tokenizer_path, "qwen3_moe")
+    config = PPOConfig()
+    config.actor.routing_replay, config.data.max_len = "rollout", 128
+    config.train.micro_batch_size, config.rollout.micro_batch_size = 4, 8
+    shape = model_shape(str(path), "--actor.model_name_or_path")
+    replay = RoutingReplay.from_config(config)
+    (actor,) = replay.plan_memory(config, PlannedModel("actor", shape, True, 1, shape.parameters, None))
+    assert (actor.part, actor.nbytes) == ("routing record", 8 * 128 * 2 * 2 * 2)  # tokens x layers x top-2 x int16
+    (ref,) = replay.plan_memory(config, PlannedModel("ref", shape, False, 1, 0, None))
+    assert ref.nbytes == 8 * 128 * 2 * 2 * 2
+    assert replay.plan_memory(config, PlannedModel("critic", shape, True, 1, shape.parameters, None)) == []

@@ -80,10 +80,38 @@ class RoutingReplay:
                 forced = torch.full((rows, length, taps.layers, taps.top_k), -1, dtype=torch.int16)
             take = min(len(record), count)
             forced[row, start : start + take] = torch.as_tensor(record[:take]).to(torch.int16)
-        taps.route(None if forced is None else forced.view(rows * length, taps.layers, taps.top_k),
-                   valid.view(-1), replay=self.mode == "rollout", measure=tokens.training)
+        device = next(module.parameters()).device  # the forward's: one copy per micro-batch, not one per layer
+        taps.route(None if forced is None else forced.view(rows * length, taps.layers, taps.top_k).to(device),
+                   valid.view(-1).to(device), replay=self.mode == "rollout", measure=tokens.training)
+
+    def plan_memory(self, config: Any, model: Any) -> list[Any]:
+        """``rlhf plan``: the int16 expert ids of one forward micro-batch on an actor or reference GPU (the larger of a
+        training and an experience micro-batch, every sequence at ``--data.max_len``) over every MoE layer."""
+        from rlhf.planning import MemoryPart
+
+        if model.role not in ROLES:
+            return []
+        layers, top_k = moe_layout(model.shape.path)
+        sequences = max(config.train.micro_batch_size, config.rollout.micro_batch_size) if model.trained else config.rollout.micro_batch_size
+        tokens = sequences * config.data.max_len
+        return [MemoryPart("routing record", tokens * layers * top_k * 2,
+                           f"{tokens} tokens x {layers} MoE layers x top-{top_k} x 2 B ({FLAG} {self.mode})")]
 
     def metrics(self) -> dict[str, float]:
         """The MoE metrics of this rank's training forwards since the last call."""
         taps = self.taps.get("actor")
         return taps.metrics() if taps is not None else {}
+
+
+def moe_layout(path: str) -> tuple[int, int]:
+    """(MoE layers, experts per token) of the model at ``path``, from its config (``num_experts_per_tok``; the layers
+    that are not MoE by ``mlp_only_layers`` / ``decoder_sparse_step``, as Qwen's configs say)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    config = getattr(config, "text_config", None) or config
+    layers = config.num_hidden_layers
+    dense = set(getattr(config, "mlp_only_layers", None) or [])
+    step = getattr(config, "decoder_sparse_step", 1) or 1
+    moe = [i for i in range(layers) if i not in dense and (i + 1) % step == 0]
+    return len(moe), int(getattr(config, "num_experts_per_tok", 0) or 0)

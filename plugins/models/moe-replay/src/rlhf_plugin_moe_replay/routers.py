@@ -110,8 +110,8 @@ class RouterTaps:
         if self.valid.shape[0] != ids.shape[0]:
             raise RuntimeError(f"routing replay: the router of MoE layer {layer} saw {ids.shape[0]} tokens, the forward "
                                f"was announced with {self.valid.shape[0]} (a layout that splits rows, e.g. ring attention, is not supported)")
-        recorded = None if self.forced is None else self.forced[:, layer].to(ids.device).long()
-        have = None if recorded is None else (recorded[:, 0] >= 0) & self.valid.to(ids.device)
+        recorded = None if self.forced is None else self.forced[:, layer].long()
+        have = None if recorded is None else (recorded[:, 0] >= 0) & self.valid
         used, used_weights = ids, weights
         if self.replay and have is not None:
             chosen = torch.where(have[:, None], recorded, ids)
@@ -129,7 +129,7 @@ class RouterTaps:
     def _count(self, layer: int, logits: Any, own: Any, used: Any, recorded: Any, have: Any) -> None:
         import torch
 
-        valid = self.valid.to(own.device)
+        valid = self.valid
         self.tokens[layer] += float(valid.sum())
         self.load[layer] += torch.bincount(used[valid].reshape(-1).long(), minlength=self.experts).double().cpu()
         self.mean_prob[layer] += torch.softmax(logits[valid].float(), dim=-1).sum(dim=0).double().cpu()
