@@ -49,6 +49,9 @@ class GenerationResult(TypedDict):
     prompt: NotRequired[str]
     agent: NotRequired[AgentOutcome]
     media: NotRequired[dict[str, Any] | None]  # the trajectory's images: the prompt's, then the environment's
+    # what model extensions recorded while the engine generated it (rlhf.models.extensions.recording), by name: one
+    # array each whose first axis is the sequence's positions (prompt then response) the engine forwarded
+    token_records: NotRequired[dict[str, Any]]
 
 
 class WorkerColumns(TypedDict):
@@ -58,3 +61,4 @@ class WorkerColumns(TypedDict):
     response_ids: list[list[int]]
     media: NotRequired[list[dict[str, Any] | None]]  # VLM runs only
     action_masks: NotRequired[list[list[int] | None]]  # multi-turn runs only
+    token_records: NotRequired[list[dict[str, Any] | None]]  # the engine's per-position records (GenerationResult)

@@ -107,6 +107,9 @@ class ActorSection(TrainedModel):
     policy_loss_type: str = flag("ppo", "Policy loss (a registered policy loss name)", component=K.POLICY_LOSS)
     loss_agg_mode: Literal["token-mean", "seq-mean-token-mean"] = flag("token-mean", "Policy-loss aggregation")
     aux_loss_coef: float = flag(0.0, "MoE balancing loss coefficient")
+    routing_replay: Literal["off", "record", "rollout"] = plugin_flag(
+        "moe-replay", "off", "MoE routing replay: 'rollout' routes the trainer's forwards by the experts the rollout engine "
+        "chose per token and layer; 'record' only records them and logs the mismatch")
     entropy_coef: float | None = flag(None, "Entropy loss coefficient; 0 only logs entropy")
     freeze_visual_encoder: bool = flag(False, "Freeze the vision encoder (train the language model only)", switch=True)
 

@@ -15,15 +15,34 @@ model loading:
 
 ``role`` is ``actor``, ``ref``, ``critic`` or ``reward`` (``sft``-style trainers pass ``actor``).
 Runs in the model workers (and the supervised trainer's ranks), once per model.
+
+Per-token records, from the rollout engine to the trainer's forward (e.g. the experts each token was routed to):
+
+* ``record(module, rows) -> context manager`` (engines): entered around one ``generate`` call of ``rows``
+  sequences on the HF ``module``; the value it yields, called after the block, returns ``{name: tensor}``, each
+  ``(rows, positions, ...)`` over every position the calls forwarded, in order (the prompt's width, then one per
+  decoding step). The engine cuts each sequence's own positions out (:func:`recording`) and returns them as
+  ``GenerationResult.token_records``; the controller carries them with the sample to the model workers.
+* ``before_forward(module, tokens: ForwardTokens)`` (model workers): before every forward of the actor and the
+  reference (old/reference log-probs, each training micro-batch), with where each sample sits in the forward's
+  ``(R, L)`` input and what its engine recorded; a forward with no records passes None for each.
+* ``plan_memory(config, model: rlhf.planning.PlannedModel) -> list[rlhf.planning.MemoryPart]``: what the extension
+  adds to one GPU of ``model``'s group, for ``rlhf plan`` (in the CLI process, once per model group planned).
+* ``metrics() -> dict[str, float]``: after each actor training call, once per step and rank; what the extension
+  measured since the last call (averaged over the ranks into ``metrics.jsonl``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
 from rlhf.config.base import flagged_fields
+from rlhf.config.ppo import PPOConfig
+from rlhf.host.plugin_host import PluginHost
 from rlhf.registry import ComponentKind
 
 if TYPE_CHECKING:
@@ -62,3 +81,60 @@ def load_model(extensions: list[Any], role: str, config: RunConfig, path: str, d
         if wrap is not None:
             model = wrap(model, role, config)
     return model
+
+
+@dataclass
+class ForwardTokens:
+    """Where a forward's samples sit in its ``(R, L)`` ``input_ids`` (right-padded rows, or one packed row) and what the
+    rollout engine recorded for each: sample ``i`` occupies row ``rows[i]`` from position ``starts[i]`` on, for
+    ``lengths[i]`` positions (prompt then response)."""
+
+    shape: tuple[int, int]
+    rows: list[int]
+    starts: list[int]
+    lengths: list[int]
+    #: per sample, its ``GenerationResult.token_records`` (arrays over its first positions), or None
+    records: list[dict[str, Any] | None]
+    #: a training forward (with gradients) of the actor, not a log-prob pass
+    training: bool = False
+
+
+def engine_extensions(config: dict[str, Any]) -> list[Any]:
+    """The model extensions a run switched on, built in a rollout engine's process from the config dict it gets."""
+    return active(PPOConfig.model_validate(config), PluginHost.load().registry)
+
+
+@contextlib.contextmanager
+def recording(extensions: list[Any], module: Any, prompt_lengths: list[int], width: int) -> Iterator[Callable[[list[int]], list[dict[str, Any]]]]:
+    """Around one ``generate`` call of left-padded prompts (``width`` wide) on ``module``: yields ``cut(response_lengths)``,
+    which after the call returns each sequence's records (``GenerationResult.token_records``, numpy arrays over its
+    prompt and response positions that were forwarded: ``prompt + response - 1``, the last token never is)."""
+    with contextlib.ExitStack() as stack:
+        taken = [stack.enter_context(e.record(module, len(prompt_lengths))) for e in extensions if hasattr(e, "record")]
+
+        def cut(response_lengths: list[int]) -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = [{} for _ in prompt_lengths]
+            for recorded in taken:
+                for name, tensor in recorded().items():
+                    for i, (prompt, response) in enumerate(zip(prompt_lengths, response_lengths)):
+                        out[i][name] = tensor[i, width - prompt : width + response - 1].cpu().numpy()
+            return out
+
+        yield cut
+
+
+def before_forward(extensions: list[Any], module: Any, tokens: ForwardTokens) -> None:
+    """Every extension's ``before_forward`` (see the module's docstring)."""
+    for extension in extensions:
+        hook = getattr(extension, "before_forward", None)
+        if hook is not None:
+            hook(module, tokens)
+
+
+def extension_metrics(extensions: list[Any]) -> dict[str, float]:
+    """What the extensions measured since the last call (their ``metrics()``)."""
+    out: dict[str, float] = {}
+    for extension in extensions:
+        if hasattr(extension, "metrics"):
+            out.update(extension.metrics())
+    return out

@@ -119,3 +119,32 @@ def build_reward_model(
     """A sequence-regression model with a one-output value head named ``score`` (reward model / critic)."""
     return _save_random_model("AutoModelForSequenceClassification", path, tokenizer_path, family=family,
                               hidden_size=hidden_size, layers=layers, seed=seed, num_labels=1)
+
+
+MoeFamily = Literal["qwen3_moe", "olmoe", "mixtral"]
+
+
+def build_moe_causal_lm(path: str | Path, tokenizer_path: str | Path, *, family: MoeFamily = "qwen3_moe", hidden_size: int = 64,
+                        layers: int = 2, experts: int = 8, top_k: int = 2, seed: int = 0) -> Path:
+    """A randomly initialised mixture-of-experts causal LM in transformers' fused-experts layout (one ``*TopKRouter``
+    and one ``experts.gate_up_proj`` per layer), saved with its tokenizer."""
+    import torch
+    import transformers
+
+    path = Path(path)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_path)
+    torch.manual_seed(seed)
+    common = {"vocab_size": len(tokenizer), "hidden_size": hidden_size, "num_hidden_layers": layers,
+              "num_attention_heads": max(1, hidden_size // 32), "num_key_value_heads": 1, "max_position_embeddings": 512,
+              "num_experts_per_tok": top_k, "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+              "pad_token_id": tokenizer.pad_token_id, "tie_word_embeddings": True}
+    if family == "mixtral":
+        config = transformers.MixtralConfig(intermediate_size=hidden_size, num_local_experts=experts, **common)
+    elif family == "olmoe":
+        config = transformers.OlmoeConfig(intermediate_size=hidden_size, num_experts=experts, **common)
+    else:
+        config = transformers.Qwen3MoeConfig(moe_intermediate_size=hidden_size, intermediate_size=hidden_size * 2,
+                                             num_experts=experts, head_dim=32, norm_topk_prob=True, **common)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

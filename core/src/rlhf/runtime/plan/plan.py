@@ -9,6 +9,7 @@ from typing import Any
 from rlhf import ops
 from rlhf.config.training_backend import backend_class
 from rlhf.errors import ConfigError
+from rlhf.models.extensions import active
 from rlhf.planning.groups import ModelGroup, RunGroups
 from rlhf.planning.parts import PHASES, MemoryPart, PlannedModel, activation_bytes, dtype_bytes, format_bytes
 from rlhf.planning.shapes import model_shape
@@ -166,7 +167,9 @@ def model_parts(config: Any, registry: Any, model: ModelGroup) -> list[MemoryPar
     plan_memory = getattr(backend, "plan_memory", None)
     parts = (plan_memory(config, planned) if plan_memory is not None
              else [MemoryPart("model states", None, f"--train.backend {config.train.backend} does not say")])
-    return parts + [activations(config, planned, model.checkpointing), *logits_parts(config, planned)]
+    extra = [part for extension in active(config, registry) if hasattr(extension, "plan_memory")
+             for part in extension.plan_memory(config, planned)]  # a model plugin's own GPU memory (e.g. a routing record)
+    return parts + [activations(config, planned, model.checkpointing), *logits_parts(config, planned), *extra]
 
 
 def micro_batch_tokens(config: Any, trained: bool) -> int:

@@ -40,7 +40,8 @@ def generate_samples(config: PPOConfig, executor: Any, engines: Any, tokenizer: 
                    rollout_logprobs=result["logprobs"], prompt=result.get("prompt", request["prompt"]), response=text,
                    label=request["label"] if request["label"] is not None else "", group=request["group"],
                    finish_reason=result["finish_reason"], action_mask=result.get("action_mask"), agent=result.get("agent"),
-                   media=result.get("media", request["media"]), data_state=prompts[request["group"]].get("data_state"))
+                   media=result.get("media", request["media"]), data_state=prompts[request["group"]].get("data_state"),
+                   token_records=result.get("token_records"))
             for request, result, text in zip(requests, results, texts)]
 
 

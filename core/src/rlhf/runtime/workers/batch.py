@@ -50,6 +50,8 @@ class Sample:
     terms: dict[str, float] = dataclasses.field(default_factory=dict)
     columns: dict[str, Any] = dataclasses.field(default_factory=dict)
     policy_version: int = 0  # weight syncs before this sample was generated
+    #: what model extensions recorded while the engine generated it (``GenerationResult.token_records``); None: nothing
+    token_records: dict[str, Any] | None = None
 
     def mask(self) -> list[int]:
         return self.action_mask if self.action_mask is not None else [1] * len(self.response_ids)
@@ -63,6 +65,8 @@ def worker_payload(samples: list[Sample]) -> WorkerColumns:
         payload["media"] = [s.media for s in samples]
     if any(s.action_mask is not None for s in samples):  # multi-turn: environment tokens are not trained on
         payload["action_masks"] = [s.action_mask for s in samples]
+    if any(s.token_records for s in samples):  # e.g. the experts the engine routed each token to (rlhf-plugin-moe-replay)
+        payload["token_records"] = [s.token_records for s in samples]
     return payload
 
 

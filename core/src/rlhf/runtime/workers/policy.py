@@ -19,7 +19,7 @@ from rlhf.components import build
 from rlhf.components.first_use import FirstUse
 from rlhf.config.rollout_engine import engine_label, rollout_engine_class, uses_engine
 from rlhf.errors import ConfigError
-from rlhf.models.extensions import active, load_model
+from rlhf.models.extensions import ForwardTokens, active, before_forward, extension_metrics, load_model
 from rlhf.models.loading import dtype_of, load_causal_lm, token_id
 from rlhf.models.lora import apply_lora, is_peft, merged_state_dict, quantization_kwargs
 from rlhf.models.saving import without_deepspeed_import
@@ -74,21 +74,32 @@ class _ModelWorker(BaseWorker):
     tp = 1
     #: the current micro-batch's accumulation boundary with dynamic batches (None: fixed micro-batches)
     _boundary: bool | None = None
+    #: the model plugins this run switched on (rlhf.models.extensions), built as the model loaded
+    extensions: list[Any] = []
 
     def _load(self, role: str, path: str, default: Any) -> Any:
         """The model of ``role`` through the model plugins this run switched on (Liger, ring attention, VLM)."""
 
-        return load_model(active(self.config, self.plugins.registry), role, self.config, path, default)
+        self.extensions = active(self.config, self.plugins.registry)
+        return load_model(self.extensions, role, self.config, path, default)
 
-    def _batch(self, payload: dict[str, list], rows: list[int]) -> Any:
+    def _batch(self, payload: dict[str, list], rows: list[int], training: bool = False) -> Any:
         """The :class:`~rlhf.runtime.workers.batch.TokenBatch` of these samples on the model's device, packed with
-        ``--ds.packing_samples`` where that is the faster path (:func:`~rlhf.runtime.workers.micro_batches.packed_forward`)."""
+        ``--ds.packing_samples`` where that is the faster path (:func:`~rlhf.runtime.workers.micro_batches.packed_forward`).
+        The model extensions' ``before_forward`` sees where each sample sits and what its engine recorded."""
 
         if not hasattr(self, "_packed"):
             self._packed = packed_forward(self.config)
         media = [payload["media"][i] for i in rows] if payload.get("media") else None
-        return pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id,
-                    packed=self._packed, media=media, action_masks=_action_masks(payload, rows)).to(self.model.device)
+        batch = pack([payload["prompt_ids"][i] for i in rows], [payload["response_ids"][i] for i in rows], self.pad_id,
+                     packed=self._packed, media=media, action_masks=_action_masks(payload, rows)).to(self.model.device)
+        if self.extensions:
+            lengths = [len(payload["prompt_ids"][i]) + len(payload["response_ids"][i]) for i in rows]
+            records = payload.get("token_records")
+            before_forward(self.extensions, self.model.module, ForwardTokens(
+                tuple(batch.input_ids.shape), batch.rows.tolist(), [int(end) - n + 1 for end, n in zip(batch.last_index.tolist(), lengths)],
+                lengths, [records[i] for i in rows] if records else [None] * len(rows), training))
+        return batch
 
     def _per_token_rows(self, payload: dict[str, list], compute: Any) -> list[list[float]]:
         """Run ``compute(TokenBatch) -> (B, T)`` without gradients over ``--rollout.micro_batch_size``
@@ -278,7 +289,7 @@ class PolicyWorker(_CausalLMWorker):
         sums: dict[str, float] = {}
         count = 0
         for rows, tokens, sequences, weight in self._training_groups(payload, step, salt=0):
-            batch = self._batch(payload, rows)
+            batch = self._batch(payload, rows, training=bool(weight))
             mask = batch.action_mask
             column = functools.partial(_padded_column, payload, rows, mask.shape[1], mask.device)
             moe = {"output_router_logits": True} if cfg.actor.aux_loss_coef > 0 else {}
@@ -309,6 +320,7 @@ class PolicyWorker(_CausalLMWorker):
                     sums[key] = sums.get(key, 0.0) + float(value)
                 count += 1
         result = {key: value / max(count, 1) for key, value in sums.items()}
+        result.update(extension_metrics(self.extensions))
         result["actor_lr"] = self.model.learning_rate()
         return result
 

@@ -55,10 +55,12 @@ class HFEngine:
         import torch
 
         from rlhf.devices import local_device
+        from rlhf.models.extensions import engine_extensions
         from rlhf.models.loading import load_generative
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[param_dtype]
         self.chunk_size = chunk_size(config)
+        self.extensions = engine_extensions(config)  # model plugins that record per-token values (e.g. routed experts)
         self._use(load_generative(model_path, dtype).to(local_device()).eval())  # the GPU Ray gave this actor, if any
 
     def _use(self, model: Any) -> None:
@@ -87,6 +89,7 @@ class HFEngine:
         from transformers import LogitsProcessorList
 
         from rlhf.media import collate_media
+        from rlhf.models.extensions import recording
         from rlhf_plugin_hf_generate.sampled import SampledLogprobs
 
         width = max(len(r["prompt_ids"]) for r in requests)
@@ -100,7 +103,7 @@ class HFEngine:
         torch.manual_seed(requests[0]["seed"])
         sample = temperature > 0
         recorder = SampledLogprobs(temperature if sample else 1.0, self.suppressed)
-        with torch.no_grad():
+        with torch.no_grad(), recording(self.extensions, self.model, [len(r["prompt_ids"]) for r in requests], width) as cut:
             out = self.model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device),
                 max_new_tokens=max(r["max_tokens"] for r in requests), **{k: v.to(device) for k, v in media.items()},
@@ -116,8 +119,12 @@ class HFEngine:
         eos = torch.isin(tokens, torch.tensor(sorted(self.eos_ids))) & (torch.arange(tokens.shape[1]) < limit[:, None])
         stopped = eos.any(dim=1)
         lengths = torch.where(stopped, eos.int().argmax(dim=1) + 1, limit)
-        return [{"response_ids": ids[:n], "logprobs": lp[:n], "finish_reason": "stop" if stop else "length"}
-                for ids, lp, n, stop in zip(tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist())]
+        results = [{"response_ids": ids[:n], "logprobs": lp[:n], "finish_reason": "stop" if stop else "length"}
+                   for ids, lp, n, stop in zip(tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist())]
+        for result, records in zip(results, cut(lengths.tolist())):
+            if records:
+                result["token_records"] = records
+        return results
 
     def sleep(self) -> None:
         """Nothing to free: the HF engine's model and its per-batch cache live in host memory."""
@@ -169,7 +176,10 @@ class InProcessHFEngine(HFEngine):
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
         """Nothing to load: the weights come with :meth:`attach`."""
+        from rlhf.models.extensions import engine_extensions
+
         self.chunk_size = chunk_size(config)
+        self.extensions = engine_extensions(config)
 
     def attach(self, trained: Any) -> None:
         """Generate with ``trained.module`` (the rank's :class:`rlhf.components.TrainedModel`), from now on."""
