@@ -78,11 +78,18 @@ class FSDP2Model(EvaluatedModel):
         return float(self.optimizer.param_groups[0]["lr"])
 
     def state_dict(self, copy: bool = True) -> dict[str, Any] | None:
-        """The gathered fp32 weights on rank 0 (always a copy: FSDP2 never holds them whole), None elsewhere."""
+        """The gathered fp32 weights on rank 0, None elsewhere. On one CPU rank gathering and offloading move nothing
+        (a one-rank DTensor's whole tensor is its shard), so the entries would be the live weights, which the next
+        step changes: with ``copy`` those are cloned."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         state = get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return state if dist.get_rank() == 0 else None
+        if dist.get_rank() != 0:
+            return None
+        if copy:
+            live = {_storage(tensor) for tensor in self.module.state_dict().values()}
+            state = {name: tensor.clone() if _storage(tensor) in live else tensor for name, tensor in state.items()}
+        return state
 
     @contextlib.contextmanager
     def gathered(self) -> Iterator[None]:
@@ -141,3 +148,9 @@ class FSDP2Model(EvaluatedModel):
 def _whole(tensor: Any) -> Any:
     """The unsharded value of a state-dict entry (a plain buffer is whole already)."""
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def _storage(tensor: Any) -> int:
+    """Where a state-dict entry's values live (a DTensor's: its local shard's)."""
+    local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    return local.untyped_storage().data_ptr()
