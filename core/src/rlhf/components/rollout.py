@@ -36,6 +36,10 @@ class AgentExecutor(Protocol):
     the run (``--reward.functions agent:0.8,format:0.2`` weighs it; its scores drive filtering unless
     ``--reward.score_term`` names another term). A class attribute, or set on the instance (e.g. in
     ``from_config``, when only some configurations reward their own episodes); read once per run.
+
+    Optional trait ``rlhf plan`` reads: ``one_generation_per_request`` (a class attribute) — each response is
+    one generation of at most its request's ``max_tokens`` (so at most ``--rollout.max_new_tokens``): the plan
+    bounds a sequence's action tokens by it, and otherwise (several turns) by ``--data.max_len`` only.
     """
 
     def run(self, requests: list[GenerationRequest], engines: Any, sampling: dict[str, float]) -> list[GenerationResult]: ...

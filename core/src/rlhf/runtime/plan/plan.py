@@ -169,7 +169,8 @@ def model_parts(config: Any, registry: Any, model: ModelGroup) -> list[MemoryPar
              else [MemoryPart("model states", None, f"--train.backend {config.train.backend} does not say")])
     extra = [part for extension in active(config, registry) if hasattr(extension, "plan_memory")
              for part in extension.plan_memory(config, planned)]  # a model plugin's own GPU memory (e.g. a routing record)
-    return parts + [activations(config, planned, model.checkpointing), *logits_parts(config, planned), *extra]
+    return parts + [activations(config, planned, model.checkpointing),
+                    *logits_parts(config, planned, response_tokens(config, registry)), *extra]
 
 
 def micro_batch_tokens(config: Any, trained: bool) -> int:
@@ -198,11 +199,27 @@ def activations(config: Any, model: PlannedModel, checkpointing: bool) -> Memory
     return MemoryPart("activations", nbytes, how)
 
 
-def logits_parts(config: Any, model: PlannedModel) -> list[MemoryPart]:
+def response_tokens(config: Any, registry: Any) -> int:
+    """Action tokens one sequence can have: ``--data.max_len`` less the prompt's first token, and at most
+    ``--rollout.max_new_tokens`` where the run's agent executor makes each response one generation (its trait
+    ``one_generation_per_request``; a multi-turn trajectory spans several, bounded only by ``--data.max_len``)."""
+    room = max(1, config.data.max_len - 1)
+    rollout = getattr(config, "rollout", None)
+    limit = getattr(rollout, "max_new_tokens", None)
+    name = getattr(config.train, "agent_executor", None)
+    if not limit or name not in registry.names(ComponentKind.AGENT_EXECUTOR):
+        return room
+    executor = registry.get(ComponentKind.AGENT_EXECUTOR, name)
+    return min(limit, room) if getattr(executor, "one_generation_per_request", False) else room
+
+
+def logits_parts(config: Any, model: PlannedModel, response: int) -> list[MemoryPart]:
     """What the LM head's output takes on one GPU of ``model`` (nothing for a value head): the logits of a whole
     micro-batch in the weights' dtype (and their gradient, as large, in a training backward; a trained actor's
     experience forward over ``--rollout.micro_batch_size`` sequences where that is larger), and one chunk of the
-    log-probs computed from them in fp32 (:data:`CHUNK_COPIES` copies of ``LOGPROB_CHUNK_TOKENS x vocab``)."""
+    log-probs computed from them in fp32 (:data:`CHUNK_COPIES` copies of ``chunk x vocab``). The chunk holds at most
+    ``LOGPROB_CHUNK_TOKENS`` positions and no more than a forward's action tokens: its sequences x ``response``
+    (:func:`response_tokens`), since only the positions that predict a response token are read."""
     vocab = model.shape.vocab
     if not vocab:
         return []
@@ -212,10 +229,22 @@ def logits_parts(config: Any, model: PlannedModel) -> list[MemoryPart]:
         logits, how = 2 * trained * vocab * size, f"{trained} tokens x {vocab} x {size} B x 2 (and their gradient)"
     else:
         logits, how = forward * vocab * size, f"{forward} tokens x {vocab} x {size} B, forward"
-    chunk = min(logprob_chunk_tokens(), max(forward, trained if model.trained else 0))
+    actions = max(action_tokens(config, False, response), action_tokens(config, True, response) if model.trained else 0)
+    chunk = min(logprob_chunk_tokens(), actions)
     return [MemoryPart("logits", logits, how),
             MemoryPart("log-prob chunk", CHUNK_COPIES * chunk * vocab * 4, f"{CHUNK_COPIES} x {chunk} tokens x {vocab} x "
                        f"4 B (fp32 logits and {'their gradient' if model.trained else 'probabilities'})")]
+
+
+def action_tokens(config: Any, trained: bool, response: int) -> int:
+    """Positions of one forward (:func:`micro_batch_tokens`) whose log-probs are read: at most its sequences x
+    ``response`` (with dynamic batching the sequences are not fixed: its tokens bound them)."""
+    tokens = micro_batch_tokens(config, trained)
+    if trained and getattr(config.train, "dynamic_batch_enable", False):
+        return tokens
+    rollout = getattr(config, "rollout", None)
+    sequences = rollout.micro_batch_size if rollout is not None and not trained else config.train.micro_batch_size
+    return min(tokens, sequences * response // max(1, config.ds.ring_attn_size))
 
 
 def logprob_chunk_tokens() -> int:

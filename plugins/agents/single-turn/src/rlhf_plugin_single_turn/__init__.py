@@ -12,6 +12,8 @@ rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.
 class SingleTurnExecutor:
     """``run`` executes in the controller once per rollout batch."""
 
+    one_generation_per_request = True  # a response is at most --rollout.max_new_tokens long (rlhf plan reads it)
+
     def run(self, requests, engines, sampling):
         return engines.generate(requests, sampling["temperature"], sampling["top_p"])
 
