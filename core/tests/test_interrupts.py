@@ -140,7 +140,7 @@ def test_a_checkpoint_without_training_states_is_never_promised_a_resume(watchin
         step.mkdir(parents=True)
         (step / "state.json").write_text(json.dumps({"step": 2, "models": {"actor": {"backend": "fsdp2", "states": states}}}))
         preemption.watch("SIGUSR2", 60)
-        preemption.step_done(1, lambda: step)
+        preemption.step_done(1, lambda step=step: step)
         os.kill(os.getpid(), signal.SIGUSR2)
         with pytest.raises(Preempted) as stopped:
             preemption.step_done(2, lambda step=step: step)

@@ -26,7 +26,7 @@ log = logging.getLogger("rlhf.records")
 
 #: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
 __all__ = ["COLUMNS", "TERM_PREFIX", "EXTRA_PREFIX", "RolloutDump", "dumped_steps", "read_step", "shown_samples",
-           "samples_shown_every", "META", "SCHEMA", "step_meta", "tokenizer_fingerprint"]
+           "samples_shown_every", "META", "SCHEMA", "step_meta", "tokenizer_fingerprint", "step_ranges"]
 
 #: Every sample's columns, in order: name -> what it holds (``None`` where a run has no such value).
 COLUMNS: dict[str, str] = {
@@ -115,6 +115,17 @@ def dumped_steps(directory: str | Path) -> list[int]:
     if not directory.is_dir():
         return []
     return sorted(int(m.group(1)) for p in directory.iterdir() if (m := _FILE.match(p.name)))
+
+
+def step_ranges(steps: list[int]) -> str:
+    """``1-4, 7``: sorted steps (:func:`dumped_steps`) as runs of consecutive numbers, for a message naming them."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][-1] + 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    return ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
 def read_step(directory: str | Path, step: int) -> list[dict[str, Any]]:

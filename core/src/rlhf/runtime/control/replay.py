@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any
 from rlhf.components import RolloutLoop, StepRollout
 from rlhf.errors import ConfigError
 from rlhf.models.loading import load_tokenizer
-from rlhf.records.rollouts import EXTRA_PREFIX, SCHEMA, TERM_PREFIX, dumped_steps, read_step, step_meta, tokenizer_fingerprint
+from rlhf.records.rollouts import (
+    EXTRA_PREFIX,
+    SCHEMA,
+    TERM_PREFIX,
+    dumped_steps,
+    read_step,
+    step_meta,
+    step_ranges,
+    tokenizer_fingerprint,
+)
 from rlhf.runtime.workers.batch import Sample
 
 if TYPE_CHECKING:
@@ -78,7 +87,7 @@ class Replay:
             step += 1
             if step not in steps:
                 raise ConfigError(f"{FLAG} {directory} has no rollouts of step {step} (it holds steps "
-                                  f"{_ranges(steps)}); replay a run that dumped every step this one trains, or "
+                                  f"{step_ranges(steps)}); replay a run that dumped every step this one trains, or "
                                   "train fewer steps (--train.num_episodes, --data.max_samples)")
             meta = step_meta(directory, step) or {}
             if meta.get("data") is not None:  # refills and batches generated ahead moved it past this batch's prompts
@@ -106,14 +115,3 @@ def replayed_sample(record: dict[str, Any]) -> Sample:
 def _same_model(dumped: str, given: str) -> bool:
     """The same hub name, or the same local directory however it is spelled (relative, through a link)."""
     return dumped == given or (Path(dumped).exists() and Path(dumped).resolve() == Path(given).resolve())
-
-
-def _ranges(steps: list[int]) -> str:
-    """``1-4, 7``: the steps as runs of consecutive numbers."""
-    runs: list[list[int]] = []
-    for step in steps:
-        if runs and step == runs[-1][-1] + 1:
-            runs[-1].append(step)
-        else:
-            runs.append([step])
-    return ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)

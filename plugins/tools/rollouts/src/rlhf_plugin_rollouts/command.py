@@ -51,14 +51,14 @@ def _print(table: Any) -> None:
 
 
 def _show(args: Any, steps: list[int]) -> int:
-    from rlhf.records.rollouts import read_step
+    from rlhf.records.rollouts import read_step, step_ranges
     from rlhf_plugin_rollouts.table import sample_table
 
     step = steps[-1] if args.step is None else args.step
     if step not in steps:
         from rlhf.errors import ConfigError
 
-        raise ConfigError(f"rlhf rollouts show --step {step}: {args.dir} holds steps {_ranges(steps)}; pick one of those")
+        raise ConfigError(f"rlhf rollouts show --step {step}: {args.dir} holds steps {step_ranges(steps)}; pick one of those")
     samples = read_step(args.dir, step)
     if args.grep:
         samples = [s for s in samples if args.grep in s["prompt"] or args.grep in s["response"]]
@@ -89,14 +89,3 @@ def _summary(args: Any, steps: list[int]) -> int:
         draw_chart(rows, points, Path(args.chart))
         print(f"chart: {args.chart}")
     return 0
-
-
-def _ranges(steps: list[int]) -> str:
-    """``1-4, 7``: the steps as runs."""
-    runs: list[list[int]] = []
-    for step in steps:
-        if runs and step == runs[-1][-1] + 1:
-            runs[-1].append(step)
-        else:
-            runs.append([step])
-    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
