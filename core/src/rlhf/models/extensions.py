@@ -43,6 +43,7 @@ from rlhf.components import build
 from rlhf.config.base import flagged_fields
 from rlhf.config.ppo import PPOConfig
 from rlhf.host.plugin_host import PluginHost
+from rlhf.host.selection import PluginSelection
 from rlhf.registry import ComponentKind
 
 if TYPE_CHECKING:
@@ -100,8 +101,13 @@ class ForwardTokens:
 
 
 def engine_extensions(config: dict[str, Any]) -> list[Any]:
-    """The model extensions a run switched on, built in a rollout engine's process from the config dict it gets."""
-    return active(PPOConfig.model_validate(config), PluginHost.load().registry)
+    """The model extensions a run switched on, built in a rollout engine's process from the config dict it gets,
+    with the run's exact plugin set (``plugin_set``) as its workers load it: not every installed plugin again (a
+    skipped one would warn a second time where the engine shares the controller's process). A config without one
+    (an engine built outside a run) loads what is installed."""
+    resolved = config.get("plugin_set")
+    host = PluginHost.load(PluginSelection.from_resolved(resolved)) if resolved else PluginHost.load()
+    return active(PPOConfig.model_validate(config), host.registry)
 
 
 @contextlib.contextmanager
