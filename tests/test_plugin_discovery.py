@@ -25,7 +25,7 @@ def test_first_party_plugins_are_listed_with_kind_version_and_components(rlhf_cl
     assert records["ppo"]["components"] == {"advantage_estimator": ["gae"], "policy_loss": ["ppo"]}
     assert records["grpo"]["components"] == {"advantage_estimator": ["group_norm"]}
     assert records["adamw"]["kind"] == "optimizers"
-    assert records["core"]["components"] == {"trainer": ["ppo"], "rollout_scheduler": ["sync"]}
+    assert records["core"]["components"] == {"trainer": ["ppo"], "rollout_scheduler": ["sync", "replay"]}
 
 
 def test_pip_installed_plugin_appears_without_another_step(tmp_path: Path) -> None:
