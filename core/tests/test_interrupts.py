@@ -127,6 +127,16 @@ def test_the_budget_running_out_stops_the_run_at_once(watching) -> None:
                                             "so it was not kept")
 
 
+def test_an_alarm_armed_by_someone_else_goes_to_its_own_handler(watching) -> None:
+    """A test runner's timeout (pytest-timeout's SIGALRM) set before the run is not a preemption budget running out."""
+    rang: list[int] = []
+    signal.signal(signal.SIGALRM, lambda signum, frame: rang.append(signum))
+    preemption.watch("SIGUSR1", 60)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    time.sleep(1)
+    assert rang == [signal.SIGALRM] and preemption.stopped_because() == ""
+
+
 def test_a_checkpoint_without_training_states_is_never_promised_a_resume(watching, tmp_path: Path) -> None:
     """Issue 61: under --ckpt.disable_ds a checkpoint holds no training states; the preemption line, the interrupt
     line and a failed run's advice say no run can resume from it, where they promise a resume for one that can."""

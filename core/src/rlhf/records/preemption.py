@@ -62,6 +62,7 @@ class _Watch:
     notice: Notice | None = None
     first_signal: int | None = None
     stopped_because: str = ""  # why a signal stopped the run at once (for the interrupted line)
+    other_alarm: Any = None  # the SIGALRM handler before watch(): an alarm armed by someone else goes to it
 
 
 _watch: _Watch | None = None
@@ -99,7 +100,7 @@ def watch(signals: str, budget: float) -> None:
     _watch = _Watch(numbers, float(budget))
     for number in numbers:
         signal.signal(number, _on_signal)
-    signal.signal(signal.SIGALRM, _budget_ran_out)  # armed by the first notice (from any thread: warn())
+    _watch.other_alarm = signal.signal(signal.SIGALRM, _budget_ran_out)  # armed by the first notice (from any thread: warn())
 
 
 def watched_signals() -> tuple[int, ...]:
@@ -186,7 +187,13 @@ def _on_signal(signum: int, frame: Any) -> None:
 def _budget_ran_out(signum: int, frame: Any) -> None:
     if _watch is None or _watch.stopped_because:
         return
-    budget = _watch.notice.budget if _watch.notice is not None else _watch.budget
+    if _watch.notice is None:  # not our budget (armed by a notice): e.g. a test runner's timeout
+        if callable(_watch.other_alarm):
+            _watch.other_alarm(signum, frame)
+            return
+        _watch.stopped_because = "SIGALRM arrived with no preemption notice pending"
+        raise KeyboardInterrupt("SIGALRM")
+    budget = _watch.notice.budget
     _watch.stopped_because = (f"the preemption budget of {budget:g} s ran out before the checkpoint was "
                               "written, so it was not kept")
     raise KeyboardInterrupt("SIGALRM")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rlhf_plugin_deepspeed.build_lock import clear_stale_build_lock
 from rlhf_plugin_deepspeed.config import check_options, eval_config, on_gpu, optimizer_train_config, refusal_hint
 
 #: DeepSpeed's default ``zero_optimization.reduce_bucket_size`` (elements), which :func:`train_config` leaves as is
@@ -124,6 +125,8 @@ class DeepSpeedBackend:
         import deepspeed
 
         ds_config = optimizer_train_config(self.config, optimizer, section, data_parallel_size)
+        if self.config.ds.adam_offload:  # DeepSpeedCPUAdam's op is loaded in deepspeed.initialize
+            clear_stale_build_lock("cpu_adam")
         partitioning = zero3_context(ds_config)  # must outlive from_pretrained
         model = load()
         trainable = [p for p in model.parameters() if p.requires_grad]
