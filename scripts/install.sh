@@ -22,6 +22,9 @@ apt_install_if_missing() {  # COMMAND PACKAGE WITHOUT-IT
 apt_install_if_missing bwrap bubblewrap "the code reward sandbox will use unshare, or weaker isolation"
 # tests/test_docs_site.py opens the documentation site in Debian's Chromium.
 apt_install_if_missing chromium chromium "the docs site's browser test will skip"
+# tests/test_slurm.py runs the sbatch script under a real one-node SLURM (slurmctld, slurmd, munged).
+apt_install_if_missing slurmctld slurm-wlm "tests/test_slurm.py will skip"
+apt_install_if_missing munged munge "tests/test_slurm.py will skip"
 
 [ -x .venv/bin/python ] || "${PYTHON:-python3.11}" -m venv .venv
 # shellcheck disable=SC1091

@@ -125,7 +125,7 @@ def test_a_preempted_slurm_job_is_requeued_and_finishes_as_an_uninterrupted_run(
         plugin = pause_plugin(tmp_path, 2, 10)
         run = tmp_path / "slurm"
         env = {**slurm, "RLHF_VENV": str(Path(sys_prefix())), "RLHF_GPUS_PER_NODE": "0", "RAY_PORT": str(free_port()),
-               "RAY_DASHBOARD_PORT": str(free_port()), "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": str(ray_tmp),
+               "RAY_DASHBOARD_PORT": str(free_port()), "RAY_DASHBOARD_AGENT_PORT": str(free_port()), "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": str(ray_tmp),
                "RLHF_NODE_WAIT_S": "120", "HF_HUB_OFFLINE": "1", "RLHF_NO_PROGRESS": "1"}
         job = subprocess.run(["sbatch", "--parsable", "--nodes=1", str(script), "--plugins", str(plugin), *flags(run)],
                              capture_output=True, text=True, env=env, cwd=tmp_path, check=True).stdout.strip()

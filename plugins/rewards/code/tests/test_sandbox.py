@@ -136,7 +136,7 @@ def test_reward_counts_reasons(isolation: str) -> None:
 def test_only_a_loopback_interface(isolation: str) -> None:
     if isolation == "weak" and not sandbox._weak_namespaces():
         pytest.skip("unshare -rn is not permitted here; the audit hook alone refuses sockets")
-    result = run("import socket\nprint(socket.if_nameindex())\n", limits(isolation))
+    result = run("import socket\nprint(socket.if_nameindex())\n", limits(isolation, wall_s=30.0))  # a start at high load
     assert result.passed and result.stdout.strip() == "[(1, 'lo')]"  # and the loopback device is down
 
 
