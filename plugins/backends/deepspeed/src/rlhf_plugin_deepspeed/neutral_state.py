@@ -45,41 +45,42 @@ def load_full(engine: Any, weights: dict[str, Any], optimizer_state: dict[str, d
 
 
 def _create_states(zero: Any, trained: dict[str, Any], optimizer_state: dict[str, dict[str, Any]], steps: int) -> None:
-    """The inner optimizer's states over ZeRO's flat fp32 partitions, made by its own step (zero gradients, zero
-    learning rate), with ``step`` set to ``steps`` in the form it keeps; a state it does not make itself (Muon's
+    """The inner optimizer's states over ZeRO's flat fp32 partitions, made by its own step over each partition alone
+    (a zero gradient, every group's learning rate zero; ZeRO-3 also hands its inner optimizer one partition at a
+    time), with ``step`` set to ``steps`` in the form it keeps; a state it does not make itself (Muon's
     ``momentum_buffer``, which ZeRO keeps beside it) is made as zeros where a parameter of that partition has it in
-    ``optimizer_state``. ZeRO-1/2 then point each
-    parameter at its part of them (DeepSpeed does this after its first step)."""
+    ``optimizer_state``. ZeRO-1/2 then point each parameter at its part of them (DeepSpeed does this after its first
+    step)."""
     import torch
 
     inner = zero.optimizer
-    flats = [p for group in inner.param_groups for p in group["params"]]
-    grads, rates = [p.grad for p in flats], [group["lr"] for group in inner.param_groups]
-    for flat in flats:
-        flat.grad = torch.zeros_like(flat)
+    name_of = {id(p): name for name, p in trained.items()}
+    rates = [group["lr"] for group in inner.param_groups]
     for group in inner.param_groups:
         group["lr"] = 0.0
-    inner.step()
-    for flat, grad in zip(flats, grads):  # ZeRO-3 with an offloaded optimizer keeps its gradient buffer here
-        flat.grad = grad
-    for group, rate in zip(inner.param_groups, rates):
-        group["lr"] = rate
-    name_of = {id(p): name for name, p in trained.items()}
-    for params, flat in _partitions(zero):
-        keys = {key for p in params for key in optimizer_state.get(name_of.get(id(p)), {})}
+    for group_id, params, flat in _partitions(zero):
+        group, grad = inner.param_groups[group_id], flat.grad
+        members, group["params"], flat.grad = group["params"], [flat], torch.zeros_like(flat)
+        inner.step()
+        group["params"], flat.grad = members, grad  # ZeRO-3 with an offloaded optimizer keeps a gradient buffer here
         state = inner.state[flat]
         if "step" in state:
             state["step"] = torch.full_like(state["step"], steps) if torch.is_tensor(state["step"]) else steps
+        keys = {key for p in params for key in optimizer_state.get(name_of.get(id(p)), {})}
         for key in keys - set(state):
             state[key] = torch.zeros_like(flat)
+    for group, rate in zip(inner.param_groups, rates):
+        group["lr"] = rate
     link = getattr(zero, "_lazy_init_hp_params_optimizer_state", None)
     if link is not None:
         link()
 
 
-def _partitions(zero: Any) -> list[tuple[list[Any], Any]]:
-    """Each flat fp32 partition this rank keeps, with the module parameters it holds parts of."""
+def _partitions(zero: Any) -> list[tuple[int, list[Any], Any]]:
+    """Each flat fp32 partition this rank keeps: its inner optimizer group, the module parameters it holds parts of,
+    and the partition."""
     if hasattr(zero, "bit16_groups"):  # ZeRO-1/2: one partition per parameter group
-        return list(zip(zero.bit16_groups, zero.single_partition_of_fp32_groups))
-    return list(zip(zero.fp16_groups, zero.fp32_partitioned_groups_flat))  # ZeRO-3: one per sub-group
-
+        return [(i, params, flat) for i, (params, flat) in
+                enumerate(zip(zero.bit16_groups, zero.single_partition_of_fp32_groups))]
+    return [(zero.sub_group_to_group_id[i], params, flat)  # ZeRO-3: one per sub-group
+            for i, (params, flat) in enumerate(zip(zero.fp16_groups, zero.fp32_partitioned_groups_flat))]
