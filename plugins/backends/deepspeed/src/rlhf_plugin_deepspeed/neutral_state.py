@@ -16,6 +16,13 @@ from typing import Any
 
 from rlhf.errors import CheckpointError
 
+#: Muon's momentum does not cross to or from DeepSpeed: ZeRO's Muon keeps it in buffers of its own layout
+#: (stage_1_and_2's _muon_momentum_buffer spans the group's tensors as Muon orthogonalises them whole), which the
+#: per-parameter copies of its other states (safe_set_full_optimizer_state, ds_to_universal) do not follow
+MUON_REFUSAL = ("Muon's momentum is not converted to or from DeepSpeed, which keeps it in a layout of its own: resume "
+                "it with the --train.backend that wrote it (rlhf checkpoint inspect says which), or start a new run "
+                "from its weights (rlhf checkpoint export)")
+
 
 def load_full(engine: Any, weights: dict[str, Any], optimizer_state: dict[str, dict[str, Any]], steps: int) -> None:
     """Every rank: ``weights`` and ``optimizer_state`` (whole tensors by parameter name) into ``engine``'s module
@@ -24,6 +31,8 @@ def load_full(engine: Any, weights: dict[str, Any], optimizer_state: dict[str, d
     import deepspeed
     from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
 
+    if any("momentum_buffer" in per for per in optimizer_state.values()):
+        raise CheckpointError(f"the checkpoint was trained with --train.optim muon: {MUON_REFUSAL}")
     if engine.zero_optimization_stage() == 0:
         raise CheckpointError("--ds.zero_stage 0 keeps no ZeRO partitions to load another --train.backend's "
                               "checkpoint into: resume it with --ds.zero_stage 1, 2 or 3")
@@ -36,7 +45,7 @@ def load_full(engine: Any, weights: dict[str, Any], optimizer_state: dict[str, d
     names = set(module.state_dict())
     with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0):  # ZeRO-3: whole, then split
         module.load_state_dict({name: t for name, t in weights.items() if name in names}, strict=False)
-    _create_states(engine.optimizer, trained, optimizer_state, steps)
+    _create_states(engine.optimizer, steps)
     for name, param in trained.items():
         safe_set_full_fp32_param(param, weights[name].float())
         for key, value in optimizer_state.get(name, {}).items():
@@ -44,21 +53,18 @@ def load_full(engine: Any, weights: dict[str, Any], optimizer_state: dict[str, d
     engine.global_steps, engine.global_samples = steps, steps * engine.train_batch_size()
 
 
-def _create_states(zero: Any, trained: dict[str, Any], optimizer_state: dict[str, dict[str, Any]], steps: int) -> None:
+def _create_states(zero: Any, steps: int) -> None:
     """The inner optimizer's states over ZeRO's flat fp32 partitions, made by its own step over each partition alone
     (a zero gradient, every group's learning rate zero; ZeRO-3 also hands its inner optimizer one partition at a
-    time), with ``step`` set to ``steps`` in the form it keeps; a state it does not make itself (Muon's
-    ``momentum_buffer``, which ZeRO keeps beside it) is made as zeros where a parameter of that partition has it in
-    ``optimizer_state``. ZeRO-1/2 then point each parameter at its part of them (DeepSpeed does this after its first
-    step)."""
+    time), with ``step`` set to ``steps`` in the form it keeps. ZeRO-1/2 then point each parameter at its part of
+    them (DeepSpeed does this after its first step)."""
     import torch
 
     inner = zero.optimizer
-    name_of = {id(p): name for name, p in trained.items()}
     rates = [group["lr"] for group in inner.param_groups]
     for group in inner.param_groups:
         group["lr"] = 0.0
-    for group_id, params, flat in _partitions(zero):
+    for group_id, flat in _partitions(zero):
         group, grad = inner.param_groups[group_id], flat.grad
         members, group["params"], flat.grad = group["params"], [flat], torch.zeros_like(flat)
         inner.step()
@@ -66,9 +72,6 @@ def _create_states(zero: Any, trained: dict[str, Any], optimizer_state: dict[str
         state = inner.state[flat]
         if "step" in state:
             state["step"] = torch.full_like(state["step"], steps) if torch.is_tensor(state["step"]) else steps
-        keys = {key for p in params for key in optimizer_state.get(name_of.get(id(p)), {})}
-        for key in keys - set(state):
-            state[key] = torch.zeros_like(flat)
     for group, rate in zip(inner.param_groups, rates):
         group["lr"] = rate
     link = getattr(zero, "_lazy_init_hp_params_optimizer_state", None)
@@ -76,11 +79,9 @@ def _create_states(zero: Any, trained: dict[str, Any], optimizer_state: dict[str
         link()
 
 
-def _partitions(zero: Any) -> list[tuple[int, list[Any], Any]]:
-    """Each flat fp32 partition this rank keeps: its inner optimizer group, the module parameters it holds parts of,
-    and the partition."""
+def _partitions(zero: Any) -> list[tuple[int, Any]]:
+    """Each flat fp32 partition this rank keeps, with its inner optimizer group."""
     if hasattr(zero, "bit16_groups"):  # ZeRO-1/2: one partition per parameter group
-        return [(i, params, flat) for i, (params, flat) in
-                enumerate(zip(zero.bit16_groups, zero.single_partition_of_fp32_groups))]
-    return [(zero.sub_group_to_group_id[i], params, flat)  # ZeRO-3: one per sub-group
-            for i, (params, flat) in enumerate(zip(zero.fp16_groups, zero.fp32_partitioned_groups_flat))]
+        return list(enumerate(zero.single_partition_of_fp32_groups))
+    return [(zero.sub_group_to_group_id[i], flat)  # ZeRO-3: one per sub-group
+            for i, flat in enumerate(zero.fp32_partitioned_groups_flat)]
