@@ -75,8 +75,9 @@ def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path,
     """One rank resumes a 2-rank run from its step-2 checkpoint (alone under a new --ckpt.path, as a crash after step
     2 leaves it), converted once to DeepSpeed's universal form (by --ds.use_universal_ckpt, as OpenRLHF's command
     lines ask, or on its own: the checkpoint records 2 ranks), and steps 3-6 have the losses of the uninterrupted
-    2-rank run (the step's loss is a global mean, however it is split). Under --train.backend fsdp2 the same
-    checkpoint is refused as another backend's, not as a damaged one. A crashed run's resume:
+    2-rank run (the step's loss is a global mean, however it is split). The ZeRO-3 one also resumes under
+    --train.backend fsdp2, and that run's step-4 checkpoint back under DeepSpeed ZeRO-3 (resumed_under). A crashed
+    run's resume:
     test_sft_resumes_exactly_where_it_stopped."""
     data = _rows(tmp_path / "a.jsonl", 24, 0, "add")
 
@@ -98,8 +99,9 @@ def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path,
                                            "model": str(tiny_causal_lm_path), "states": True}
     assert recorded["config"]["ds"]["zero_stage"] == stage
 
-    if not flag:  # (--ds.use_universal_ckpt is a DeepSpeed flag FSDP2 refuses first)
-        resumed_on_fsdp2(straight, checkpoint, tmp_path / "fsdp2", flags)
+    if not flag:  # (--ds.use_universal_ckpt is a DeepSpeed flag FSDP2 refuses first): to FSDP2 at step 2, and back
+        on_fsdp2 = resumed_under("fsdp2", straight, checkpoint, tmp_path / "fsdp2", flags)
+        resumed_under("deepspeed", straight, on_fsdp2 / "ckpt" / "global_step4", tmp_path / "back", flags)
 
     (resumed / "out").mkdir(exist_ok=True)  # and the metrics of its steps 1-2: steps 3-6 must come from the resumed run
     rows = (straight / "out" / "metrics.jsonl").read_text().splitlines(keepends=True)
@@ -119,25 +121,30 @@ def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path,
         inspected_and_exported(straight, tiny_causal_lm_path, capsys)
 
 
-def resumed_on_fsdp2(straight: Path, checkpoint: Path, run: Path, flags: Callable[[Path], list[str]]) -> None:
-    """The 2-rank ZeRO-3 step-2 checkpoint resumes on one FSDP2 rank through the backend-neutral full state (the
-    weights, Adam's moments and step by parameter name, the scheduler's position): steps 3-6 have the uninterrupted
-    run's losses to rel 1e-5 (fp32 throughout; FSDP2 and ZeRO-3 take the same steps to that tolerance,
-    test_training_backends_e2e), which a resume with fresh moments (Adam's first steps are ~lr x sign(gradient)) or
-    a restarted schedule would miss from step 4 on. One line says what was converted and how long it took."""
+def resumed_under(backend: str, straight: Path, checkpoint: Path, run: Path, flags: Callable[[Path], list[str]]) -> Path:
+    """``checkpoint`` (another backend's) resumes on one rank of ``backend`` through the backend-neutral full state
+    (the weights, Adam's moments and step by parameter name, the scheduler's position): the steps after it have the
+    uninterrupted 2-rank ZeRO-3 run's losses to rel 1e-5 (fp32 throughout; FSDP2 and ZeRO-3 take the same steps to
+    that tolerance, test_training_backends_e2e), which a resume with fresh moments (Adam's first steps are
+    ~lr x sign(gradient)) or a restarted schedule would miss from its second step on. One line says what was
+    converted and how long it took. Returns the resumed run's folder."""
+    step = int(checkpoint.name.removeprefix("global_step"))
+    writer = json.loads((checkpoint / "state.json").read_text())["models"]["model"]["backend"]
     shutil.copytree(checkpoint, run / "ckpt" / checkpoint.name)
     (run / "out").mkdir(parents=True)
     rows = (straight / "out" / "metrics.jsonl").read_text().splitlines(keepends=True)
-    (run / "out" / "metrics.jsonl").write_text("".join(r for r in rows if json.loads(r)["step"] <= 2))
-    result = assert_ok(run_in_process(*flags(run), "--train.backend", "fsdp2", "--ckpt.load_enable"))
-    assert "was written by another allocation (model: 2 ranks -> 1, --train.backend deepspeed -> fsdp2" in result.stderr
-    line = f"checkpoint {run / 'ckpt' / checkpoint.name / 'model'} (written by --train.backend deepspeed): loaded "
-    assert line in result.stderr and " parameters after 2 steps through the backend-neutral full state in " in \
+    (run / "out" / "metrics.jsonl").write_text("".join(r for r in rows if json.loads(r)["step"] <= step))
+    result = assert_ok(run_in_process(*flags(run), "--train.backend", backend, "--ckpt.load_enable"))
+    assert "was written by another allocation (model: " in result.stderr  # with the ranks' change, if any
+    assert f"--train.backend {writer} -> {backend}" in result.stderr, result.stderr[-3000:]
+    line = f"checkpoint {run / 'ckpt' / checkpoint.name / 'model'} (written by --train.backend {writer}): loaded "
+    assert line in result.stderr and f" parameters after {step} steps through the backend-neutral full state in " in \
         result.stderr, result.stderr[-3000:]
     losses = {r: {m["step"]: m["loss"] for m in read_metrics(r / "out")} for r in (straight, run)}
     assert sorted(losses[run]) == list(range(1, 7))
-    for step in range(3, 7):
-        assert losses[run][step] == pytest.approx(losses[straight][step], rel=1e-5), step
+    for later in range(step + 1, 7):
+        assert losses[run][later] == pytest.approx(losses[straight][later], rel=1e-5), later
+    return run
 
 
 def inspected_and_exported(run: Path, base: Path, capsys: pytest.CaptureFixture[str]) -> None:

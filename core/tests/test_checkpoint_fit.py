@@ -67,7 +67,7 @@ def test_another_backend_is_a_note_where_the_run_converts_from_it_and_a_refusal_
 
 def test_which_backends_a_run_converts_from_is_what_the_two_backends_declare() -> None:
     """The writer exports (full_state_from_checkpoint and optimizer_state_from_checkpoint), the run's backend loads
-    (load_full_state): the first-party FSDP2 run converts DeepSpeed's checkpoints; DeepSpeed loads no other's."""
+    (load_full_state): the first-party backends convert each other's checkpoints, and no unregistered backend's."""
     from rlhf.config.ppo import PPOConfig
     from rlhf.config.training_backend import converts_from
     from rlhf.host.plugin_host import PluginHost
@@ -78,7 +78,7 @@ def test_which_backends_a_run_converts_from_is_what_the_two_backends_declare() -
     config.train.backend = "fsdp2"
     assert converts_from(config, registry)("deepspeed") and not converts_from(config, registry)("megatron")
     config.train.backend = "deepspeed"
-    assert not converts_from(config, registry)("fsdp2")
+    assert converts_from(config, registry)("fsdp2") and not converts_from(config, registry)("megatron")
 
 
 def test_a_group_the_checkpoint_lacks_names_what_it_holds() -> None:

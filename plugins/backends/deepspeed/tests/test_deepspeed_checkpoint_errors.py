@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from rlhf_plugin_deepspeed.checkpoint import load_engine
+from rlhf_plugin_deepspeed.neutral_state import load_full
 
 from rlhf.errors import CheckpointError
 
@@ -22,3 +23,15 @@ def test_a_checkpoint_without_deepspeed_states_is_refused_before_any_engine_load
     # an empty one is damage alone
     assert ("--ckpt.disable_ds" in str(caught.value)) == (tag_dir == "missing")
     assert "damaged" in str(caught.value)
+
+
+def test_muons_momentum_from_another_backend_is_refused_before_anything_loads() -> None:
+    """FSDP2's neutral state of a Muon run (torch's ``momentum_buffer`` beside AdamW's moments) is not put into ZeRO's
+    partitions, whose Muon keeps its momentum in a layout of its own: one line says so and what to do instead."""
+    import torch
+
+    state = {"layers.0.mlp.up_proj.weight": {"momentum_buffer": torch.ones(4, 2)},
+             "embed_tokens.weight": {"exp_avg": torch.ones(8, 2), "exp_avg_sq": torch.ones(8, 2)}}
+    with pytest.raises(CheckpointError, match="trained with --train.optim muon: Muon's momentum is not converted to or "
+                                              "from DeepSpeed.*--train.backend that wrote it"):
+        load_full(None, {}, state, 2)  # before the engine is touched

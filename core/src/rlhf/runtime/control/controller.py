@@ -17,7 +17,7 @@ from rlhf.components import build
 from rlhf.config.base import ConfigError
 from rlhf.config.ppo_rules import active_correction
 from rlhf.config.rollout_engine import rollout_engine_class, uses_engine
-from rlhf.config.training_backend import model_record
+from rlhf.config.training_backend import converts_from, model_record
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
 from rlhf.errors import Preempted, WorkerError
 from rlhf.models.loading import check_model_source, load_tokenizer
@@ -123,7 +123,8 @@ class PPOController:
             check_model_source(path, "--reward.model_name_or_path")
         if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
             state = checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
-            check_fit(found[-1][1], state, self.trained_models())  # and one that fits another run
+            # and one that fits another run (or that this run's backend converts from the one that wrote it)
+            check_fit(found[-1][1], state, self.trained_models(), converts_from(cfg, self.plugins.registry))
         # ranks beside engine processes need a transport that serves them there, and a cluster without GPUs (_run)
         serves = transport is not None and getattr(self.plugins.registry.get(K.WEIGHT_SYNC_TRANSPORT, transport),
                                                    "serves_in_process_actor", False)
@@ -208,9 +209,10 @@ class PPOController:
             current = {p["name"]: p.get("version") for p in self.config.plugin_set}
             if saved != current:
                 log.warning("resuming with plugins %s; the checkpoint was written with %s", current, saved)
-            self.actor.call("load_checkpoint", str(directory))
+            writers = {role: model.get("backend") for role, model in state.get("models", {}).items()}
+            self.actor.call("load_checkpoint", str(directory), writers.get("actor"))
             if self.critic is not None:
-                self.critic.call("load_checkpoint", str(directory))
+                self.critic.call("load_checkpoint", str(directory), writers.get("critic"))
             self.step = state["step"]
             self.schedule.restore(state["data"])
             self.kl.value = state["kl_coef"]
@@ -221,7 +223,8 @@ class PPOController:
             if (load_state := getattr(self.scheduler, "load_state", None)) is not None:
                 load_state(directory, self)
 
-        checkpoint.resume(Path(self.config.ckpt.path), load, keys=RESUMED_KEYS, models=self.trained_models())
+        checkpoint.resume(Path(self.config.ckpt.path), load, keys=RESUMED_KEYS, models=self.trained_models(),
+                          converts=converts_from(self.config, self.plugins.registry))
 
     def trained_models(self) -> dict[str, dict[str, Any]]:
         """What a checkpoint of this run records of its trained groups (rlhf.records.checkpoint_fit)."""

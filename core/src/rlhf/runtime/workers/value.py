@@ -118,5 +118,5 @@ class CriticWorker(_ValueWorker):
         save_final(self.model, tokenizer, Path(directory), self.rank, {})
 
     @while_awake
-    def load_checkpoint(self, directory: str) -> None:
-        self.model.load_checkpoint(directory, "critic")
+    def load_checkpoint(self, directory: str, writer: str | None = None) -> None:
+        self._load_checkpoint(directory, "critic", writer)

@@ -66,6 +66,14 @@ class DeepSpeedBackend:
 
         return optimizer_state(Path(directory), tag, module)
 
+    def load_full_state(self, model: DeepSpeedModel, weights: dict[str, Any], optimizer_state: dict[str, Any]) -> None:
+        """Every rank: another backend's checkpoint, as whole weights and per-parameter optimizer states by name
+        (:func:`rlhf.config.training_backend.load_from_other_backend`), into this rank's ZeRO partitions
+        (rlhf_plugin_deepspeed.neutral_state)."""
+        from rlhf_plugin_deepspeed.neutral_state import load_full
+
+        load_full(model.engine, weights, optimizer_state["state"], optimizer_state["steps"])
+
     @classmethod
     def plan_memory(cls, config: Any, model: Any) -> list[Any]:
         """One GPU of ``model`` (an :class:`rlhf.planning.PlannedModel`) for ``rlhf plan``: ZeRO's model states at

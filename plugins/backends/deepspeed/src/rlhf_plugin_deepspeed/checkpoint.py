@@ -116,7 +116,8 @@ def full_state(directory: Path, tag: str, module: Any, ema: bool = False) -> dic
 
 def optimizer_state(directory: Path, tag: str, module: Any) -> dict[str, Any]:
     """The optimizer's states saved under ``directory/tag``, whole, by ``module``'s trainable parameter names, in
-    torch's keys (``exp_avg``, ``exp_avg_sq``; Muon's ``momentum_buffer``), and the optimizer steps taken: read from
+    torch's keys (``exp_avg``, ``exp_avg_sq``; Muon's momentum is refused, see
+    :data:`rlhf_plugin_deepspeed.neutral_state.MUON_REFUSAL`), and the optimizer steps taken: read from
     DeepSpeed's universal form, which stores each parameter's states whole (converted once, beside the states, as a
     resume on another number of ranks does; every rank calls this, rank 0 converts)."""
     import torch
@@ -146,4 +147,8 @@ def optimizer_state(directory: Path, tag: str, module: Any) -> dict[str, Any]:
         shape = tuple(getattr(param, "ds_shape", None) or param.shape)
         per_name[name] = {path.stem: whole(path).reshape(shape) for path in folder.glob("*.pt")
                           if path.stem not in ("fp32", "step")}
+        if "momentum_buffer" in per_name[name]:
+            from rlhf_plugin_deepspeed.neutral_state import MUON_REFUSAL
+
+            raise CheckpointError(f"checkpoint {states} was trained with --train.optim muon: {MUON_REFUSAL}")
     return {"state": per_name, "steps": int(steps)}
