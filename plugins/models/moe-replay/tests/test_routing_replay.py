@@ -48,7 +48,7 @@ def _trainer_forward(path: Path, mode: str, samples: list[dict], training: bool 
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     replay = RoutingReplay(mode)
-    replay.wrap(model, "actor", None)
+    replay.wrap(model, "actor", PPOConfig())
     rows = [s["prompt_ids"] + s["response_ids"] for s in samples]
     width = max(map(len, rows))
     input_ids = torch.zeros((len(rows), width), dtype=torch.long)
@@ -126,7 +126,20 @@ def test_a_dense_model_is_refused_naming_the_flag(tmp_path_factory, tokenizer_pa
 
     path = build_causal_lm(tmp_path_factory.mktemp("dense"), tokenizer_path, hidden_size=64, layers=1)
     with pytest.raises(ConfigError, match="--actor.routing_replay rollout: the actor model .* has no top-k MoE router"):
-        RoutingReplay("rollout").wrap(AutoModelForCausalLM.from_pretrained(path), "actor", None)
+        RoutingReplay("rollout").wrap(AutoModelForCausalLM.from_pretrained(path), "actor", PPOConfig())
+
+
+def test_replayed_dumps_are_refused_with_rollout_replay_for_they_hold_no_routing_record(tmp_path_factory, tokenizer_path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.errors import ConfigError
+
+    model = AutoModelForCausalLM.from_pretrained(_model(tmp_path_factory, tokenizer_path, "olmoe"))
+    config = PPOConfig()
+    config.rollout.replay_dir = "dumped"
+    with pytest.raises(ConfigError, match="--actor.routing_replay rollout: the rollouts --rollout.replay_dir trains on"):
+        RoutingReplay("rollout").wrap(model, "actor", config)
+    assert RoutingReplay("record").wrap(model, "actor", config) is model
 
 
 def test_the_plan_counts_the_routing_record_of_one_forward_of_the_actor_and_the_reference(tmp_path_factory, tokenizer_path) -> None:
@@ -176,7 +189,7 @@ def test_the_in_rank_engine_records_with_its_rank_s_own_extensions(tmp_path_fact
 
     path = _model(tmp_path_factory, tokenizer_path, "qwen3_moe")
     worker_side = [RoutingReplay("rollout")]
-    model = worker_side[0].wrap(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), "actor", None)
+    model = worker_side[0].wrap(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), "actor", PPOConfig())
     engine = in_rank_engine(InProcessHFEngine, WholeTrainedModel(model), worker_side, str(path), "fp32", 512, 0, _config("rollout"))
     assert engine.extensions is worker_side and plugin_loads == []
     assert [len(router._forward_hooks) for router in find_routers(model)] == [1, 1]

@@ -35,6 +35,10 @@ class RoutingReplay:
         """In a model worker, after loading: install the router taps on the actor and reference models."""
         if role not in ROLES:
             return model
+        if self.mode == "rollout" and config.rollout.replay_dir:
+            raise ConfigError(f"{FLAG} rollout: the rollouts --rollout.replay_dir trains on were dumped without the "
+                              "engine's routing records (a dump keeps tokens and log-probs), so there is nothing to route "
+                              f"by; drop one of the two ({FLAG} record still logs the expert load)")
         routers = find_routers(model)
         if not routers:
             raise ConfigError(f"{FLAG} {self.mode}: the {role} model {type(model).__name__} has no top-k MoE router "
@@ -79,7 +83,7 @@ class RoutingReplay:
             if forced is None:
                 forced = torch.full((rows, length, taps.layers, taps.top_k), -1, dtype=torch.int16)
             take = min(len(record), count)
-            forced[row, start : start + take] = torch.as_tensor(record[:take]).to(torch.int16)
+            forced[row, start : start + take] = torch.tensor(record[:take], dtype=torch.int16)  # a copy: Ray's arrays are read-only
         device = next(module.parameters()).device  # the forward's: one copy per micro-batch, not one per layer
         taps.route(None if forced is None else forced.view(rows * length, taps.layers, taps.top_k).to(device),
                    valid.view(-1).to(device), replay=self.mode == "rollout", measure=tokens.training)
