@@ -13,7 +13,6 @@ from rlhf.config.ppo import PPOConfig
 from rlhf.models.extensions import ForwardTokens, before_forward, extension_metrics
 from rlhf.testing.tiny import build_moe_causal_lm, build_tokenizer
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
