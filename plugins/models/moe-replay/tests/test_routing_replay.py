@@ -141,6 +141,19 @@ def test_replayed_dumps_are_refused_with_rollout_replay_for_they_hold_no_routing
     assert RoutingReplay("record").wrap(model, "actor", config) is model
 
 
+def test_training_forwards_without_records_are_said_once_to_route_by_the_trainer_s_own_top_k(tmp_path_factory, tokenizer_path, caplog) -> None:
+    """What a run whose engine records nothing (vLLM) gets with --actor.routing_replay rollout: one warning, not silence."""
+    samples = [{"prompt_ids": [5, 9, 30], "response_ids": [41, 42]}, {"prompt_ids": [7, 8], "response_ids": [9]}]
+    path = _model(tmp_path_factory, tokenizer_path, "olmoe")
+    with caplog.at_level("WARNING", logger="rlhf.moe"):
+        _, replay, model = _trainer_forward(path, "rollout", samples, training=False)
+        assert not caplog.records  # log-prob passes say nothing: the training forwards of the step will
+        for _ in range(2):
+            before_forward([replay], model, ForwardTokens((2, 5), [0, 1], [0, 0], [5, 3], [None, None], True))
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["--actor.routing_replay rollout"]
+    assert "no routing record" in caplog.records[0].getMessage()
+
+
 def test_the_plan_counts_the_routing_record_of_one_forward_of_the_actor_and_the_reference(tmp_path_factory, tokenizer_path) -> None:
     from rlhf.planning import PlannedModel, model_shape
 
