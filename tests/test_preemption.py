@@ -210,9 +210,10 @@ def test_a_signal_before_the_first_step_stops_at_once_and_writes_nothing(tiny_ca
 
 # --------------------------------------------------------------------------------------------- RL
 
-#: engine, extra flags: the HF engine (ranks in the controller's process), vLLM (an engine process, ranks in Ray
-#: workers), the async pipeline (batches generated ahead are kept in the checkpoint)
-RL_CASES = {"hf": ("hf", []), "vllm": ("vllm", []), "async": ("hf", ["--train.async_enable"])}
+#: engine, extra flags: the HF engine in the ranks (in the controller's process) on a tiny MoE actor with routing
+#: replay, vLLM (an engine process, ranks in Ray workers), the async pipeline (batches generated ahead are kept in the
+#: checkpoint)
+RL_CASES = {"hf": ("hf", ["--actor.routing_replay", "rollout"]), "vllm": ("vllm", []), "async": ("hf", ["--train.async_enable"])}
 
 
 def rl_flags(case: str, model: Path, task_files: dict[str, Path], run: Path) -> list[str]:
@@ -224,14 +225,19 @@ def rl_flags(case: str, model: Path, task_files: dict[str, Path], run: Path) -> 
 
 
 @pytest.mark.parametrize("case,signum", [("hf", signal.SIGUSR1), ("vllm", signal.SIGTERM), ("async", signal.SIGTERM)],
-                         ids=["hf-SIGUSR1", "vllm-SIGTERM", "async-SIGTERM"])
-def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tiny_causal_lm_path, task_files, tmp_path: Path,
-                                                               ray_tmpdir: str, request) -> None:
+                         ids=["hf-moe-replay-SIGUSR1", "vllm-SIGTERM", "async-SIGTERM"])
+def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tiny_causal_lm_path, tiny_tokenizer_path,
+                                                               task_files, tmp_path: Path, ray_tmpdir: str, request) -> None:
     """The preempted run is the real command (its own Ray, signalled); the uninterrupted reference and the resume run
     in this process on the shared Ray cluster, one after the other (the same process, so the same thread share), and
     the resume reads the checkpoint the preempted command wrote. With vLLM (an engine process, ranks in Ray workers) the
-    resume keeps that layout; the reference's rank lives in this process beside its engine."""
-    flags = rl_flags(case, tiny_causal_lm_path, task_files, tmp_path)
+    resume keeps that layout; the reference's rank lives in this process beside its engine. The HF case trains a MoE
+    with routing replay: its MoE metrics resume exactly too, and the resumed step routes by the engine's records."""
+    from rlhf.testing.tiny import build_moe_causal_lm
+
+    replay = "--actor.routing_replay" in RL_CASES[case][1]
+    model = build_moe_causal_lm(tmp_path / "moe", tiny_tokenizer_path) if replay else tiny_causal_lm_path
+    flags = rl_flags(case, model, task_files, tmp_path)
     plugin = marker_plugin(tmp_path / "marks", "step")
     result = signalled_run(["--plugins", str(plugin), *flags, "--actor.lr_scheduler", "marking"], tmp_path / "marks",
                            [("step", signum)], env={"RAY_TMPDIR": ray_tmpdir}, timeout=900)
@@ -245,9 +251,11 @@ def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tin
     # allows (no GPU), one Ray worker fewer to start, with the same thread share as in a worker (half the cores); the resume
     # keeps the preempted run's layout (its rank in a Ray worker, the engine synced from there after the load)
     beside_engine = ["--train.in_process", "auto"] if case == "vllm" else []
-    assert_ok(run_in_process(*rl_flags(case, tiny_causal_lm_path, task_files, reference), *beside_engine))
+    assert_ok(run_in_process(*rl_flags(case, model, task_files, reference), *beside_engine))
     resumed = assert_ok(run_in_process(*flags, "--ckpt.load_enable")).stderr
     assert f"resumed from {tmp_path / 'ckpt' / 'global_step2'} (step 2)" in resumed
+    if replay:
+        assert read_metrics(tmp_path / "out")[-1]["moe/routing_mismatch"] == 0.0
     if case != "async":
         assert_resumes_as_uninterrupted(tmp_path, reference)
         return

@@ -24,6 +24,10 @@ TIGHT_CORRECTION = ["--algo.advantage.is_correction_level", "token", "--algo.adv
                     "1.001"]
 
 
+#: a tiny MoE actor's forwards route every token as the engine that sampled it did (plugins/models/moe-replay)
+MOE_REPLAY = ["--actor.routing_replay", "rollout"]
+
+
 def grpo_flags(reward: Path) -> list[str]:
     return ["--reward.remote_url", str(reward), "--algo.advantage.estimator", "group_norm",
             "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0"]
@@ -258,20 +262,30 @@ def assert_engines_hold_the_actors_weights(controller: Any, initial_model: Path)
 @pytest.mark.parametrize("engine,extra", [("hf", []), ("hf", ["--rollout.engine", "hf"]),
                                           ("hf", ["--ds.zero_stage", "3", "--actor.num_gpus_per_node", "2", *TIGHT_CORRECTION]),
                                           ("vllm", ["--ds.lora.rank", "8", "--actor.adam.lr", "1e-2"]),
-                                          ("vllm", ["--rollout.engine", "vllm-inprocess", "--actor.num_gpus_per_node", "2"])],
-                         ids=["hf-inprocess", "hf", "hf-inprocess-zero3-2-ranks", "vllm-lora", "vllm-inprocess-2-ranks"])
+                                          ("vllm", ["--rollout.engine", "vllm-inprocess", "--actor.num_gpus_per_node", "2"]),
+                                          ("hf", ["--rollout.engine", "hf", *MOE_REPLAY])],
+                         ids=["hf-inprocess", "hf", "hf-inprocess-zero3-2-ranks", "vllm-lora", "vllm-inprocess-2-ranks",
+                              "hf-moe-replay"])
 def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_cluster, task_files, tiny_causal_lm_path,
-                                                             tmp_path) -> None:
+                                                             tiny_tokenizer_path, tmp_path) -> None:
     """With LoRA the engines get the base weights with the adapters folded in; an engine in the actor's ranks has
     the trained weights themselves (HF; under ZeRO-3 it gathers them layer by layer, the two ranks in step, the
     second one's share of the one-request generate below empty) or reloads its rank's (vLLM, one engine per rank).
-    A vLLM engine process without LoRA: the GRPO test above."""
+    A vLLM engine process without LoRA: the GRPO test above. With routing replay the actor is a tiny Qwen3-MoE: the
+    engine process recorded the experts of every token, the trainer routed by them, and the sync moved the fused
+    expert tensors whole."""
+    from rlhf.testing.tiny import build_moe_causal_lm
+
+    replay = MOE_REPLAY[0] in extra
+    model = build_moe_causal_lm(tmp_path / "moe", tiny_tokenizer_path) if replay else tiny_causal_lm_path
     controller = ppo_controller(
-        base_flags(tiny_causal_lm_path, task_files["prompts"], tmp_path, engine, steps=1) + grpo_flags(task_files["reward"])
+        base_flags(model, task_files["prompts"], tmp_path, engine, steps=1) + grpo_flags(task_files["reward"])
         + ["--actor.lr_warmup_ratio", "0", *extra], tmp_path / "out")  # one step would otherwise warm up at lr 0
     controller._check_inputs()
     controller._setup()
     metrics = controller.train_step(controller.schedule.next_batch())  # generate, train, sync
     if TIGHT_CORRECTION[1] in extra:  # every sampled token's log-prob within 1e-3 (relative) of the trainer's recompute
         assert metrics["is_filter_ratio"] == 0.0 and abs(metrics["vllm_kl"]) < 1e-5
-    assert_engines_hold_the_actors_weights(controller, tiny_causal_lm_path)
+    if replay:  # present only when the trainer compared its routes with recorded ones
+        assert metrics["moe/routing_mismatch"] == 0.0
+    assert_engines_hold_the_actors_weights(controller, model)

@@ -57,6 +57,10 @@ class RolloutEngine(Protocol):
     (``shape``: the policy's :class:`rlhf.planning.ModelShape`; ``gpu_memory``: bytes of one GPU, None where unknown,
     e.g. a CPU machine); absent: the engine is shown as "not estimated".
 
+    Optional method of an in-rank engine, in the rank: ``use_extensions(extensions: list) -> None``, once, before
+    :meth:`attach`: the rank's model extensions (:mod:`rlhf.models.extensions`, built by its model worker as the model
+    loaded), to record per-token values with (``recording``) instead of building a second set.
+
     Optional classmethod, where the engine lives: ``error_hint(exc) -> str | None``, the way out (a flag, another
     engine) when the library under the engine refuses the run as it is built or first used
     (:mod:`rlhf.components.first_use`); None or absent: the core names the other installed engines.

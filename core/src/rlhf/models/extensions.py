@@ -50,17 +50,23 @@ if TYPE_CHECKING:
     from rlhf.config.run import RunConfig
 
 
-def active(config: RunConfig, registry: Any) -> list[Any]:
-    """The model-plugin components this run switched on, built once each, in flag order."""
-
-    flags: dict[str, str] = {}  # plugin -> the first of its flags that is set
-    loaders = registry.names(ComponentKind.MODEL_LOADER)
+def _switched_on(config: RunConfig) -> dict[str, str]:
+    """plugin -> the first of its flags this run set (any kind of plugin), then ``--train.model_loaders``' names."""
+    flags: dict[str, str] = {}
     for dotted, plugin, changed in flagged_fields(config):
-        if changed and plugin in loaders:
+        if changed:
             flags.setdefault(plugin, f"--{dotted}")
     for name in getattr(getattr(config, "train", None), "model_loaders", None) or []:
         flags.setdefault(name, "--train.model_loaders")
-    return [build(registry.get(ComponentKind.MODEL_LOADER, name, flag=flag), config) for name, flag in flags.items()]
+    return flags
+
+
+def active(config: RunConfig, registry: Any) -> list[Any]:
+    """The model-plugin components this run switched on, built once each, in flag order."""
+
+    loaders = registry.names(ComponentKind.MODEL_LOADER)
+    return [build(registry.get(ComponentKind.MODEL_LOADER, name, flag=flag), config)
+            for name, flag in _switched_on(config).items() if name in loaders]
 
 
 def load_model(extensions: list[Any], role: str, config: RunConfig, path: str, default: Callable[[], Any]) -> Any:
@@ -101,13 +107,17 @@ class ForwardTokens:
 
 
 def engine_extensions(config: dict[str, Any]) -> list[Any]:
-    """The model extensions a run switched on, built in a rollout engine's process from the config dict it gets,
-    with the run's exact plugin set (``plugin_set``) as its workers load it: not every installed plugin again (a
-    skipped one would warn a second time where the engine shares the controller's process). A config without one
-    (an engine built outside a run) loads what is installed."""
+    """The model extensions a run switched on, built in a rollout engine's own process from the config dict it gets
+    (an in-rank engine gets its rank's instead: ``use_extensions``, :class:`rlhf.components.RolloutEngine`). No plugin
+    is loaded unless the config sets a plugin's flag; then the run's exact plugin set (``plugin_set``) is, as its
+    workers load it: not every installed plugin again (a skipped one would warn a second time where the engine shares
+    the controller's process). A config without one (an engine built outside a run) loads what is installed."""
+    validated = PPOConfig.model_validate(config)
+    if not _switched_on(validated):
+        return []
     resolved = config.get("plugin_set")
     host = PluginHost.load(PluginSelection.from_resolved(resolved)) if resolved else PluginHost.load()
-    return active(PPOConfig.model_validate(config), host.registry)
+    return active(validated, host.registry)
 
 
 @contextlib.contextmanager

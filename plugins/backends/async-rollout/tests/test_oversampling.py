@@ -1,4 +1,5 @@
-"""The async producer's oversampling buffer (--rollout.vllm_generate_batch_size > --rollout.batch_size).
+"""The async producer's oversampling buffer (--rollout.vllm_generate_batch_size > --rollout.batch_size), and the
+batches generated ahead that a checkpoint keeps.
 
 The real producer thread and :class:`PromptSchedule` run against a controller whose rollout
 turns each prompt into ``n`` samples without engines, so every buffered group can be traced to its prompt.
@@ -14,7 +15,7 @@ import pytest
 from rlhf_plugin_async_rollout.producer import AheadOfTraining
 
 from rlhf.data.prompts import PromptSchedule
-from rlhf.runtime.workers.batch import Sample
+from rlhf.runtime.workers.batch import Sample, worker_payload
 
 N = 2
 
@@ -140,3 +141,43 @@ def test_a_trainer_faster_than_the_producer_still_trains_batches_made_one_sync_e
         with controller.engine_lock:  # the weight sync, as the controller makes it
             controller.policy_version += 1
     assert staleness == [0.0, 1.0, 1.0, 1.0]
+
+
+class RecordingController(Controller):
+    """Its samples carry what a model extension recorded while the engine generated them (routing replay's experts)."""
+
+    def rollout(self, prompts, metrics, step=None):
+        import numpy as np
+
+        samples, extra = super().rollout(prompts, metrics, step)
+        rng = np.random.default_rng(len(self.rounds))
+        for s in samples:
+            s.token_records = {"routed_experts": rng.integers(0, 8, (3, 2, 2), dtype=np.uint8)}
+        return samples, extra
+
+
+def test_a_resume_trains_the_batch_generated_ahead_with_its_engine_records(tmp_path) -> None:
+    """Routing replay (--actor.routing_replay rollout) routes a resumed run's first step by the experts the engine chose
+    before the checkpoint: generating the batch again would not do (the records belong to the weights that sampled)."""
+    import numpy as np
+
+    run = RecordingController(prompts=12, batch_size=4, per_round=4)
+    scheduler = AheadOfTraining()
+    batches = scheduler.batches(run)
+    next(batches)
+    run.step = 1
+    scheduler.save_state(tmp_path)  # step 2's batch is queued by now
+    _, expected = next(batches)  # what the uninterrupted run trains at step 2
+    batches.close()
+    resumed = Controller(prompts=12, batch_size=4, per_round=4)  # generates samples without records
+    resumed.step = 1
+    again = AheadOfTraining()
+    again.load_state(tmp_path, resumed)
+    batches = again.batches(resumed)
+    _, first = next(batches)
+    batches.close()
+    assert [s.prompt for s in first.samples] == [s.prompt for s in expected.samples]
+    records = worker_payload(first.samples)["token_records"]
+    assert len(records) == len(expected.samples) == 8
+    for got, sample in zip(records, expected.samples):
+        np.testing.assert_array_equal(got["routed_experts"], sample.token_records["routed_experts"])

@@ -30,13 +30,7 @@ import fsdp2_ranks as ranks  # noqa: E402
 RTOL, ATOL = 1e-5, 1e-6
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The references here run beside the two ranks on a 2-core machine: extra intra-op threads only spin."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the references here run beside the two ranks
 
 
 @pytest.fixture(scope="module")

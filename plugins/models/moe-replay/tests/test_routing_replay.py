@@ -13,16 +13,7 @@ from rlhf.config.ppo import PPOConfig
 from rlhf.models.extensions import ForwardTokens, before_forward, extension_metrics
 from rlhf.testing.tiny import build_moe_causal_lm, build_tokenizer
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: these models are tiny, and a pool of them on a shared 2-core machine ran each forward 100x slower."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +47,7 @@ def _trainer_forward(path: Path, mode: str, samples: list[dict], training: bool 
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     replay = RoutingReplay(mode)
-    replay.wrap(model, "actor", None)
+    replay.wrap(model, "actor", PPOConfig())
     rows = [s["prompt_ids"] + s["response_ids"] for s in samples]
     width = max(map(len, rows))
     input_ids = torch.zeros((len(rows), width), dtype=torch.long)
@@ -134,7 +125,33 @@ def test_a_dense_model_is_refused_naming_the_flag(tmp_path_factory, tokenizer_pa
 
     path = build_causal_lm(tmp_path_factory.mktemp("dense"), tokenizer_path, hidden_size=64, layers=1)
     with pytest.raises(ConfigError, match="--actor.routing_replay rollout: the actor model .* has no top-k MoE router"):
-        RoutingReplay("rollout").wrap(AutoModelForCausalLM.from_pretrained(path), "actor", None)
+        RoutingReplay("rollout").wrap(AutoModelForCausalLM.from_pretrained(path), "actor", PPOConfig())
+
+
+def test_replayed_dumps_are_refused_with_rollout_replay_for_they_hold_no_routing_record(tmp_path_factory, tokenizer_path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.errors import ConfigError
+
+    model = AutoModelForCausalLM.from_pretrained(_model(tmp_path_factory, tokenizer_path, "olmoe"))
+    config = PPOConfig()
+    config.rollout.replay_dir = "dumped"
+    with pytest.raises(ConfigError, match="--actor.routing_replay rollout: the rollouts --rollout.replay_dir trains on"):
+        RoutingReplay("rollout").wrap(model, "actor", config)
+    assert RoutingReplay("record").wrap(model, "actor", config) is model
+
+
+def test_training_forwards_without_records_are_said_once_to_route_by_the_trainer_s_own_top_k(tmp_path_factory, tokenizer_path, caplog) -> None:
+    """What a run whose engine records nothing (vLLM) gets with --actor.routing_replay rollout: one warning, not silence."""
+    samples = [{"prompt_ids": [5, 9, 30], "response_ids": [41, 42]}, {"prompt_ids": [7, 8], "response_ids": [9]}]
+    path = _model(tmp_path_factory, tokenizer_path, "olmoe")
+    with caplog.at_level("WARNING", logger="rlhf.moe"):
+        _, replay, model = _trainer_forward(path, "rollout", samples, training=False)
+        assert not caplog.records  # log-prob passes say nothing: the training forwards of the step will
+        for _ in range(2):
+            before_forward([replay], model, ForwardTokens((2, 5), [0, 1], [0, 0], [5, 3], [None, None], True))
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["--actor.routing_replay rollout"]
+    assert "no routing record" in caplog.records[0].getMessage()
 
 
 def test_the_plan_counts_the_routing_record_of_one_forward_of_the_actor_and_the_reference(tmp_path_factory, tokenizer_path) -> None:
@@ -151,3 +168,42 @@ def test_the_plan_counts_the_routing_record_of_one_forward_of_the_actor_and_the_
     (ref,) = replay.plan_memory(config, PlannedModel("ref", shape, False, 1, 0, None))
     assert ref.nbytes == 8 * 128 * 2 * 2 * 2
     assert replay.plan_memory(config, PlannedModel("critic", shape, True, 1, shape.parameters, None)) == []
+
+
+@pytest.fixture
+def plugin_loads(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """Every ``PluginHost.load`` call from now on (each still loads)."""
+    from rlhf.host.plugin_host import PluginHost
+
+    loads: list[tuple] = []
+    load = PluginHost.load
+    monkeypatch.setattr(PluginHost, "load", lambda *args, **kwargs: loads.append(args) or load(*args, **kwargs))
+    return loads
+
+
+def test_an_engine_process_loads_plugins_only_for_a_run_that_sets_a_plugin_flag(plugin_loads: list[tuple]) -> None:
+    from rlhf.models.extensions import engine_extensions
+
+    assert engine_extensions(_config("off")) == [] and plugin_loads == []
+    (built,) = engine_extensions(_config("rollout"))
+    assert isinstance(built, RoutingReplay) and built.mode == "rollout" and len(plugin_loads) == 1
+
+
+def test_the_in_rank_engine_records_with_its_rank_s_own_extensions(tmp_path_factory, tokenizer_path, plugin_loads) -> None:
+    """What the actor worker does: the extensions it built as the model loaded go to the rank's engine, which builds
+    and loads none of its own, and its records come through them."""
+    import torch
+    from rlhf_plugin_hf_generate.engine import InProcessHFEngine
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.runtime.workers.policy import in_rank_engine
+    from rlhf.testing.conformance.backends import WholeTrainedModel
+
+    path = _model(tmp_path_factory, tokenizer_path, "qwen3_moe")
+    worker_side = [RoutingReplay("rollout")]
+    model = worker_side[0].wrap(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), "actor", PPOConfig())
+    engine = in_rank_engine(InProcessHFEngine, WholeTrainedModel(model), worker_side, str(path), "fp32", 512, 0, _config("rollout"))
+    assert engine.extensions is worker_side and plugin_loads == []
+    assert [len(router._forward_hooks) for router in find_routers(model)] == [1, 1]
+    (result,) = engine.generate([{"prompt_ids": [5, 9, 30], "max_tokens": 4, "seed": 3}], 1.0, 1.0)
+    assert result["token_records"][RECORD].shape == (3 + len(result["response_ids"]) - 1, 2, 2)

@@ -162,9 +162,8 @@ class NoEngines:
     """The controller's handle when the run generates nothing (a rollout scheduler with ``needs_engines = False``:
     replayed rollouts): no engine to place, wake or sync."""
 
-    engines: list[Any] = []
-
     def __init__(self) -> None:
+        self.engines: list[Any] = []  # no engine actor, as InRankEngines
         self.sleep = SleepSchedule([], enabled=False)
 
     def refresh(self) -> None:

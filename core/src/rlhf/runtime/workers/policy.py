@@ -33,6 +33,16 @@ from rlhf.runtime.workers.micro_batches import packed_forward, plan
 from rlhf.runtime.workers.objective import ObjectiveSettings, StepNormalisers, policy_objective, step_counts
 
 
+def in_rank_engine(engine_class: type, trained: Any, extensions: list[Any], *args: Any) -> Any:
+    """``engine_class(*args)`` (an ``in_training_rank`` engine) on this rank's trained model, handed the rank's model
+    extensions first where it takes them (``use_extensions``): one set per rank, not a second one on the same model."""
+    engine = engine_class(*args)
+    if hasattr(engine, "use_extensions"):
+        engine.use_extensions(extensions)
+    engine.attach(trained)
+    return engine
+
+
 def _action_masks(payload: dict[str, list], rows: Any) -> list[list[int] | None] | None:
     """The rows' action masks (multi-turn samples mark environment tokens 0), or None when every token is the model's."""
     masks = payload.get("action_masks")
@@ -261,9 +271,8 @@ class PolicyWorker(_CausalLMWorker):
         if engine_class is not None and engine_class.in_training_rank:
             self.engine_use = FirstUse(engine_label(cfg, self.plugins.registry), engine_class)
             with self.engine_use.watch("construction", "while it was built on the trained model"):
-                self.engine = engine_class(cfg.actor.model_name_or_path, cfg.ds.param_dtype, cfg.data.max_len,
-                                           cfg.train.seed + self.rank, self._config_dict)
-                self.engine.attach(self.model)
+                self.engine = in_rank_engine(engine_class, self.model, self.extensions, cfg.actor.model_name_or_path,
+                                             cfg.ds.param_dtype, cfg.data.max_len, cfg.train.seed + self.rank, self._config_dict)
             if cfg.vllm.enable_sleep and not getattr(engine_class, "shares_trained_weights", False):
                 self.engine.sleep()  # asleep until the controller wakes it for a phase (rlhf.runtime.rollout.sleep)
 

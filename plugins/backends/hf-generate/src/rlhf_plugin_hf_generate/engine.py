@@ -175,11 +175,14 @@ class InProcessHFEngine(HFEngine):
         return None if (config.vllm.num_engines or 0) > 0 else 20
 
     def __init__(self, model_path: str, param_dtype: str, max_model_len: int, seed: int, config: dict[str, Any]) -> None:
-        """Nothing to load: the weights come with :meth:`attach`."""
-        from rlhf.models.extensions import engine_extensions
-
+        """Nothing to load: the weights come with :meth:`attach`, the model extensions with :meth:`use_extensions`."""
         self.chunk_size = chunk_size(config)
-        self.extensions = engine_extensions(config)
+        self.extensions: list[Any] = []
+
+    def use_extensions(self, extensions: list[Any]) -> None:
+        """Record with the rank's own model extensions (its worker built them as the model loaded): one set per rank,
+        its hooks on the trained model once."""
+        self.extensions = extensions
 
     def attach(self, trained: Any) -> None:
         """Generate with ``trained.module`` (the rank's :class:`rlhf.components.TrainedModel`), from now on."""

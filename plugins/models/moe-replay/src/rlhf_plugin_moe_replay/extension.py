@@ -10,11 +10,14 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlhf.errors import ConfigError
 from rlhf_plugin_moe_replay.routers import find_routers, taps_of
+
+log = logging.getLogger("rlhf.moe")
 
 FLAG = "--actor.routing_replay"
 RECORD = "routed_experts"
@@ -26,6 +29,7 @@ class RoutingReplay:
     def __init__(self, mode: str = "rollout") -> None:
         self.mode = mode
         self.taps: dict[str, Any] = {}  #: role -> the taps on that role's model (this worker's)
+        self.told_unrecorded = False  #: warned once that a training forward had no record to route by
 
     @classmethod
     def from_config(cls, config: Any) -> RoutingReplay:
@@ -35,6 +39,10 @@ class RoutingReplay:
         """In a model worker, after loading: install the router taps on the actor and reference models."""
         if role not in ROLES:
             return model
+        if self.mode == "rollout" and config.rollout.replay_dir:
+            raise ConfigError(f"{FLAG} rollout: the rollouts --rollout.replay_dir trains on were dumped without the "
+                              "engine's routing records (a dump keeps tokens and log-probs), so there is nothing to route "
+                              f"by; drop one of the two ({FLAG} record still logs the expert load)")
         routers = find_routers(model)
         if not routers:
             raise ConfigError(f"{FLAG} {self.mode}: the {role} model {type(model).__name__} has no top-k MoE router "
@@ -79,7 +87,12 @@ class RoutingReplay:
             if forced is None:
                 forced = torch.full((rows, length, taps.layers, taps.top_k), -1, dtype=torch.int16)
             take = min(len(record), count)
-            forced[row, start : start + take] = torch.as_tensor(record[:take]).to(torch.int16)
+            forced[row, start : start + take] = torch.tensor(record[:take], dtype=torch.int16)  # a copy: Ray's arrays are read-only
+        if forced is None and tokens.training and self.mode == "rollout" and not self.told_unrecorded:
+            self.told_unrecorded = True
+            log.warning("%s rollout: a training micro-batch carries no routing record, so the trainer routes it by its own "
+                        "top-k (the rollout engine records none, as vLLM's does not yet, or a multi-turn executor's samples; "
+                        "docs/moe.md); said once per run", FLAG)
         device = next(module.parameters()).device  # the forward's: one copy per micro-batch, not one per layer
         taps.route(None if forced is None else forced.view(rows * length, taps.layers, taps.top_k).to(device),
                    valid.view(-1).to(device), replay=self.mode == "rollout", measure=tokens.training)
