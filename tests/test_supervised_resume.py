@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import crash_plugin, truncate
+from rlhf_test_support import crash_plugin, runs_in_turn, truncate
 
 from rlhf.records.metrics import read_metrics
-from rlhf.testing.cli import assert_ok, assert_user_error, run_in_process, run_rlhf
+from rlhf.testing.cli import assert_ok, assert_user_error, run_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -70,38 +70,48 @@ def test_sft_resumes_exactly_where_it_stopped(tmp_path, tiny_causal_lm_path) -> 
     assert "dataset_probs: 0.75,0.25" in config_text and "plugin_set:" in config_text
 
 
-@pytest.mark.parametrize(("stage", "flag"), [(2, ["--ds.use_universal_ckpt"]), (3, [])])
-def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path, stage, flag, capsys) -> None:
+def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path, capsys) -> None:
     """One rank resumes a 2-rank run from its step-2 checkpoint (alone under a new --ckpt.path, as a crash after step
     2 leaves it), converted once to DeepSpeed's universal form (by --ds.use_universal_ckpt, as OpenRLHF's command
-    lines ask, or on its own: the checkpoint records 2 ranks), and steps 3-6 have the losses of the uninterrupted
-    2-rank run (the step's loss is a global mean, however it is split). The ZeRO-3 one also resumes under
-    --train.backend fsdp2, and that run's step-4 checkpoint back under DeepSpeed ZeRO-3 (resumed_under). A crashed
-    run's resume:
+    lines ask, at ZeRO-2; on its own at ZeRO-3: the checkpoint records 2 ranks), and steps 3-6 have the losses of the
+    uninterrupted 2-rank run (the step's loss is a global mean, however it is split). The ZeRO-3 one also resumes
+    under --train.backend fsdp2, and that run's step-4 checkpoint back under DeepSpeed ZeRO-3 (resumed_under). The
+    two 2-rank runs take turns in one launch (runs_in_turn). A crashed run's resume:
     test_sft_resumes_exactly_where_it_stopped."""
     data = _rows(tmp_path / "a.jsonl", 24, 0, "add")
+    extra = {2: ["--ds.use_universal_ckpt"], 3: []}
 
-    def flags(run: Path) -> list[str]:
-        return ["train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset", str(data),
-                "--train.batch_size", "8", "--train.micro_batch_size", "2", "--train.max_epochs", "2",
-                "--adam.lr", "1e-3", "--ds.param_dtype", "fp32", "--ds.zero_stage", str(stage), *flag,
-                "--ds.attn_implementation", "eager", "--ckpt.save_steps", "2", "--ckpt.path", str(run / "ckpt"),
-                "--ckpt.output_dir", str(run / "out")]
+    def flags_at(stage: int) -> Callable[[Path], list[str]]:
+        def flags(run: Path) -> list[str]:
+            return ["train", "sft", "--model.model_name_or_path", str(tiny_causal_lm_path), "--data.dataset", str(data),
+                    "--train.batch_size", "8", "--train.micro_batch_size", "2", "--train.max_epochs", "2",
+                    "--adam.lr", "1e-3", "--ds.param_dtype", "fp32", "--ds.zero_stage", str(stage), *extra[stage],
+                    "--ds.attn_implementation", "eager", "--ckpt.save_steps", "2", "--ckpt.path", str(run / "ckpt"),
+                    "--ckpt.output_dir", str(run / "out")]
+        return flags
 
-    two_ranks = ("torch.distributed.run", "--standalone", "--nproc_per_node", "2")
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert_ok(run_rlhf(*flags(straight), launcher=two_ranks))
+    straight = {stage: tmp_path / f"zero{stage}" / "straight" for stage in extra}
+    for run in runs_in_turn(tmp_path / "launch", 2, *(tuple(flags_at(stage)(straight[stage])) for stage in extra)):
+        assert_ok(run)
+    for stage in extra:
+        _resumes_on_one(stage, straight[stage], flags_at(stage), tiny_causal_lm_path, capsys)
+
+
+def _resumes_on_one(stage: int, straight: Path, flags: Callable[[Path], list[str]], base: Path,
+                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The checks of test_a_checkpoint_of_two_ranks_resumes_on_one for the 2-rank run in ``straight``."""
+    resumed = straight.parent / "resumed"
     checkpoint = resumed / "ckpt" / "global_step2"
     shutil.copytree(straight / "ckpt" / "global_step2", checkpoint)
     recorded = json.loads((checkpoint / "state.json").read_text())
     assert recorded["models"]["model"] == {"backend": "deepspeed", "world_size": 2, "ema": False, "lora_rank": 0,
                                            "layout": {"zero_stage": stage, "tensor_parallel_size": 1},
-                                           "model": str(tiny_causal_lm_path), "states": True}
+                                           "model": str(base), "states": True}
     assert recorded["config"]["ds"]["zero_stage"] == stage
 
-    if not flag:  # (--ds.use_universal_ckpt is a DeepSpeed flag FSDP2 refuses first): to FSDP2 at step 2, and back
-        on_fsdp2 = resumed_under("fsdp2", straight, checkpoint, tmp_path / "fsdp2", flags)
-        resumed_under("deepspeed", straight, on_fsdp2 / "ckpt" / "global_step4", tmp_path / "back", flags)
+    if stage == 3:  # (--ds.use_universal_ckpt is a DeepSpeed flag FSDP2 refuses first): to FSDP2 at step 2, and back
+        on_fsdp2 = resumed_under("fsdp2", straight, checkpoint, straight.parent / "fsdp2", flags)
+        resumed_under("deepspeed", straight, on_fsdp2 / "ckpt" / "global_step4", straight.parent / "back", flags)
 
     (resumed / "out").mkdir(exist_ok=True)  # and the metrics of its steps 1-2: steps 3-6 must come from the resumed run
     rows = (straight / "out" / "metrics.jsonl").read_text().splitlines(keepends=True)
@@ -116,9 +126,9 @@ def test_a_checkpoint_of_two_ranks_resumes_on_one(tmp_path, tiny_causal_lm_path,
     losses = {run: {m["step"]: m["loss"] for m in read_metrics(run / "out")} for run in (straight, resumed)}
     assert sorted(losses[resumed]) == list(range(1, 7))
     for step in range(3, 7):
-        assert losses[resumed][step] == pytest.approx(losses[straight][step], rel=1e-5), step
-    if not flag:
-        inspected_and_exported(straight, tiny_causal_lm_path, capsys)
+        assert losses[resumed][step] == pytest.approx(losses[straight][step], rel=1e-5), (stage, step)
+    if stage == 3:
+        inspected_and_exported(straight, base, capsys)
 
 
 def resumed_under(backend: str, straight: Path, checkpoint: Path, run: Path, flags: Callable[[Path], list[str]]) -> Path:
