@@ -58,7 +58,8 @@ def build_wheels(directory: Path, sources: list[Path] = FIRST_PARTY_DIRS) -> Non
 
 def venv_sharing_this_environment(root: Path) -> Path:
     """A fresh venv at ``root/venv`` that sees this environment's packages (torch, Ray, vLLM, DeepSpeed...) through a
-    folder of links to its site-packages, without any rlhf distribution: rlhf must be installed into it to be there."""
+    folder of links to its site-packages, without any rlhf distribution: rlhf must be installed into it to be there.
+    Its pip is this environment's (through the links), not the one ``ensurepip`` bundles with Python."""
     site = Path(sysconfig.get_paths()["purelib"])
     shared = root / "shared-site"
     shared.mkdir()
@@ -68,7 +69,9 @@ def venv_sharing_this_environment(root: Path) -> Path:
             continue
         (shared / entry.name).symlink_to(entry)
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # no pip of its own: ensurepip spends 4 CPU-s installing pip 23.2 (Python 3.11's bundled copy), which then
+    # installs the wheels several times slower than this environment's
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     (Path(purelib) / "shared_test_env.pth").write_text(f"{shared}\n")

