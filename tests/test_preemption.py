@@ -213,7 +213,8 @@ def test_a_signal_before_the_first_step_stops_at_once_and_writes_nothing(tiny_ca
 #: engine, extra flags: the HF engine in the ranks (in the controller's process) on a tiny MoE actor with routing
 #: replay, vLLM (an engine process, ranks in Ray workers), the async pipeline (batches generated ahead are kept in the
 #: checkpoint)
-RL_CASES = {"hf": ("hf", ["--actor.routing_replay", "rollout"]), "vllm": ("vllm", []), "async": ("hf", ["--train.async_enable"])}
+RL_CASES = {"hf": ("hf", []), "hf-moe-replay": ("hf", ["--actor.routing_replay", "rollout"]), "vllm": ("vllm", []),
+            "async": ("hf", ["--train.async_enable"])}
 
 
 def rl_flags(case: str, model: Path, task_files: dict[str, Path], run: Path) -> list[str]:
@@ -224,7 +225,7 @@ def rl_flags(case: str, model: Path, task_files: dict[str, Path], run: Path) -> 
             "--ckpt.save_steps", "-1", *extra]
 
 
-@pytest.mark.parametrize("case,signum", [("hf", signal.SIGUSR1), ("vllm", signal.SIGTERM), ("async", signal.SIGTERM)],
+@pytest.mark.parametrize("case,signum", [("hf-moe-replay", signal.SIGUSR1), ("vllm", signal.SIGTERM), ("async", signal.SIGTERM)],
                          ids=["hf-moe-replay-SIGUSR1", "vllm-SIGTERM", "async-SIGTERM"])
 def test_rl_preempted_mid_step_checkpoints_and_resumes_exactly(case, signum, tiny_causal_lm_path, tiny_tokenizer_path,
                                                                task_files, tmp_path: Path, ray_tmpdir: str, request) -> None:
@@ -289,6 +290,7 @@ def test_ray_draining_a_node_of_the_run_is_a_preemption_warning(tiny_causal_lm_p
             deadline = time.monotonic() + 600
             while not plugin.with_suffix(".step2").exists() and driver.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
+            assert driver.poll() is None, driver.communicate()[1][-4000:]  # the run ended before its step 2
             workers = json.loads((tmp_path / "out" / "workers.json").read_text())
             node = next(w["node_id"] for w in workers if w["group"] == "actor" and w["rank"] == 1)
             drain = subprocess.run([str(Path(sys.executable).parent / "ray"), "drain-node", "--address",
