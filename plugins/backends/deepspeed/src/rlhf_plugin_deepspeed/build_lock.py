@@ -32,7 +32,7 @@ def clear_stale_build_lock(op: str) -> None:
     except FileNotFoundError:
         return
     written = max((path.stat().st_mtime for path in directory.iterdir() if path.name != "lock"), default=0.0)
-    if now - taken > STALE_AFTER_S and now - max(written, taken) > STALE_AFTER_S:
+    if now - max(written, taken) > STALE_AFTER_S:  # neither taken nor written to for that long
         log.warning("removed %s: a build of DeepSpeed's %s op that is no longer running left it %.0f min ago",
                     lock, op, (now - taken) / 60)
         lock.unlink(missing_ok=True)

