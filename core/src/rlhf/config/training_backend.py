@@ -13,8 +13,8 @@ from rlhf.components.first_use import ComponentLabel
 from rlhf.registry import ComponentKind
 
 #: The plugin API (docs/plugin-api.md); the module's other names may change in any release.
-__all__ = ["backend_label", "check_backend_config", "converts_from", "load_from_other_backend", "model_record",
-           "training_backend"]
+__all__ = ["backend_label", "check_backend_config", "converts_from", "load_from_other_backend",
+           "load_trained_checkpoint", "model_record", "training_backend"]
 
 log = logging.getLogger("rlhf.checkpoint")
 
@@ -83,6 +83,19 @@ def converts_from(config: RunConfig, registry: Any) -> Callable[[str], bool]:
         return all(hasattr(writer, method) for method in NEUTRAL_EXPORT)
 
     return converts
+
+
+def load_trained_checkpoint(config: Any, backend: Any, model: Any, writer: str | None, directory: Path, tag: str,
+                            registry: Any) -> None:
+    """Every rank of a resume: the states of ``model`` (a :class:`rlhf.components.TrainedModel` of ``backend``, this
+    run's ``--train.backend``) under ``directory/tag``. ``writer`` is the backend that wrote them, as the checkpoint
+    records it (``state.json``; None where it does not say): this run's own loads natively
+    (``model.load_checkpoint``), another one through the backend-neutral full state (:func:`load_from_other_backend`;
+    the fit check, ``resume``'s ``converts``, has already refused the backends this run cannot convert from)."""
+    if writer is None or writer == config.train.backend:
+        model.load_checkpoint(str(directory), tag)
+    else:
+        load_from_other_backend(backend, model, writer, directory, tag, registry)
 
 
 def load_from_other_backend(backend: Any, model: Any, writer: str, directory: Path, tag: str, registry: Any) -> None:

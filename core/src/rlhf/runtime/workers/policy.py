@@ -18,7 +18,7 @@ from typing import Any
 from rlhf.components import build
 from rlhf.components.first_use import FirstUse
 from rlhf.config.rollout_engine import engine_label, rollout_engine_class, uses_engine
-from rlhf.config.training_backend import load_from_other_backend
+from rlhf.config.training_backend import load_trained_checkpoint
 from rlhf.errors import ConfigError
 from rlhf.models.extensions import ForwardTokens, active, before_forward, extension_metrics, load_model
 from rlhf.models.loading import dtype_of, load_causal_lm, token_id
@@ -97,10 +97,7 @@ class _ModelWorker(BaseWorker):
     def _load_checkpoint(self, directory: str, tag: str, writer: str | None) -> None:
         """``--ckpt.load_enable``: the trained model's states under ``directory/tag``; through the backend-neutral full
         state where ``writer`` (the ``--train.backend`` that wrote them, from ``state.json``) is another backend."""
-        if writer is not None and writer != self.config.train.backend:  # check_fit let it through: this run converts
-            load_from_other_backend(self.backend, self.model, writer, Path(directory), tag, self.plugins.registry)
-        else:
-            self.model.load_checkpoint(directory, tag)
+        load_trained_checkpoint(self.config, self.backend, self.model, writer, Path(directory), tag, self.plugins.registry)
 
     def _batch(self, payload: dict[str, list], rows: list[int], training: bool = False) -> Any:
         """The :class:`~rlhf.runtime.workers.batch.TokenBatch` of these samples on the model's device, packed with

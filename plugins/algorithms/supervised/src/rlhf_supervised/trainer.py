@@ -29,7 +29,7 @@ from rlhf.config.training_backend import (
     backend_label,
     check_backend_config,
     converts_from,
-    load_from_other_backend,
+    load_trained_checkpoint,
     model_record,
     training_backend,
 )
@@ -407,11 +407,8 @@ class SupervisedTrainer:
         cfg, registry = self.config, self.plugins.registry
 
         def load(directory: Path, state: dict[str, Any]) -> None:
-            writer = state.get("models", {}).get("model", {}).get("backend", cfg.train.backend)
-            if writer != cfg.train.backend:  # check_fit let it through: this run converts from it
-                load_from_other_backend(self.backend, self.model, writer, directory, "model", registry)
-            else:
-                self.model.load_checkpoint(str(directory), "model")
+            writer = state.get("models", {}).get("model", {}).get("backend")
+            load_trained_checkpoint(cfg, self.backend, self.model, writer, directory, "model", registry)
             self.plugins.checkpoint_load(state["step"], directory, state.get("plugins", {}))
 
         state = checkpoint.resume(Path(cfg.ckpt.path), load, models=self._trained_models(),
