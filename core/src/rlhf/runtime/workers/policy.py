@@ -85,8 +85,8 @@ class _ModelWorker(BaseWorker):
     tp = 1
     #: the current micro-batch's accumulation boundary with dynamic batches (None: fixed micro-batches)
     _boundary: bool | None = None
-    #: the model plugins this run switched on (rlhf.models.extensions), built as the model loaded
-    extensions: list[Any] = []
+    #: the model plugins this run switched on (rlhf.models.extensions), built as the model loaded (none before)
+    extensions: tuple[Any, ...] | list[Any] = ()
 
     def _load(self, role: str, path: str, default: Any) -> Any:
         """The model of ``role`` through the model plugins this run switched on (Liger, ring attention, VLM)."""
