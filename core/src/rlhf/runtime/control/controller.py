@@ -14,16 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
-from rlhf.config.base import ConfigError
 from rlhf.config.ppo_rules import active_correction
-from rlhf.config.rollout_engine import rollout_engine_class, uses_engine
-from rlhf.config.training_backend import converts_from, model_record
-from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
 from rlhf.errors import Preempted, WorkerError
-from rlhf.models.loading import check_model_source, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
 from rlhf.records import preemption
-from rlhf.records.checkpoint_fit import check_fit
 from rlhf.records.metrics import MetricsTracker, record_status
 from rlhf.records.rollouts import SCHEMA, RolloutDump, tokenizer_fingerprint
 from rlhf.registry import ComponentKind as K
@@ -33,14 +27,16 @@ from rlhf.runtime.cluster.liveness import RESUME_ADVICE, wait, write_whereabouts
 from rlhf.runtime.cluster.local import in_process_ranks, ranks_in_process, ray_actor_count
 from rlhf.runtime.cluster.placement import Placement, ranks_of
 from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
+from rlhf.runtime.control.checkpointing import PPOCheckpoints
 from rlhf.runtime.control.experience import compute_advantages
 from rlhf.runtime.control.kl_control import KLController, observed_kl
+from rlhf.runtime.control.preflight import PPOPreflight
 from rlhf.runtime.control.rewarding import RewardStage
 from rlhf.runtime.control.sample_records import sample_records
 from rlhf.runtime.control.steering import prompt_mix_metrics, steer
 from rlhf.runtime.rollout.agents import generate_samples
 from rlhf.runtime.rollout.engines import InRankEngines, NoEngines, RolloutEngines
-from rlhf.runtime.sync.weights import WeightSync, backend_for, transport_before_ray
+from rlhf.runtime.sync.weights import WeightSync, backend_for
 from rlhf.runtime.workers.batch import Sample, worker_payload
 from rlhf.runtime.workers.group import WorkerGroup
 from rlhf.runtime.workers.policy import PolicyWorker, ReferenceWorker
@@ -51,9 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rlhf.runtime")
 
-#: What a PPO checkpoint's state.json must hold besides the step.
-RESUMED_KEYS = ("data", "kl_coef")
-
 
 @contextmanager
 def timed(metrics: dict[str, float], key: str):
@@ -62,7 +55,10 @@ def timed(metrics: dict[str, float], key: str):
     metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - start
 
 
-class PPOController:
+class PPOController(PPOPreflight, PPOCheckpoints):
+    """One run of ``rlhf train ppo``, in the CLI process: checks its inputs (:class:`PPOPreflight`), starts the
+    engines and ranks, trains step by step, and writes and resumes checkpoints (:class:`PPOCheckpoints`)."""
+
     def __init__(self, config: PPOConfig, plugins: Any, run_dir: Path) -> None:
         self.config, self.plugins, self.run_dir = config, plugins, Path(run_dir)
         registry = plugins.registry
@@ -88,66 +84,6 @@ class PPOController:
         self.rollout_logs: dict[str, Any] = {}  # the last step's rollout-stage metrics and reward logs (its dump's META)
 
     # ----------------------------------------------------------------- set-up
-
-    def _check_inputs(self) -> None:
-        """Everything the user gave that can be checked without workers (:meth:`run` splits it
-        around the Ray start-up: sources before, data while the workers boot)."""
-        self._check_sources()
-        self._check_data()
-
-    def _check_sources(self) -> None:
-        """Model directories and the resumed ``state.json``, in the CLI process before Ray starts, so a
-        wrong path costs one line and a second. Caps ``--data.max_len`` at the actor's positions."""
-
-        cfg = self.config
-        # an engine that is not installed fails before Ray starts, and so does a --vllm.sync_backend that cannot run here;
-        # a run that generates nothing (replayed rollouts) has no engine: nothing beside the ranks, nothing to sync
-        generates = uses_engine(cfg, self.plugins.registry)
-        self.engine_class = rollout_engine_class(cfg, self.plugins.registry) if generates else None
-        self.engine_in_rank = self.engine_class is None or self.engine_class.in_training_rank
-        self.transport = transport = transport_before_ray(cfg, self.plugins.registry) if generates else None
-        if generates and self.engine_in_rank and cfg.vllm.sync_backend != "auto":
-            log.warning("--vllm.sync_backend %s is not used: the rollout engine generates inside the actor's ranks with "
-                        "the trained weights, so there is nothing to sync", cfg.vllm.sync_backend)
-        actor_path = cfg.actor.model_name_or_path
-        if not actor_path:
-            raise ConfigError("--actor.model_name_or_path is required")
-        positions = getattr(check_model_source(actor_path, "--actor.model_name_or_path"), "max_position_embeddings", None)
-        if positions and positions < cfg.data.max_len:  # engines cap there anyway: filter prompts by the real limit
-            log.warning("--data.max_len %d is more than the actor's max_position_embeddings %d: using %d",
-                        cfg.data.max_len, positions, positions)
-            cfg.data.max_len = positions
-        if self.estimator.needs_critic and cfg.critic.model_name_or_path != actor_path:
-            check_model_source(cfg.critic.model_name_or_path, "--critic.model_name_or_path")
-        for path in self.rewards.reward_model_paths:
-            check_model_source(path, "--reward.model_name_or_path")
-        if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
-            state = checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
-            # and one that fits another run (or that this run's backend converts from the one that wrote it)
-            check_fit(found[-1][1], state, self.trained_models(), converts_from(cfg, self.plugins.registry))
-        # ranks beside engine processes need a transport that serves them there, and a cluster without GPUs (_run)
-        serves = transport is not None and getattr(self.plugins.registry.get(K.WEIGHT_SYNC_TRANSPORT, transport),
-                                                   "serves_in_process_actor", False)
-        self.in_process = ranks_in_process(cfg, self.engine_in_rank, critic=self.estimator.needs_critic,
-                                           reward_models=bool(self.rewards.reward_model_paths), beside_engines=serves)
-
-    def _check_data(self) -> None:
-        """The tokenizer and every prompt row (the CLI process; the rows' errors name file and row)."""
-
-        cfg = self.config
-        self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path",
-                                        use_fast=not cfg.data.disable_fast_tokenizer)
-        rows, processor = load_prompt_rows(cfg.data, cfg.train.seed), prompt_processor(cfg, self.plugins.registry)
-        prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset,
-                                cfg.data.dataloader_num_workers, processor)
-        self.prompt_sources = tuple(s.strip() for s in cfg.data.prompt_dataset.split(",") if s.strip())
-        self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
-        self.eval_prompts: list[dict[str, Any]] = []
-        if cfg.eval.dataset:
-            eval_data = cfg.data.model_copy(update={"prompt_dataset": cfg.eval.dataset, "prompt_split": cfg.eval.split,
-                                                     "prompt_probs": None})
-            self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
-                                              cfg.eval.dataset, processor=processor)
 
     def _launch(self) -> None:
         """Create the rollout engines and every rank; they boot (start, import, load the engines' models)
@@ -199,41 +135,6 @@ class PPOController:
         for path, reward_group in zip(self.rewards.reward_model_paths, self.rewards.reward_models):
             pending += reward_group.setup_async(path)
         wait(pending)
-
-    def _resume(self) -> None:
-        if not self.config.ckpt.load_enable:
-            return
-
-        def load(directory: Path, state: dict[str, Any]) -> None:
-            saved = {p["name"]: p.get("version") for p in state.get("plugin_set", [])}
-            current = {p["name"]: p.get("version") for p in self.config.plugin_set}
-            if saved != current:
-                log.warning("resuming with plugins %s; the checkpoint was written with %s", current, saved)
-            writers = {role: model.get("backend") for role, model in state.get("models", {}).items()}
-            self.actor.call("load_checkpoint", str(directory), writers.get("actor"))
-            if self.critic is not None:
-                self.critic.call("load_checkpoint", str(directory), writers.get("critic"))
-            self.step = state["step"]
-            self.schedule.restore(state["data"])
-            self.kl.value = state["kl_coef"]
-            self.steered = state.get("steering", {})
-            self.plugins.checkpoint_load(self.step, directory, state.get("plugins", {}))
-            self.sync_weights()
-            self.policy_version = state.get("policy_version", self.policy_version)  # as the uninterrupted run counts
-            if (load_state := getattr(self.scheduler, "load_state", None)) is not None:
-                load_state(directory, self)
-
-        checkpoint.resume(Path(self.config.ckpt.path), load, keys=RESUMED_KEYS, models=self.trained_models(),
-                          converts=converts_from(self.config, self.plugins.registry))
-
-    def trained_models(self) -> dict[str, dict[str, Any]]:
-        """What a checkpoint of this run records of its trained groups (rlhf.records.checkpoint_fit)."""
-        cfg, registry = self.config, self.plugins.registry
-        models = {"actor": model_record(cfg, registry, ranks_of(cfg.actor), cfg.actor.model_name_or_path,
-                                        ema=cfg.train.enable_ema)}
-        if self.estimator.needs_critic:
-            models["critic"] = model_record(cfg, registry, ranks_of(cfg.critic), cfg.critic.model_name_or_path)
-        return models
 
     # ------------------------------------------------------------------ steps
 
@@ -377,32 +278,6 @@ class PPOController:
         scores = torch.tensor([s.score for s in samples]).view(-1, n)
         return {"eval/reward": float(torch.tensor([s.reward for s in samples]).mean()),
                 "eval/pass1": float((scores > 0).float().mean()), f"eval/pass{n}": float((scores > 0).any(dim=1).float().mean())}
-
-    def save_checkpoint(self, root: Path | None = None, keep: int | None = None) -> Path:
-        """A checkpoint of this step under ``root`` (``--ckpt.path``), keeping the newest ``keep`` (``--ckpt.max_num``)."""
-        cfg = self.config
-        plugin_state: dict[str, Any] = {}
-        data = dict(self.trained_data or self.schedule.state())
-        if self.schedule.weights is not None:  # the newest (async mode trained a batch drawn before the last change)
-            data["weights"] = list(self.schedule.weights)
-        state = {"step": self.step, "data": data, "kl_coef": self.kl.value,
-                 "steering": self.steered, "policy_version": self.policy_version,
-                 "plugin_set": cfg.plugin_set, "plugins": plugin_state, "models": self.trained_models(),
-                 "config": cfg.model_dump(mode="json")}
-
-        def write(staging: Path) -> None:
-            if not cfg.ckpt.disable_ds:
-                self.actor.call("save_checkpoint", str(staging))
-                if self.critic is not None:
-                    self.critic.call("save_checkpoint", str(staging))
-            if cfg.ckpt.save_hf:
-                self.actor.call("save_hf", str(staging / "hf"))
-            if (save_state := getattr(self.scheduler, "save_state", None)) is not None:  # e.g. batches generated ahead
-                save_state(staging)
-            self.plugins.checkpoint_save(self.step, staging, plugin_state)
-
-        return checkpoint.save(root or Path(cfg.ckpt.path), self.step, state, write, keep or cfg.ckpt.max_num,
-                               max_gb=cfg.ckpt.max_mem)
 
     # -------------------------------------------------------------------- run
 

@@ -1,0 +1,89 @@
+"""What ``rlhf train ppo`` checks of the user's inputs before any worker runs: the model directories, the engine and
+weight-sync transport it can use here, the checkpoint it would resume, the tokenizer and every prompt row."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from rlhf.config.base import ConfigError
+from rlhf.config.rollout_engine import rollout_engine_class, uses_engine
+from rlhf.config.training_backend import converts_from
+from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
+from rlhf.models.loading import check_model_source, load_tokenizer
+from rlhf.records import checkpoints as checkpoint
+from rlhf.records.checkpoint_fit import check_fit
+from rlhf.registry import ComponentKind as K
+from rlhf.runtime.cluster.local import ranks_in_process
+from rlhf.runtime.control.checkpointing import RESUMED_KEYS
+from rlhf.runtime.sync.weights import transport_before_ray
+
+log = logging.getLogger("rlhf.runtime")
+
+
+class PPOPreflight:
+    """The checks of :class:`rlhf.runtime.control.controller.PPOController` (its base), in the CLI process. They read
+    the controller's ``config``, ``plugins``, ``estimator``, ``rewards`` and ``trained_models()``, and set what the
+    run goes on with: the engine class and where it generates, the transport, whether the ranks run in this
+    process, the tokenizer, the prompt schedule and the evaluation prompts."""
+
+    def _check_inputs(self) -> None:
+        """Everything the user gave that can be checked without workers (:meth:`run` splits it
+        around the Ray start-up: sources before, data while the workers boot)."""
+        self._check_sources()
+        self._check_data()
+
+    def _check_sources(self) -> None:
+        """Model directories and the resumed ``state.json``, in the CLI process before Ray starts, so a
+        wrong path costs one line and a second. Caps ``--data.max_len`` at the actor's positions."""
+
+        cfg = self.config
+        # an engine that is not installed fails before Ray starts, and so does a --vllm.sync_backend that cannot run here;
+        # a run that generates nothing (replayed rollouts) has no engine: nothing beside the ranks, nothing to sync
+        generates = uses_engine(cfg, self.plugins.registry)
+        self.engine_class = rollout_engine_class(cfg, self.plugins.registry) if generates else None
+        self.engine_in_rank = self.engine_class is None or self.engine_class.in_training_rank
+        self.transport = transport = transport_before_ray(cfg, self.plugins.registry) if generates else None
+        if generates and self.engine_in_rank and cfg.vllm.sync_backend != "auto":
+            log.warning("--vllm.sync_backend %s is not used: the rollout engine generates inside the actor's ranks with "
+                        "the trained weights, so there is nothing to sync", cfg.vllm.sync_backend)
+        actor_path = cfg.actor.model_name_or_path
+        if not actor_path:
+            raise ConfigError("--actor.model_name_or_path is required")
+        positions = getattr(check_model_source(actor_path, "--actor.model_name_or_path"), "max_position_embeddings", None)
+        if positions and positions < cfg.data.max_len:  # engines cap there anyway: filter prompts by the real limit
+            log.warning("--data.max_len %d is more than the actor's max_position_embeddings %d: using %d",
+                        cfg.data.max_len, positions, positions)
+            cfg.data.max_len = positions
+        if self.estimator.needs_critic and cfg.critic.model_name_or_path != actor_path:
+            check_model_source(cfg.critic.model_name_or_path, "--critic.model_name_or_path")
+        for path in self.rewards.reward_model_paths:
+            check_model_source(path, "--reward.model_name_or_path")
+        if cfg.ckpt.load_enable and (found := checkpoint.checkpoints(Path(cfg.ckpt.path))):
+            state = checkpoint.load_state(found[-1][1], RESUMED_KEYS)  # a damaged state.json, before any worker starts
+            # and one that fits another run (or that this run's backend converts from the one that wrote it)
+            check_fit(found[-1][1], state, self.trained_models(), converts_from(cfg, self.plugins.registry))
+        # ranks beside engine processes need a transport that serves them there, and a cluster without GPUs (_run)
+        serves = transport is not None and getattr(self.plugins.registry.get(K.WEIGHT_SYNC_TRANSPORT, transport),
+                                                   "serves_in_process_actor", False)
+        self.in_process = ranks_in_process(cfg, self.engine_in_rank, critic=self.estimator.needs_critic,
+                                           reward_models=bool(self.rewards.reward_model_paths), beside_engines=serves)
+
+    def _check_data(self) -> None:
+        """The tokenizer and every prompt row (the CLI process; the rows' errors name file and row)."""
+
+        cfg = self.config
+        self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path",
+                                        use_fast=not cfg.data.disable_fast_tokenizer)
+        rows, processor = load_prompt_rows(cfg.data, cfg.train.seed), prompt_processor(cfg, self.plugins.registry)
+        prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset,
+                                cfg.data.dataloader_num_workers, processor)
+        self.prompt_sources = tuple(s.strip() for s in cfg.data.prompt_dataset.split(",") if s.strip())
+        self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
+        self.eval_prompts: list[dict[str, Any]] = []
+        if cfg.eval.dataset:
+            eval_data = cfg.data.model_copy(update={"prompt_dataset": cfg.eval.dataset, "prompt_split": cfg.eval.split,
+                                                     "prompt_probs": None})
+            self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
+                                              cfg.eval.dataset, processor=processor)
