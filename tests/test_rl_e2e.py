@@ -102,24 +102,38 @@ def assert_dumped_rollouts(dump: Path, metrics: list[dict]) -> None:
         assert all(s["trainer_logprobs"] is None and s["policy_version"] == logged["step"] - 1 for s in samples)
 
 
+def ranks_here(flags: list[str]) -> list[str]:
+    """``flags`` of a run beside a vLLM engine process with the actor's one ZeRO-2 rank in this process, not in a Ray
+    worker of its own (one worker fewer to start: its interpreter and imports). Where the rank lives changes no number;
+    ZeRO-2 leaves no global DeepSpeed state behind (base_flags puts the ranks in Ray workers for ZeRO-3's sake)."""
+    assert "--ds.zero_stage" not in flags  # the default, ZeRO-2
+    return [*flags[:flags.index("--train.in_process") + 1], "on", *flags[flags.index("--train.in_process") + 2:]]
+
+
 def test_grpo_with_a_reward_file_through_vllm_whose_engine_holds_the_actors_weights(ray_cluster, task_files,
                                                                                      tiny_causal_lm_path, tmp_path) -> None:
     """The GRPO run through a vLLM engine process; after it the engine holds the actor's trained weights (the last
     step's sync) and computes its log-probs, as :func:`assert_engines_hold_the_actors_weights` checks. Replayed from
-    its dump (--rollout.replay_dir, no engine), it logs the same metrics."""
+    its dump (--rollout.replay_dir, no engine), it logs the same metrics. The actor's rank lives in this process
+    (:func:`ranks_here`)."""
     import ray
 
-    controller = ppo_controller(grpo_file_run_flags(tiny_causal_lm_path, task_files, tmp_path, "vllm"), tmp_path / "out")
+    from rlhf.runtime.cluster.local import LocalHandle
+
+    controller = ppo_controller(ranks_here(grpo_file_run_flags(tiny_causal_lm_path, task_files, tmp_path, "vllm")),
+                                tmp_path / "out")
     try:
         controller.run()
+        assert controller.in_process and isinstance(controller.actor.workers[0], LocalHandle)
         assert_engines_hold_the_actors_weights(controller, tiny_causal_lm_path)
     finally:
-        for actor in [*controller.actor.workers, *controller.engines.engines]:
+        for actor in controller.engines.engines:
             ray.kill(actor)
         controller.placement.remove()
     metrics = assert_grpo_file_run(tmp_path, tiny_causal_lm_path)
     # trained again from its dump with no engine: the same metrics step by step
-    replay = replay_of(grpo_file_run_flags(tiny_causal_lm_path, task_files, tmp_path / "replayed", "vllm"), tmp_path / "rollouts")
+    replay = replay_of(ranks_here(grpo_file_run_flags(tiny_causal_lm_path, task_files, tmp_path / "replayed", "vllm")),
+                       tmp_path / "rollouts")
     assert main(["train", "ppo", *replay]) == 0
     assert_replayed(metrics, read_metrics(tmp_path / "replayed" / "out"))
 
@@ -273,19 +287,22 @@ def test_rollout_engine_weights_equal_the_actor_after_a_sync(engine, extra, ray_
     second one's share of the one-request generate below empty) or reloads its rank's (vLLM, one engine per rank).
     A vLLM engine process without LoRA: the GRPO test above. With routing replay the actor is a tiny Qwen3-MoE: the
     engine process recorded the experts of every token, the trainer routed by them, and the sync moved the fused
-    expert tensors whole."""
+    expert tensors whole. The vLLM engine process's actor rank lives in this process (:func:`ranks_here`)."""
+    from rlhf.runtime.cluster.local import in_process_ranks
     from rlhf.testing.tiny import build_moe_causal_lm
 
     replay = MOE_REPLAY[0] in extra
     model = build_moe_causal_lm(tmp_path / "moe", tiny_tokenizer_path) if replay else tiny_causal_lm_path
-    controller = ppo_controller(
-        base_flags(model, task_files["prompts"], tmp_path, engine, steps=1) + grpo_flags(task_files["reward"])
-        + ["--actor.lr_warmup_ratio", "0", *extra], tmp_path / "out")  # one step would otherwise warm up at lr 0
-    controller._check_inputs()
-    controller._setup()
-    metrics = controller.train_step(controller.schedule.next_batch())  # generate, train, sync
-    if TIGHT_CORRECTION[1] in extra:  # every sampled token's log-prob within 1e-3 (relative) of the trainer's recompute
-        assert metrics["is_filter_ratio"] == 0.0 and abs(metrics["vllm_kl"]) < 1e-5
-    if replay:  # present only when the trainer compared its routes with recorded ones
-        assert metrics["moe/routing_mismatch"] == 0.0
-    assert_engines_hold_the_actors_weights(controller, model)
+    flags = (base_flags(model, task_files["prompts"], tmp_path, engine, steps=1) + grpo_flags(task_files["reward"])
+             + ["--actor.lr_warmup_ratio", "0", *extra])  # one step would otherwise warm up at lr 0
+    engine_process = engine == "vllm" and "--rollout.engine" not in extra
+    with in_process_ranks():  # as a run restores its process after ranks lived in it
+        controller = ppo_controller(ranks_here(flags) if engine_process else flags, tmp_path / "out")
+        controller._check_inputs()
+        controller._setup()
+        metrics = controller.train_step(controller.schedule.next_batch())  # generate, train, sync
+        if TIGHT_CORRECTION[1] in extra:  # every sampled token's log-prob within 1e-3 (relative) of the trainer's recompute
+            assert metrics["is_filter_ratio"] == 0.0 and abs(metrics["vllm_kl"]) < 1e-5
+        if replay:  # present only when the trainer compared its routes with recorded ones
+            assert metrics["moe/routing_mismatch"] == 0.0
+        assert_engines_hold_the_actors_weights(controller, model)

@@ -77,9 +77,9 @@ def test_sleeping_engines_and_states_train_exactly_as_awake_ones(ray_cluster, ta
                                                                  tmp_path) -> None:
     """PPO with a critic, actor and critic colocated with one vLLM engine: with both sleep flags the
     engine gets OpenRLHF's sleep/wake sequence, the critic fits before the actor (each model's
-    states reloaded only around its own fit), and every loss equals the run without them. That awake
-    reference keeps its ranks in this process (no rank processes to start): where the ranks live
-    changes no number."""
+    states reloaded only around its own fit), and every loss equals the run without them. Both runs
+    keep their ZeRO-2 ranks in this process beside the engine process (no rank processes to start):
+    where the ranks live changes no number, and DeepSpeed's offload of a rank is the same there."""
     import ray
 
     from rlhf.records.metrics import read_metrics
@@ -102,7 +102,8 @@ def test_sleeping_engines_and_states_train_exactly_as_awake_ones(ray_cluster, ta
         return read_metrics(tmp_path / name / "out"), history, [(model, event) for _, model, event in sorted(logged)]
 
     awake_metrics, awake_history, awake_states = run("awake", "--train.in_process", "on")
-    slept_metrics, slept_history, slept_states = run("slept", "--vllm.enable_sleep", "--ds.enable_sleep")
+    slept_metrics, slept_history, slept_states = run("slept", "--train.in_process", "on", "--vllm.enable_sleep",
+                                                     "--ds.enable_sleep")
     assert awake_history == [] and awake_states == []  # without the flags nothing is ever put to sleep
     # both asleep after set-up (set up side by side: either first); then each step the critic alone
     # is reloaded, fits and is offloaded, and only then the actor
