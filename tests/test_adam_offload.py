@@ -12,7 +12,6 @@ optimizer, not the command's process.
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 
@@ -26,14 +25,11 @@ from rlhf.testing.cli import assert_ok, run_in_process
 pytestmark = pytest.mark.slow
 
 
-def built_cpu_adam_ops() -> list[Path]:
-    """The ``cpu_adam`` op's builds where torch keeps them: ``$TORCH_EXTENSIONS_DIR/cpu_adam`` when that is set, else
-    one folder per build flavour (``py311_cpu``, ``py311_cu124``...) under the user's cache."""
-    from torch.utils.cpp_extension import get_default_build_root
-
-    if os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return list(Path(os.environ["TORCH_EXTENSIONS_DIR"]).glob("cpu_adam/cpu_adam*.so"))
-    return list(Path(get_default_build_root()).glob("*/cpu_adam/cpu_adam*.so"))
+def loaded_cpu_adam_ops() -> set[str]:
+    """The files of DeepSpeed's ``cpu_adam`` op mapped into this process, where both runs train (wherever torch built
+    or found it: ``$TORCH_EXTENSIONS_DIR/cpu_adam`` or ``~/.cache/torch_extensions/<flavour>/cpu_adam``)."""
+    return {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+            if "/cpu_adam" in line and line.endswith(".so")}
 
 
 def test_offloaded_adam_trains_like_the_default_optimizer(tmp_path: Path, tiny_causal_lm_path: Path) -> None:
@@ -51,8 +47,10 @@ def test_offloaded_adam_trains_like_the_default_optimizer(tmp_path: Path, tiny_c
                                  "--ckpt.output_dir", str(out), *extra))
         return out
 
-    plain, offloaded = train("plain"), train("offloaded", "--ds.adam_offload")
-    assert built_cpu_adam_ops()  # DeepSpeedCPUAdam's op was built (or found) and used
+    plain = train("plain")
+    assert not loaded_cpu_adam_ops()  # the default optimizer needs no C++ op
+    offloaded = train("offloaded", "--ds.adam_offload")
+    assert loaded_cpu_adam_ops()  # DeepSpeedCPUAdam's op was built (or found in torch's cache) and loaded
     losses = [[m["loss"] for m in read_metrics(run)] for run in (plain, offloaded)]
     assert len(losses[0]) == 3 and losses[1] == pytest.approx(losses[0], rel=1e-4)
     a, b = load_file(plain / "model.safetensors"), load_file(offloaded / "model.safetensors")
