@@ -47,4 +47,17 @@ if python -m pip list 2>/dev/null | grep -qi nvidia; then
   exit 1
 fi
 python -c "import vllm, deepspeed, ray, rlhf" 2>/dev/null
+
+# DeepSpeed's CPU Adam (--ds.adam_offload) is a C++ op that torch compiles on first use (~2.5 CPU-minutes) into
+# $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), for this environment's path: compiled here, the first
+# offloaded run (and tests/test_adam_offload.py) does not wait for it; when it is there already, this takes seconds.
+# Never fatal: without a compiler, the first --ds.adam_offload run says why.
+timeout 1200 python - >/dev/null 2>&1 <<'PY' || echo "install.sh: DeepSpeed's cpu_adam op did not build; --ds.adam_offload builds it on first use" >&2
+from rlhf_plugin_deepspeed.build_lock import clear_stale_build_lock
+
+clear_stale_build_lock("cpu_adam")  # one a killed build left would make the load wait forever
+from deepspeed.ops.op_builder import CPUAdamBuilder
+
+CPUAdamBuilder().load()
+PY
 echo "rlhf installed in ${VIRTUAL_ENV}; activate with: source ${VIRTUAL_ENV}/bin/activate"
