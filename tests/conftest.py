@@ -15,10 +15,9 @@ from rlhf_test_support import DIGIT_REWARD_FILE, PACKAGES, RlhfCli, build_wheels
 
 @pytest.fixture(scope="session")
 def third_party_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A site dir holding every fixture plugin package, as if pip-installed by a user."""
-    target = tmp_path_factory.mktemp("third-party-site")
-    pip_install_target(target, *PACKAGES)
-    return target
+    """A site dir holding every fixture plugin package, as if pip-installed by a user; once per session (the xdist
+    workers share it)."""
+    return built_once(tmp_path_factory, "third-party", lambda folder: pip_install_target(folder / "site", *PACKAGES)) / "site"
 
 
 @pytest.fixture(scope="session")
