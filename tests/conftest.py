@@ -10,15 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import DIGIT_REWARD_FILE, PACKAGES, RlhfCli, build_wheels, pip_install_target
+from rlhf_test_support import DIGIT_REWARD_FILE, PACKAGES, RlhfCli, build_wheels, built_once, pip_install_target
 
 
 @pytest.fixture(scope="session")
 def third_party_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A site dir holding every fixture plugin package, as if pip-installed by a user."""
-    target = tmp_path_factory.mktemp("third-party-site")
-    pip_install_target(target, *PACKAGES)
-    return target
+    """A site dir holding every fixture plugin package, as if pip-installed by a user; once per session (the xdist
+    workers share it)."""
+    return built_once(tmp_path_factory, "third-party", lambda folder: pip_install_target(folder / "site", *PACKAGES)) / "site"
 
 
 @pytest.fixture(scope="session")
@@ -32,15 +31,13 @@ def source_tree_lock(tmp_path_factory: pytest.TempPathFactory, worker_id: str):
 
 
 @pytest.fixture(scope="session")
-def first_party_wheels(source_tree_lock, tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+def first_party_wheels(source_tree_lock, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every first-party wheel, built once per test session; the xdist workers share the folder."""
-    root = tmp_path_factory.getbasetemp()
-    shared = (root.parent if worker_id != "master" else root) / "first-party-wheels"
-    with source_tree_lock:
-        if not (shared / "complete").exists():
-            build_wheels(shared)
-            (shared / "complete").touch()
-    return shared
+    def build(folder: Path) -> None:
+        with source_tree_lock:
+            build_wheels(folder)
+
+    return built_once(tmp_path_factory, "first-party-wheels", build)
 
 
 @pytest.fixture(scope="session")

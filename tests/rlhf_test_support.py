@@ -9,6 +9,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,27 @@ FIXTURES = Path(__file__).parent / "fixture_plugins"
 PRIVATE = FIXTURES / "private"
 PACKAGES = ("rlhf-plugin-echo", "rlhf-plugin-echo-shadow", "rlhf-plugin-broken", "rlhf-plugin-badsig",
             "rlhf-plugin-typo", "rlhf-plugin-future", "rlhf-plugin-legacy")
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name`` that ``build`` fills once per test session, however many xdist workers ask for it.
+
+    ``--dist worksteal`` splits a module's tests between the workers, so a module- or session-scoped fixture would
+    otherwise do its work once in each (a two-rank launch, a site build). The first worker to ask builds under a file
+    lock; the others wait for it and get the same folder. A build that fails leaves no mark, and the next asker
+    builds again from an empty folder (and fails the same way, in its own test)."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    shared = root.parent if "PYTEST_XDIST_WORKER" in os.environ else root  # the parent is this session's, not another's
+    folder, complete = shared / name, shared / f"{name}.complete"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not complete.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            complete.touch()
+    return folder
 
 
 def pip_install_target(target: Path, *packages: str) -> None:

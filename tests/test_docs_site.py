@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from headless_chromium import CHROMIUM, Tab, chromium_tab, classes, elements
+from rlhf_test_support import built_once
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,13 +28,15 @@ def build(project: Path, site: Path) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
 
 
+def build_this_checkouts_site(site: Path) -> None:
+    done = build(ROOT, site)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site of this checkout, built once for the module's tests."""
-    out = tmp_path_factory.mktemp("docs") / "site"
-    done = build(ROOT, out)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+    """The site of this checkout, built once for the session's tests (both xdist workers share it)."""
+    return built_once(tmp_path_factory, "docs-site", build_this_checkouts_site)
 
 
 def test_the_site_builds_strictly_with_the_api_reference(site: Path) -> None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import FIXTURES, base_flags, install_built
+from rlhf_test_support import FIXTURES, base_flags, built_once, install_built
 
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.cli import assert_ok, assert_user_error, child_env, run_rlhf
@@ -27,11 +27,13 @@ CAP = "rlhf-core<0.2,>=0.1"
 @pytest.fixture(scope="module")
 def old_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The old packages and rlhf-plugin-legacy built as wheels (from copies: backends build in the source tree) and
-    installed by pip from those wheels alone, as a user's index would serve them."""
-    root = tmp_path_factory.mktemp("old-plugins")
-    copies = [Path(shutil.copytree(p, root / "src" / p.name)) for p in [*OLD_PACKAGES, FIXTURES / "rlhf-plugin-legacy"]]
-    install_built(root / "site", copies)
-    return root / "site"
+    installed by pip from those wheels alone, as a user's index would serve them; once per session (the xdist workers
+    share it)."""
+    def build(root: Path) -> None:
+        copies = [Path(shutil.copytree(p, root / "src" / p.name)) for p in [*OLD_PACKAGES, FIXTURES / "rlhf-plugin-legacy"]]
+        install_built(root / "site", copies)
+
+    return built_once(tmp_path_factory, "old-plugins", build) / "site"
 
 
 def on_path(site: Path) -> dict[str, str]:

@@ -6,14 +6,18 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from rlhf_test_support import built_once
 
-#: Eight "steps", each allocating and freeing blocks of 40, 64 and 48 MiB (above glibc's largest mmap threshold,
-#: as a large batch's activations are), under glibc's defaults or after keep_freed_memory ("kept"); prints the
-#: minor page faults of the last four steps, and the resident memory that give_back_memory returns.
+#: One process, three phases of eight "steps" each, every step allocating and freeing blocks of 40, 64 and 48 MiB
+#: (above glibc's largest mmap threshold, as a large batch's activations are): under glibc's defaults, after
+#: keep_freed_memory with RLHF_KEEP_FREED_MEMORY=0 (it must change nothing), and after keep_freed_memory ("kept",
+#: last: only give_back_memory undoes it). Each phase prints the minor page faults of its last four steps; "kept" also
+#: the resident memory that give_back_memory returns. One interpreter, as torch's import is most of a probe's cost.
 PROBE = """
-import json, os, resource, sys, torch
+import json, os, resource, torch
 from rlhf.runtime.cluster.host_memory import give_back_memory, keep_freed_memory
 
 def step():
@@ -23,33 +27,48 @@ def step():
 def resident():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-kept = keep_freed_memory() if sys.argv[1] == "kept" else False
-for _ in range(4):
-    step()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(4):
-    step()
-faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+def faults_of_the_last_four_steps():
+    for _ in range(4):
+        step()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(4):
+        step()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+phases = {"defaults": {"faults": faults_of_the_last_four_steps()}}
+os.environ["RLHF_KEEP_FREED_MEMORY"] = "0"
+phases["off"] = {"kept": keep_freed_memory()}
+phases["off"]["faults"] = faults_of_the_last_four_steps()
+del os.environ["RLHF_KEEP_FREED_MEMORY"]
+phases["kept"] = {"kept": keep_freed_memory()}
+phases["kept"]["faults"] = faults_of_the_last_four_steps()
 held = resident()
 give_back_memory()
-print(json.dumps({"kept": kept, "faults": faults, "given_back": held - resident()}))
+phases["kept"]["given_back"] = held - resident()
+print(json.dumps(phases))
 """
+PAGES_PER_STEP = (40 + 64 + 48) * 2**20 // 4096
 
 
-def probe(mode: str, **env: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+def probe(folder: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RLHF_KEEP_FREED_MEMORY"}
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    (folder / "phases.json").write_text(done.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The probe's phases, from one run per session (the xdist workers share it)."""
+    return json.loads((built_once(tmp_path_factory, "host-memory-probe", probe) / "phases.json").read_text())
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt, and /proc for the resident memory")
-def test_freed_host_memory_is_reused_without_page_faults_and_given_back_at_the_end() -> None:
-    pages_per_step = (40 + 64 + 48) * 2**20 // 4096
-    defaults, kept = probe("defaults"), probe("kept")
-    assert defaults["kept"] is False and kept["kept"] is True
+def test_freed_host_memory_is_reused_without_page_faults_and_given_back_at_the_end(phases) -> None:
+    defaults, kept = phases["defaults"], phases["kept"]
+    assert kept["kept"] is True
     # glibc maps each block afresh and unmaps it on free: every page faults again, every step
-    assert defaults["faults"] >= 4 * pages_per_step * 0.9, defaults
+    assert defaults["faults"] >= 4 * PAGES_PER_STEP * 0.9, defaults
     # kept: after the first steps the heap's freed blocks serve most of the next ones (glibc's heap still grows now
     # and then, where a freed block is split by a small allocation; 7-19x fewer faults in ten tries)
     assert kept["faults"] <= defaults["faults"] / 4, (kept, defaults)
@@ -58,8 +77,7 @@ def test_freed_host_memory_is_reused_without_page_faults_and_given_back_at_the_e
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_rlhf_keep_freed_memory_0_keeps_glibcs_defaults() -> None:
+def test_rlhf_keep_freed_memory_0_keeps_glibcs_defaults(phases) -> None:
     """benchmarks/memory_scaling.py measures a step's own peak with the setting off: every block is mapped afresh."""
-    pages_per_step = (40 + 64 + 48) * 2**20 // 4096
-    off = probe("kept", RLHF_KEEP_FREED_MEMORY="0")
-    assert off["kept"] is False and off["faults"] >= 4 * pages_per_step * 0.9, off
+    off = phases["off"]
+    assert off["kept"] is False and off["faults"] >= 4 * PAGES_PER_STEP * 0.9, off

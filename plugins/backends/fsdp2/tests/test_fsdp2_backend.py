@@ -1,6 +1,7 @@
 """The FSDP2 backend on two gloo ranks against a single-process plain-torch reference (see checks/fsdp2_ranks.py).
 
-One launch of two ranks (module fixture) produces every artefact; each test asserts one behaviour of it.
+One launch of two ranks (once per session, shared by the xdist workers) produces every artefact; each test asserts
+one behaviour of it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import types
 from pathlib import Path
 
 import pytest
+from rlhf_test_support import built_once
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -33,22 +35,28 @@ RTOL, ATOL = 1e-5, 1e-6
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the references here run beside the two ranks
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
+def save_tiny_llama(path: Path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=4, max_position_embeddings=64, tie_word_embeddings=True)
-    path = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(config).save_pretrained(path)
-    return str(path)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    return str(built_once(tmp_path_factory, "fsdp2-tiny-llama", save_tiny_llama))
 
 
 @pytest.fixture(scope="module")
 def out(model_dir, tmp_path_factory) -> Path:
-    """Run both ranks once; the directory of what they wrote."""
-    out = tmp_path_factory.mktemp("ranks")
+    """Both ranks run once per session (both xdist workers share it); the directory of what they wrote."""
+    return built_once(tmp_path_factory, "fsdp2-ranks", lambda out: run_the_ranks(model_dir, out))
+
+
+def run_the_ranks(model_dir: str, out: Path) -> None:
+    """Both ranks of checks/fsdp2_ranks.py, each in its own process; they write their artefacts into ``out``."""
     sources = [str(Path(__file__).parents[1] / "src"), str(Path(rlhf.__file__).parents[1])]  # the copies imported here
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sources + [os.environ.get("PYTHONPATH", "")]),
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(ranks.WORLD),
@@ -64,7 +72,6 @@ def out(model_dir, tmp_path_factory) -> Path:
         for p in procs:
             p.kill()
     assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
-    return out
 
 
 def _close(got: dict, expected: dict) -> None:
