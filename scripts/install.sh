@@ -51,8 +51,10 @@ python -c "import vllm, deepspeed, ray, rlhf" 2>/dev/null
 # DeepSpeed's CPU Adam (--ds.adam_offload) is a C++ op that torch compiles on first use (~2.5 CPU-minutes) into
 # $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), for this environment's path: compiled here, the first
 # offloaded run (and tests/test_adam_offload.py) does not wait for it; when it is there already, this takes seconds.
-# Never fatal: without a compiler, the first --ds.adam_offload run says why.
-timeout 1200 python - >/dev/null 2>&1 <<'PY' || echo "install.sh: DeepSpeed's cpu_adam op did not build; --ds.adam_offload builds it on first use" >&2
+# Never fatal: without a compiler, the first --ds.adam_offload run says why. Built with this shell's PATH from before
+# the activation, as the README's test command runs (.venv/bin/python, the venv not on PATH): torch runs whichever
+# `ninja` PATH finds, and a build logged by the venv's ninja (1.13) is built again by the system's (1.11).
+PATH="${_OLD_VIRTUAL_PATH:-$PATH}" timeout 1200 "$VIRTUAL_ENV/bin/python" - >/dev/null 2>&1 <<'PY' || echo "install.sh: DeepSpeed's cpu_adam op did not build; --ds.adam_offload builds it on first use" >&2
 from rlhf_plugin_deepspeed.build_lock import clear_stale_build_lock
 
 clear_stale_build_lock("cpu_adam")  # one a killed build left would make the load wait forever
