@@ -12,9 +12,9 @@ from rlhf.errors import ConfigError
 if TYPE_CHECKING:
     from rlhf.config.run import RunConfig
 
-__all__ = ["torch_dtype", "dtype_of", "seed_process", "attn_implementation", "check_model_source", "load_tokenizer",
-           "load_causal_lm", "load_generative", "load_value_model", "token_id", "token_values", "VISION_MODULES",
-           "vision_encoder", "check_synced_names"]
+__all__ = ["torch_dtype", "dtype_of", "seed_process", "attn_implementation", "check_model_source",
+           "checkpoint_sampling_defaults", "load_tokenizer", "load_causal_lm", "load_generative", "load_value_model",
+           "token_id", "token_values", "VISION_MODULES", "vision_encoder", "check_synced_names"]
 
 log = logging.getLogger("rlhf.models")
 
@@ -101,6 +101,40 @@ def check_model_source(path: str, flag: str) -> Any:
         _raise_environment_cause(exc)
         raise ConfigError(f"{flag} {path}: cannot load the model config ({type(exc).__name__}: "
                           f"{' '.join(str(exc).split())[:200]})") from exc
+
+
+#: ``generation_config.json`` keys that leave the sampled distribution alone: token ids (the engines stop at the
+#: checkpoint's eos ids), length budgets (``--rollout.max_new_tokens`` sets the run's) and bookkeeping
+_NEUTRAL_GENERATION_KEYS = frozenset({
+    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "transformers_version",
+    "_from_model_config", "max_length", "max_new_tokens", "use_cache", "do_sample", "cache_implementation",
+    "return_dict_in_generate", "output_scores", "output_logits", "output_attentions", "output_hidden_states",
+    "num_beams", "num_return_sequences", "length_penalty", "early_stopping",
+})
+#: values of the sampling keys that change nothing (a checkpoint may write them out)
+_NEUTRAL_VALUES = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+                   "eta_cutoff": 0.0, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
+                   "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": 0}
+
+
+def checkpoint_sampling_defaults(path: str) -> dict[str, Any]:
+    """The sampling defaults a local model directory's ``generation_config.json`` ships (``repetition_penalty``,
+    ``top_k``, ``no_repeat_ngram_size``, ``temperature``…), every key that would change the distribution ``generate``
+    samples; ``{}`` where there is no such file or it is not a JSON object. Every rollout engine samples the policy
+    at ``--rollout.temperature`` and ``--rollout.top_p`` and ignores these (docs/plugins/rollout-engine.md): the
+    caller names them once."""
+    import json
+    from pathlib import Path
+
+    file = Path(path).expanduser() / "generation_config.json"
+    try:
+        fields = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    if not isinstance(fields, dict):
+        return {}
+    return {key: value for key, value in fields.items() if key not in _NEUTRAL_GENERATION_KEYS
+            and value not in (None, [], {}) and _NEUTRAL_VALUES.get(key, object()) != value}
 
 
 def load_tokenizer(path: str, flag: str, **kwargs: Any) -> Any:

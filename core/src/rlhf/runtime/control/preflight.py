@@ -11,7 +11,7 @@ from rlhf.config.base import ConfigError
 from rlhf.config.rollout_engine import rollout_engine_class, uses_engine
 from rlhf.config.training_backend import converts_from
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
-from rlhf.models.loading import check_model_source, load_tokenizer
+from rlhf.models.loading import check_model_source, checkpoint_sampling_defaults, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
 from rlhf.records.checkpoint_fit import check_fit
 from rlhf.registry import ComponentKind as K
@@ -56,6 +56,11 @@ class PPOPreflight:
             log.warning("--data.max_len %d is more than the actor's max_position_embeddings %d: using %d",
                         cfg.data.max_len, positions, positions)
             cfg.data.max_len = positions
+        if generates and (ignored := checkpoint_sampling_defaults(actor_path)):
+            settings = ", ".join(f"{key}={value}" for key, value in ignored.items())
+            log.warning("%s/generation_config.json sets %s: the rollout engine ignores these and samples the policy "
+                        "itself at --rollout.temperature %g and --rollout.top_p %g, as the trainer's log-probs assume",
+                        actor_path.rstrip("/"), settings, cfg.rollout.temperature, cfg.rollout.top_p)
         if self.estimator.needs_critic and cfg.critic.model_name_or_path != actor_path:
             check_model_source(cfg.critic.model_name_or_path, "--critic.model_name_or_path")
         for path in self.rewards.reward_model_paths:

@@ -2,7 +2,9 @@
 
 The engine kit builds the engine on a tiny offline model (``tiny_causal_lm_path``) in the test
 process and checks it against a plain ``transformers`` forward of the same weights: the log-probs
-it reports are those of the distribution it sampled (temperature-scaled), a weight load replaces
+it reports are those of the distribution it sampled (temperature-scaled), also where the model's
+``generation_config.json`` sets penalties, top-k and a temperature of its own (an engine samples the
+policy at the run's settings and ignores them; its samples vary with the seed), a weight load replaces
 every weight, sleep/wake leave it generating; an in-rank engine is attached to a whole trained model
 and must follow that model's weights as they move in place, and put its prompts on that model's device
 (checked on a simulated accelerator, :mod:`rlhf.testing.accelerator`). The transport kit checks the traits ``auto`` reads.
@@ -10,6 +12,11 @@ and must follow that model's weights as they move in place, and put its prompts 
 
 from __future__ import annotations
 
+import contextlib
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rlhf.components import build
@@ -44,6 +51,28 @@ def _reference_logprobs(model: Any, prompt: list[int], response: list[int], temp
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0].tolist()
 
 
+#: what the engine kit's model ships in its ``generation_config.json``, as published chat models do: every key would
+#: change what ``generate`` samples or the log-probs it reports, and an engine must ignore them all
+CHECKPOINT_SAMPLING_DEFAULTS = {"repetition_penalty": 1.5, "no_repeat_ngram_size": 2, "top_k": 1, "temperature": 0.3,
+                                "top_p": 0.5, "suppress_tokens": list(range(10, 200)), "do_sample": True}
+
+
+@contextlib.contextmanager
+def with_sampling_defaults(model_path: Any) -> Iterator[Path]:
+    """A model directory with every file of ``model_path`` and a ``generation_config.json`` that adds
+    :data:`CHECKPOINT_SAMPLING_DEFAULTS` to the one it has, removed afterwards."""
+    source = Path(model_path)
+    with tempfile.TemporaryDirectory(prefix="rlhf-kit-model-") as folder:
+        target = Path(folder)
+        for file in source.iterdir():
+            if file.name != "generation_config.json":
+                (target / file.name).symlink_to(file.resolve())
+        shipped = source / "generation_config.json"
+        fields = json.loads(shipped.read_text()) if shipped.is_file() else {}
+        (target / "generation_config.json").write_text(json.dumps({**fields, **CHECKPOINT_SAMPLING_DEFAULTS}))
+        yield target
+
+
 def _far(got: list[float], want: list[float]) -> float:
     return max((abs(a - b) for a, b in zip(got, want)), default=0.0)
 
@@ -51,6 +80,13 @@ def _far(got: list[float], want: list[float]) -> float:
 def check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, Any] | None = None) -> None:
     """Build ``engine_class`` on the tiny model at ``model_path`` and check the protocol's contract."""
     _check_rollout_engine(engine_class, model_path, config, engine_class.__name__)
+
+
+def _check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, Any] | None, name: str) -> None:
+    """The contract on ``model_path``'s weights, with a ``generation_config.json`` that sets penalties, top-k and a
+    temperature (:data:`CHECKPOINT_SAMPLING_DEFAULTS`): the engine samples the plain policy all the same."""
+    with with_sampling_defaults(model_path) as shipped:
+        _check_engine_on(engine_class, shipped, config, name)
 
 
 def _built(engine_class: type, model_path: Any, config: dict[str, Any], name: str) -> Any:
@@ -71,7 +107,7 @@ def _installed_engines() -> list[str]:
     return PluginHost.load(PluginSelection(origin="conformance kit")).registry.names(ComponentKind.ROLLOUT_ENGINE)
 
 
-def _check_rollout_engine(engine_class: type, model_path: Any, config: dict[str, Any] | None, name: str) -> None:
+def _check_engine_on(engine_class: type, model_path: Any, config: dict[str, Any] | None, name: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -121,6 +157,13 @@ def _check_rollout_engine(engine_class: type, model_path: Any, config: dict[str,
         first, second = (engine.generate(requests[:1], 1.0, 1.0)[0]["response_ids"] for _ in range(2))
         return None if first == second else f"the same request and seed gave {first} then {second}"
 
+    def varied() -> str | None:
+        """One prompt under eight seeds at temperature 1: a checkpoint's top-k 1 or low temperature would make every
+        sample the same (the tiny model's distribution is nearly flat, so eight equal ones are all but impossible)."""
+        samples = {tuple(result["response_ids"]) for result in engine.generate(
+            [{**requests[0], "seed": seed} for seed in range(8)], 1.0, 1.0)}
+        return None if len(samples) > 1 else f"eight seeds gave the same response {list(samples.pop())}"
+
     def empty() -> str | None:
         return None if engine.generate([], 1.0, 1.0) == [] else "an empty request list must give []"
 
@@ -148,8 +191,10 @@ def _check_rollout_engine(engine_class: type, model_path: Any, config: dict[str,
 
     first_failure(ENGINE, "generate", [("three requests of 1-9 tokens", lambda: shape_of(engine.generate(requests, 1.0, 1.0))),
                                        ("no request", empty)])
-    first_failure(ENGINE, "log-probs of the sampled distribution", [("temperatures 1.0 and 0.7", sampled_distribution)])
-    first_failure(ENGINE, "seeded sampling", [("one request twice, seed 3", seeded)])
+    first_failure(ENGINE, "log-probs of the sampled distribution",
+                  [("temperatures 1.0 and 0.7, the checkpoint's generation_config.json setting penalties", sampled_distribution)])
+    first_failure(ENGINE, "seeded sampling", [("one request twice, seed 3", seeded),
+                                              ("one request under seeds 0-7, the checkpoint asking for top-k 1", varied)])
     first_failure(ENGINE, "sequence_logprobs", [(f"token ids {probe}", sequence_logprobs)])
     first_failure(ENGINE, "load_weights", [("every weight perturbed, with a sleep/wake around", weights)])
     if trained is not None:

@@ -7,6 +7,8 @@ copy, no weight sync). Both sample the same way, so a run gives the same samples
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -103,7 +105,8 @@ class HFEngine:
         torch.manual_seed(requests[0]["seed"])
         sample = temperature > 0
         recorder = SampledLogprobs(temperature if sample else 1.0, self.suppressed)
-        with torch.no_grad(), recording(self.extensions, self.model, [len(r["prompt_ids"]) for r in requests], width) as cut:
+        with torch.no_grad(), policy_sampling(self.model), \
+                recording(self.extensions, self.model, [len(r["prompt_ids"]) for r in requests], width) as cut:
             out = self.model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device),
                 max_new_tokens=max(r["max_tokens"] for r in requests), **{k: v.to(device) for k, v in media.items()},
@@ -227,6 +230,31 @@ class InProcessHFEngine(HFEngine):
         most = torch.tensor([chunks], device=self.model.device)  # on the model's device: NCCL takes no CPU tensor
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
         return int(most.item()) - chunks
+
+
+@contextlib.contextmanager
+def policy_sampling(model: Any) -> Iterator[None]:
+    """While ``generate`` runs, ``model`` carries a generation config of token ids only, so that it samples the policy
+    itself at the run's temperature and top-p.
+
+    A checkpoint's ``generation_config.json`` (``repetition_penalty``, ``no_repeat_ngram_size``, ``top_k``,
+    ``min_length``…) would otherwise add its logits processors before :class:`SampledLogprobs` reads the row, and
+    ``generate`` fills every argument left at transformers' default from the model's own config, so passing a fresh
+    ``GenerationConfig`` is not enough: the model's is swapped for the call. The model's own is back afterwards (the
+    trained model saves it with its weights). Under PEFT the config that counts is the base model's."""
+    from transformers import GenerationConfig
+
+    owner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kept = owner.generation_config
+    owner.generation_config = GenerationConfig(**{key: getattr(kept, key, None) for key in _TOKEN_KEYS})
+    try:
+        yield
+    finally:
+        owner.generation_config = kept
+
+
+#: what the engines keep of a checkpoint's generation config: which ids begin, pad and end a sequence
+_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 
 
 def _max_difference(own: dict[str, Any], state: dict[str, Any]) -> tuple[float, int]:
