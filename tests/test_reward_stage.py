@@ -3,6 +3,7 @@ with the answer (rewards and scores on the samples, skipped groups, logs)."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -117,3 +118,37 @@ def test_each_terms_value_and_the_columns_sources_add_land_on_the_samples() -> N
     batch[1].agent["columns"] = {"tool_output": ["not", "one value"]}
     with pytest.raises(RewardSourceError, match="column 'tool_output' must hold text or numbers"):
         reward_stage.reward(batch)
+
+
+def test_every_field_of_a_prompt_row_reaches_the_reward_functions(tmp_path: Path, tiny_tokenizer_path) -> None:
+    """A task row's fields beside its input and label (a difficulty, its tests) travel with its prompt to the samples
+    and arrive in a reward file's ``fields`` keyword, one dict per sample, as the dataset held them."""
+    from transformers import AutoTokenizer
+
+    from rlhf.config.ppo import DataSection
+    from rlhf.data.prompts import build_prompts, load_prompt_rows
+    from rlhf.runtime.rollout.agents import generate_samples
+
+    rng = random.Random(0)
+    rows = [{"question": f"{a}+{a}=", "answer": 2 * a, "difficulty": rng.randint(1, 9), "meta": {"tests": [a]}}
+            for a in range(4)]
+    dataset = tmp_path / "tasks.jsonl"
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    data = DataSection(prompt_dataset=str(dataset), input_key="question", label_key="answer")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_path)
+    prompts = build_prompts(load_prompt_rows(data, seed=0), data, tokenizer, str(dataset))
+
+    class OneTokenEach:  # the executor's side is not under test here: every request answered with one token
+        def run(self, requests, engines, sampling):
+            assert all(r["fields"] == {"difficulty": row["difficulty"], "meta": row["meta"]} for r, row in
+                       zip(requests[::2], rows))
+            return [{"response_ids": [7], "logprobs": [-1.0], "finish_reason": "stop"} for _ in requests]
+
+    config = ppo_config(data={"label_key": "answer", "max_len": 64})
+    batch = generate_samples(config, OneTokenEach(), None, tokenizer, prompts, 2, 1.0, 0)
+    reward_file = tmp_path / "reward.py"
+    reward_file.write_text("def reward_func(queries, prompts, labels, fields, **kwargs):\n"
+                           "    return [float(f['difficulty']) + 10 * f['meta']['tests'][0] for f in fields]\n")
+    RewardStage(ppo_config(reward={"remote_url": str(reward_file)}, data={"label_key": "answer"}), registry()).reward(batch)
+    assert [s.reward for s in batch] == [float(row["difficulty"] + 10 * row["meta"]["tests"][0]) for row in rows
+                                         for _ in range(2)]

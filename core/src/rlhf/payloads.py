@@ -23,6 +23,7 @@ class GenerationRequest(TypedDict):
     seed: int  # the sample's own seed: the same request gives the same sample
     prompt: NotRequired[str]  # the prompt's text (agent executors; engines ignore it)
     label: NotRequired[Any]  # the dataset's label for the reward (agent executors; engines ignore it)
+    fields: NotRequired[dict[str, Any]]  # the row's other fields (agent executors; engines ignore it)
     group: NotRequired[int]  # the prompt's index in its rollout batch (samples of one prompt share it)
     media: NotRequired[dict[str, Any] | None]  # a VLM prompt's images (see rlhf.media.collate_media)
 

@@ -47,8 +47,8 @@ class RewardShaper(Protocol):
 class RewardBatch:
     """One generated batch as a reward manager sees it: ``B`` samples, the ``n`` of one prompt adjacent.
 
-    ``columns`` are per-sample keyword columns for the reward functions: ``prompt_ids``, ``response_ids``
-    and ``finish_reasons`` always; ``agents`` (each episode's :class:`rlhf.payloads.AgentOutcome` fields)
+    ``columns`` are per-sample keyword columns for the reward functions: ``prompt_ids``, ``response_ids``,
+    ``finish_reasons`` and ``fields`` (each prompt row's fields beside its input and label, a dict) always; ``agents`` (each episode's :class:`rlhf.payloads.AgentOutcome` fields)
     when the agent executor rewards its own episodes.
     """
 

@@ -98,7 +98,10 @@ def _prepare(index: int, row: dict[str, Any], data_cfg: Any, tokenizer: Any, sou
     if len(ids) >= data_cfg.max_len:
         return f"with at least --data.max_len {data_cfg.max_len} tokens", None
     label = row.get(data_cfg.label_key) if data_cfg.label_key else None
-    return None, {"prompt": text, "prompt_ids": ids, "label": label, "prompt_source": source_index, **extra}
+    # the row's other fields (a task's difficulty, its tests, its metadata) reach the rewards and environments as is
+    fields = {key: value for key, value in row.items() if key not in (data_cfg.input_key, data_cfg.label_key)}
+    return None, {"prompt": text, "prompt_ids": ids, "label": label, "fields": fields, "prompt_source": source_index,
+                  **extra}
 
 
 def _has_text(value: Any) -> bool:

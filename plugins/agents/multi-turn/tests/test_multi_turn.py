@@ -250,3 +250,21 @@ def test_sampling_params_objects_count_only_fields_changed_from_their_defaults()
         {"max_tokens": 3, "temperature": 0.5, "top_p": 1.0}
     with pytest.raises(UnsupportedSampling, match="sets sampling parameter\\(s\\) presence_penalty, "):
         turn_sampling(SamplingParams(max_tokens=3, presence_penalty=0.5), "x")
+
+
+def test_an_episode_the_environment_ended_is_not_reported_as_cut(engine, tiny_causal_lm_path, tmp_path) -> None:
+    """A won game: the environment says done after the first turn, which used its whole token budget (the tiny model
+    never stops early in 4 tokens). The episode ends with finish_reason 'stop', so truncated_ratio and the overlong
+    and stop-properly penalties leave it alone; an episode the budget cut still ends with 'length'."""
+    env = tmp_path / "won.py"
+    env.write_text(
+        "from rlhf_agents import AgentInstanceBase\n\n\nclass AgentInstance(AgentInstanceBase):\n"
+        "    async def reset(self, states):\n        return {'observation': states['observation']}\n\n"
+        "    async def step(self, states):\n        return {'rewards': 0.75, 'environment_feedback': ' more ', "
+        "'done': states['label'] == '1'}\n")
+    executor = executor_for(env, tiny_causal_lm_path, max_len=20)
+    results = executor.run(requests_for(executor.tokenizer, 2), CountingEngines(engine), SAMPLING)
+    won, cut = results
+    assert len(won["response_ids"]) == 4 and won["agent"]["turns"] == 1 and won["agent"]["reward"] == 0.75
+    assert won["finish_reason"] == "stop"
+    assert cut["finish_reason"] == "length" and cut["agent"]["turns"] > 1

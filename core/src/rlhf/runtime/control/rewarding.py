@@ -68,7 +68,8 @@ class RewardStage:
         """Reward every sample; returns the manager's logs and the groups it left out of this step."""
         columns: dict[str, list[Any]] = {"prompt_ids": [s.prompt_ids for s in samples],
                                          "response_ids": [s.response_ids for s in samples],
-                                         "finish_reasons": [s.finish_reason for s in samples]}
+                                         "finish_reasons": [s.finish_reason for s in samples],
+                                         "fields": [s.fields for s in samples]}
         if self.agent_rewards:
             columns["agents"] = [s.agent for s in samples]
         out = self.manager(RewardBatch([s.prompt + s.response for s in samples], [s.prompt for s in samples],

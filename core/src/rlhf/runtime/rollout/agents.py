@@ -31,14 +31,16 @@ def generate_samples(config: PPOConfig, executor: Any, engines: Any, tokenizer: 
         for j in range(n):
             seed = (seed_base * 1_000_003 + group * 1009 + j) % (2**31 - 1)
             requests.append({"prompt_ids": prompt["prompt_ids"], "label": prompt["label"], "max_tokens": max_tokens,
-                             "seed": seed, "group": group, "prompt": prompt["prompt"], "media": prompt.get("media")})
+                             "seed": seed, "group": group, "prompt": prompt["prompt"], "media": prompt.get("media"),
+                             "fields": prompt.get("fields") or {}})
     results = executor.run(requests, engines, {"temperature": temperature, "top_p": config.rollout.top_p})
     # OpenRLHF's contract: the response keeps its special tokens (e.g. the EOS), so a
     # reward function sees query[len(prompt):] exactly as the model wrote it
     texts = tokenizer.batch_decode([r["response_ids"] for r in results], skip_special_tokens=False)
     return [Sample(prompt_ids=result.get("prompt_ids", request["prompt_ids"]), response_ids=result["response_ids"],
                    rollout_logprobs=result["logprobs"], prompt=result.get("prompt", request["prompt"]), response=text,
-                   label=request["label"] if request["label"] is not None else "", group=request["group"],
+                   label=request["label"] if request["label"] is not None else "", fields=request["fields"],
+                   group=request["group"],
                    finish_reason=result["finish_reason"], action_mask=result.get("action_mask"), agent=result.get("agent"),
                    media=result.get("media", request["media"]), data_state=prompts[request["group"]].get("data_state"),
                    token_records=result.get("token_records"))

@@ -33,6 +33,8 @@ class Sample:
     prompt: str = ""
     response: str = ""
     label: Any = None
+    #: the dataset row's fields beside the input and the label (``--data.input_key``, ``--data.label_key``)
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
     group: int = 0
     finish_reason: str = "stop"
     reward: float = 0.0

@@ -9,7 +9,8 @@ Token-in-token-out: the trajectory is the prompt's token ids, then each turn's s
 mask 1, the engine's log-probs kept for IS correction) and the tokenised environment feedback (action
 mask 0, never trained on). ``--data.max_len`` bounds the whole trajectory and ``--rollout.max_new_tokens``
 each turn (a step's ``sampling_params`` may change it); an episode cut by the budget ends with
-finish_reason ``length``. The episode's reward is the sum of its step rewards, its score the last
+finish_reason ``length``, one the environment ended (``done``) with ``stop``, even where its last turn used the
+whole turn budget (a won game is not a truncated response for the overlong and stop-properly penalties). The episode's reward is the sum of its step rewards, its score the last
 step's ``scores`` (default: the rewards). An environment that raises, takes longer than
 ``step_timeout_s`` or answers a malformed dict fails its episode, and the reward stage applies
 ``--reward.on_error``.
@@ -126,8 +127,8 @@ class EnvironmentExecutor(AsyncAgentExecutor):
         instance = self.agent_class()
         trajectory, prompt = Trajectory(), {}
         try:
-            reset = await self._call("AgentInstance.reset", instance.reset({"observation": request["prompt"],
-                                                                               "label": request["label"]}))
+            reset = await self._call("AgentInstance.reset", instance.reset({
+                "observation": request["prompt"], "label": request["label"], "fields": request.get("fields", {})}))
             observation = reset.get("observation") if isinstance(reset, dict) else None
             if not isinstance(observation, str):
                 raise EpisodeError(f"AgentInstance.reset returned {reset!r:.120} instead of a dict with an 'observation' string")
@@ -151,7 +152,8 @@ class EnvironmentExecutor(AsyncAgentExecutor):
                 trajectory.add(out["response_ids"], out["logprobs"], is_action=True)
                 finish = out["finish_reason"]
                 action = self.tokenizer.decode(out["response_ids"], skip_special_tokens=True)
-                states = {"observation_text": text, "action_text": action, "label": request["label"], "sampling_params": params}
+                states = {"observation_text": text, "action_text": action, "label": request["label"],
+                          "fields": request.get("fields", {}), "sampling_params": params}
                 result = await self._call("AgentInstance.step", instance.step(states))
                 step_reward, step_score, feedback, done = _read_step(result)
                 reward += step_reward
@@ -163,7 +165,8 @@ class EnvironmentExecutor(AsyncAgentExecutor):
                         params = {**params, **turn_sampling(result["sampling_params"], "AgentInstance.step")}
                     except UnsupportedSampling as exc:
                         raise EpisodeError(str(exc)) from None
-                if done:
+                if done:  # the environment ended it (a won game): not cut, whatever the last turn's own finish
+                    finish = "stop"
                     break
                 text += action + feedback
                 room = self.max_len - len(tokens)
