@@ -17,22 +17,29 @@ from dataclasses import dataclass, field
 
 @dataclass
 class TreeSamples:
-    """``(time.time(), CPU-seconds so far, resident bytes now)`` of the tree, oldest first."""
+    """``(time.time(), CPU-seconds so far, resident bytes now)`` of the tree, oldest first; beside them, per process,
+    its minor page faults and kernel CPU-seconds so far (``/proc/PID/stat``)."""
 
     times: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
+    #: pid -> (its name, ``(time.time(), minor faults so far, system CPU-seconds so far)`` samples, oldest first)
+    kernel: dict[int, tuple[str, list[tuple[float, int, float]]]] = field(default_factory=dict)
 
     def cpu_at(self, when: float) -> float:
         """CPU-seconds the tree had used by ``when`` (linear between samples)."""
-        i = bisect.bisect_left(self.times, when)
-        if i == 0:
-            return self.cpu[0]
-        if i >= len(self.times):
-            return self.cpu[-1]
-        t0, t1 = self.times[i - 1], self.times[i]
-        share = (when - t0) / (t1 - t0) if t1 > t0 else 1.0
-        return self.cpu[i - 1] + share * (self.cpu[i] - self.cpu[i - 1])
+        return _at(self.times, self.cpu, when)
+
+    def kernel_work(self, start: float, end: float) -> list[tuple[str, int, float]]:
+        """``(name (pid), minor faults, system CPU-seconds)`` of each process between ``start`` and ``end`` (linear
+        between samples), the most faults first: the page faults a phase of a step took, and the kernel time they cost."""
+        work = []
+        for pid, (name, samples) in self.kernel.items():
+            times = [t for t, _, _ in samples]
+            faults, system = ([sample[i] for sample in samples] for i in (1, 2))
+            work.append((f"{name} ({pid})", round(_at(times, faults, end) - _at(times, faults, start)),
+                         _at(times, system, end) - _at(times, system, start)))
+        return sorted(work, key=lambda row: -row[1])
 
     def peak_rss(self) -> int:
         return max(self.rss, default=0)
@@ -96,8 +103,11 @@ class TreeSampler(TreeWatcher):
         with process.oneshot():
             times = process.cpu_times()
             rss = process.memory_info().rss
+            name = process.name()
         self._rss += rss
         self._seen[process.pid] = times.user + times.system + times.children_user + times.children_system
+        faults = minor_faults(process.pid)
+        self.samples.kernel.setdefault(process.pid, (name, []))[1].append((time.time(), faults, times.system))
 
     def swept(self) -> None:
         self.samples.times.append(time.time())
@@ -108,6 +118,26 @@ class TreeSampler(TreeWatcher):
     def stop(self) -> TreeSamples:
         self._join()
         return self.samples
+
+
+def minor_faults(pid: int) -> int:
+    """The minor page faults process ``pid`` has taken so far (field 10 of ``/proc/PID/stat``): a page of memory it
+    touched for the first time since the kernel mapped it, e.g. a heap block freed back to the system and taken again."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    return int(fields[7])  # fields[0] is field 3 (the state)
+
+
+def _at(times: list[float], values: list[float], when: float) -> float:
+    """``values`` at ``when``, linear between the samples taken at ``times``, held flat beyond them."""
+    i = bisect.bisect_left(times, when)
+    if i == 0:
+        return values[0]
+    if i >= len(times):
+        return values[-1]
+    t0, t1 = times[i - 1], times[i]
+    share = (when - t0) / (t1 - t0) if t1 > t0 else 1.0
+    return values[i - 1] + share * (values[i] - values[i - 1])
 
 
 def load_average() -> float:

@@ -61,6 +61,31 @@ def test_a_grid_point_whose_systems_generated_different_lengths_is_refused() -> 
     assert length_mismatch(runs(trl=[100.0], rlhf=[111.0]), 0.12) is None
 
 
+def test_a_run_whose_later_steps_fault_their_training_memory_in_again_fails_the_benchmark() -> None:
+    """Issue 70's guard: rlhf's ranks and the floor keep what they free, so a training phase after step 1 finds its
+    memory resident; one that faults in more than 10 % of step 1's pages (and over the floor) is named. TRL keeps
+    glibc's defaults and is not judged."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from grpo_step import FAULT_FLOOR, Run, fault_regressions
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def run(*faults: int) -> Run:
+        return Run(1.0, [0.5], 8.0, train_faults=list(faults), train_kernel=[0.1] * len(faults),
+                   train_faulters=["python (7)"] * len(faults))
+
+    assert fault_regressions({"rlhf-vllm": [run(400_000, 900, 30_000)], "trl": [run(400_000, 400_000)]}) == []
+    (found,) = fault_regressions({"rlhf-vllm": [run(400_000, 900)], "rlhf-hf": [run(400_000, 900, 350_000)]})
+    assert found.startswith("rlhf-hf repeat 1 faulted its training memory in again in a steady step") and \
+        "step 3 350,000 (python (7))" in found and "step 2" not in found
+    assert fault_regressions({"raw-hf": [run(FAULT_FLOOR, FAULT_FLOOR)]}) == []  # a small step 1 is no yardstick
+    assert fault_regressions({"raw-hf": [run(1000, FAULT_FLOOR + 1)]}) != []
+    # the warm-up steps, left out of the table's medians, may still grow the heap; the steady ones may not
+    assert fault_regressions({"rlhf-hf": [run(400_000, 150_000, 140_000, 20)]}, warmup=2) == []
+    assert fault_regressions({"rlhf-hf": [run(400_000, 150_000, 140_000, 90_000)]}, warmup=2) != []
+
+
 def test_the_step_chart_redraws_from_a_saved_results_file(tmp_path: Path) -> None:
     """The docs' chart comes from the committed results, without running the benchmark."""
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "step_chart.py"),
