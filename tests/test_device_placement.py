@@ -87,10 +87,13 @@ class CPUView:
     """The rank's model, but saying it is on the CPU: an engine reading its device then never moves its prompts."""
 
     def __init__(self, model) -> None:
-        self.model = model
+        object.__setattr__(self, "model", model)
 
     def __getattr__(self, name):
         return getattr(self.model, name)
+
+    def __setattr__(self, name, value) -> None:  # a view: what the engine sets (its generation config) is the model's
+        setattr(self.model, name, value)
 
     def __call__(self, *args, **kwargs):
         return self.model(*args, **kwargs)
