@@ -61,6 +61,11 @@ class RolloutEngine(Protocol):
     :meth:`attach`: the rank's model extensions (:mod:`rlhf.models.extensions`, built by its model worker as the model
     loaded), to record per-token values with (``recording``) instead of building a second set.
 
+    Optional trait ``records_token_values = True``: the engine enters :func:`rlhf.models.extensions.recording` around
+    each ``generate`` call and returns what the model extensions recorded (``GenerationResult.token_records``, e.g. the
+    experts MoE routing replay routes by). Absent or False: a run whose model extension needs those records (its
+    ``needs_engine_records``) is refused in one line before anything starts.
+
     Optional classmethod, where the engine lives: ``error_hint(exc) -> str | None``, the way out (a flag, another
     engine) when the library under the engine refuses the run as it is built or first used
     (:mod:`rlhf.components.first_use`); None or absent: the core names the other installed engines.

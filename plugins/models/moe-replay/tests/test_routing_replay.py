@@ -207,3 +207,22 @@ def test_the_in_rank_engine_records_with_its_rank_s_own_extensions(tmp_path_fact
     assert [len(router._forward_hooks) for router in find_routers(model)] == [1, 1]
     (result,) = engine.generate([{"prompt_ids": [5, 9, 30], "max_tokens": 4, "seed": 3}], 1.0, 1.0)
     assert result["token_records"][RECORD].shape == (3 + len(result["response_ids"]) - 1, 2, 2)
+
+
+@pytest.mark.parametrize("engine", [["--vllm.num_engines", "1"], ["--rollout.engine", "vllm-inprocess"]])
+def test_replay_beside_an_engine_that_records_no_routes_is_refused_before_anything_starts(engine, tmp_path_factory,
+                                                                                        tokenizer_path, tmp_path, capsys) -> None:
+    """vLLM records no routes (its engine class sets no records_token_values): the run is refused in one line before a
+    worker or an engine starts, where it used to train with a warning at the first forward and replay nothing."""
+    from rlhf.cli.main import main
+
+    (tmp_path / "prompts.jsonl").write_text('{"input": "what is 1+1?"}\n' * 4)
+    model = _model(tmp_path_factory, tokenizer_path, "qwen3_moe")
+    capsys.readouterr()
+    code = main(["train", "ppo", "--actor.model_name_or_path", str(model), "--data.prompt_dataset",
+                 str(tmp_path / "prompts.jsonl"), "--reward.functions", "format", "--actor.routing_replay", "rollout",
+                 "--data.max_len", "128", "--ckpt.output_dir", str(tmp_path / "out"), *engine])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("rlhf: error: --actor.routing_replay rollout: the rollout engine 'vllm")
+    assert "records_token_values" in err[0] and "--rollout.engine hf-inprocess or hf" in err[0]

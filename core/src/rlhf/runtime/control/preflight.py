@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.config.base import ConfigError
-from rlhf.config.rollout_engine import rollout_engine_class, uses_engine
+from rlhf.config.rollout_engine import rollout_engine_class, rollout_engine_name, uses_engine
 from rlhf.config.training_backend import converts_from
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
+from rlhf.models.extensions import active
 from rlhf.models.loading import check_model_source, checkpoint_sampling_defaults, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
 from rlhf.records.checkpoint_fit import check_fit
@@ -56,6 +57,13 @@ class PPOPreflight:
             log.warning("--data.max_len %d is more than the actor's max_position_embeddings %d: using %d",
                         cfg.data.max_len, positions, positions)
             cfg.data.max_len = positions
+        if generates and not getattr(self.engine_class, "records_token_values", False):
+            asking = next(filter(None, (getattr(e, "needs_engine_records", None) for e in active(cfg, self.plugins.registry))), None)
+            if asking:  # e.g. MoE routing replay beside an engine that cannot say which experts it chose
+                raise ConfigError(f"{asking}: the rollout engine {rollout_engine_name(cfg, self.plugins.registry)!r} "
+                                  "records no per-token values for the trainer (its class does not set "
+                                  "records_token_values), so the trainer would have nothing to follow; use --rollout.engine "
+                                  "hf-inprocess or hf, which record them, or drop the flag")
         if generates and (ignored := checkpoint_sampling_defaults(actor_path)):
             settings = ", ".join(f"{key}={value}" for key, value in ignored.items())
             log.warning("%s/generation_config.json sets %s: the rollout engine ignores these and samples the policy "

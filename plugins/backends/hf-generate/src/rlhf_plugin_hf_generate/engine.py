@@ -26,6 +26,7 @@ class HFEngine:
     is bounded by that chunk, not by its share of the batch."""
 
     in_training_rank = False
+    records_token_values = True  # the model extensions' records of every generate (MoE routing replay)
     #: whether every ``generate`` runs in step with the other ranks' (an in-rank engine on sharded weights)
     synced = False
 

@@ -35,6 +35,12 @@ class RoutingReplay:
     def from_config(cls, config: Any) -> RoutingReplay:
         return cls(config.actor.routing_replay)
 
+    @property
+    def needs_engine_records(self) -> str | None:
+        """What asks for the rollout engine's records (the core refuses an engine without the trait
+        ``records_token_values``): routing by the engine's routes cannot do without them; ``record`` only compares."""
+        return f"{FLAG} rollout" if self.mode == "rollout" else None
+
     def wrap(self, model: Any, role: str, config: Any) -> Any:
         """In a model worker, after loading: install the router taps on the actor and reference models."""
         if role not in ROLES:
