@@ -377,3 +377,41 @@ def test_a_replayed_run_plans_no_engine(capsys, tmp_path, tiny_tokenizer_path):
     _, replayed = plan(capsys, *flags, "--rollout.replay_dir", str(tmp_path / "dump"))
     assert [gpu["holds"] for gpu in replayed["gpus"] if gpu["holds"]] == [["actor rank 0"], ["actor rank 1"]]
     assert "engine" not in replayed["parts"]
+
+
+def test_the_plan_counts_what_each_kind_of_layer_keeps_while_it_generates(tmp_path: Path) -> None:
+    """Qwen3.5's Gated DeltaNet layers keep a fixed state per sequence instead of K and V per token, gpt-oss's and
+    Gemma-3's sliding-window layers keep the window's; a dense model keeps every token in every layer. The HF engine's
+    planned KV cache is the sum for its chunk."""
+    import transformers
+
+    from rlhf.testing.conformance import ppo_config
+    from rlhf_plugin_hf_generate.engine import HFEngine
+
+    rng = random.Random(0)
+    small = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1,
+             "head_dim": 32, "vocab_size": 512, "max_position_embeddings": 4096}
+    keys, values, kernel = rng.choice([16, 32]), rng.choice([16, 32]), rng.choice([2, 4])
+    hybrid = transformers.Qwen3_5TextConfig(
+        **small, num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=keys,
+        linear_value_head_dim=values, linear_conv_kernel_dim=kernel,
+        layer_types=["linear_attention"] * 3 + ["full_attention"])
+    window = rng.randrange(8, 64)
+    sliding = transformers.GptOssConfig(**small, num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2,
+                                        sliding_window=window, layer_types=["sliding_attention", "full_attention"])
+    dense = transformers.LlamaConfig(**small, num_hidden_layers=2)
+    shapes = {}
+    for name, config in {"hybrid": hybrid, "sliding": sliding, "dense": dense}.items():
+        config.save_pretrained(tmp_path / name)
+        shapes[name] = model_shape(str(tmp_path / name), "--actor.model_name_or_path")
+    per_layer_token = 2 * 1 * 32 * 2  # K and V, one KV head of 32, bf16
+    sequences, length = rng.randrange(1, 16), rng.randrange(window + 1, 2048)
+    state = 4 * keys * values + (2 * 2 * keys + 4 * values) * kernel  # per value head k x v, and the conv window
+    assert shapes["hybrid"].kv_bytes_per_token(2) == per_layer_token
+    assert shapes["hybrid"].kv_cache_bytes(2, sequences, length) == sequences * (per_layer_token * length + 3 * state * 2)
+    assert shapes["sliding"].kv_cache_bytes(2, sequences, length) == sequences * per_layer_token * (length + window)
+    assert shapes["dense"].kv_cache_bytes(2, sequences, length) == sequences * per_layer_token * 2 * length
+    config = ppo_config(rollout={"micro_batch_size": sequences, "batch_size": 64}, data={"max_len": length},
+                        ds={"param_dtype": "bf16"})
+    (cache,) = [part for part in HFEngine.plan_memory(config, shapes["hybrid"], None) if part.part == "KV cache"]
+    assert cache.nbytes == shapes["hybrid"].kv_cache_bytes(2, sequences, length)

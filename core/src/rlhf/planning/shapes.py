@@ -29,6 +29,12 @@ class ModelShape:
     #: LoRA's trainable parameters per rank, by target module name: Σ (in + out) of that name's linear layers
     lora_in_out: dict[str, int] = field(default_factory=dict)
     max_positions: int | None = None  #: the config's ``max_position_embeddings``: the run caps ``--data.max_len`` there
+    #: each decoder layer's attention where the config says (``layer_types``): ``full_attention`` (empty: all are),
+    #: ``sliding_attention`` (K and V of the last ``sliding_window`` tokens), ``linear_attention`` (a fixed state)
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int | None = None
+    #: elements of one linear-attention layer's state per sequence (its recurrent state and convolution window)
+    linear_state_elements: int = 0
 
     def lora_parameters(self, rank: int, targets: str | list[str]) -> int:
         """Trainable parameters of LoRA at ``rank`` on ``targets`` ("all-linear", or module names)."""
@@ -36,8 +42,21 @@ class ModelShape:
         return rank * sum(self.lora_in_out.get(name, 0) for name in names)
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """K and V of one token in every layer."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+        """K and V of one token in every layer that keeps them (full and sliding-window attention; a linear-attention
+        layer keeps a state instead)."""
+        kept = sum(kind != "linear_attention" for kind in self.layer_types) if self.layer_types else self.layers
+        return 2 * kept * self.kv_heads * self.head_dim * dtype_bytes
+
+    def kv_cache_bytes(self, dtype_bytes: int, sequences: int, length: int) -> int:
+        """What ``sequences`` sequences of ``length`` tokens hold while they are generated: K and V of every token in
+        a full-attention layer, of the last ``sliding_window`` tokens in a sliding-window layer, and one fixed state
+        per sequence in a linear-attention layer (Gated DeltaNet's recurrent state and convolution window)."""
+        per_layer = 2 * self.kv_heads * self.head_dim * dtype_bytes
+        kinds = self.layer_types or ("full_attention",) * self.layers
+        window = min(length, self.sliding_window or length)
+        per_sequence = sum(per_layer * length if kind == "full_attention" else per_layer * window
+                           if kind == "sliding_attention" else self.linear_state_elements * dtype_bytes for kind in kinds)
+        return sequences * per_sequence
 
     def value_model(self) -> ModelShape:
         """The same trunk with a one-output value head instead of the LM head (critic, reward model)."""
@@ -88,7 +107,20 @@ def _shape(path: str, flag: str) -> ModelShape:
         head_dim=getattr(text, "head_dim", None) or text.hidden_size // heads, vocab=text.vocab_size,
         head_parameters=head_parameters,
         matrix_parameters=sum(p.numel() for layer in layers for p in layer.parameters() if p.ndim == 2),
-        lora_in_out=lora, max_positions=getattr(text, "max_position_embeddings", None))
+        lora_in_out=lora, max_positions=getattr(text, "max_position_embeddings", None),
+        layer_types=tuple(getattr(text, "layer_types", None) or ()), sliding_window=getattr(text, "sliding_window", None),
+        linear_state_elements=_linear_state_elements(text))
+
+
+def _linear_state_elements(text: object) -> int:
+    """Elements of one Gated DeltaNet layer's state per sequence (Qwen3.5, Qwen3-Next): a ``key x value`` matrix per
+    value head, and the short convolution's window over the q, k and v projections; 0 for a model without one."""
+    value_heads = getattr(text, "linear_num_value_heads", 0) or 0
+    if not value_heads:
+        return 0
+    key_dim, value_dim = text.linear_key_head_dim, text.linear_value_head_dim
+    conv_channels = 2 * text.linear_num_key_heads * key_dim + value_heads * value_dim
+    return value_heads * key_dim * value_dim + conv_channels * getattr(text, "linear_conv_kernel_dim", 4)
 
 
 def _decoder_layers(model: object) -> list:

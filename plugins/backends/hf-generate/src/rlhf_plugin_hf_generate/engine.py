@@ -49,8 +49,7 @@ class HFEngine:
         prompts = rollout.vllm_generate_batch_size or rollout.batch_size
         share = -(-prompts * rollout.n_samples_per_prompt // engines)
         chunk = min(rollout.micro_batch_size, share)
-        tokens = chunk * config.data.max_len
-        return parts + [MemoryPart("KV cache", tokens * shape.kv_bytes_per_token(size),
+        return parts + [MemoryPart("KV cache", shape.kv_cache_bytes(size, chunk, config.data.max_len),
                                    f"{chunk} x {config.data.max_len} tokens (--rollout.micro_batch_size)"),
                         MemoryPart("log-prob row", chunk * shape.vocab * 4, f"{chunk} x {shape.vocab} vocabulary x fp32")]
 
