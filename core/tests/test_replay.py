@@ -107,3 +107,33 @@ def test_a_dump_it_cannot_replay_is_one_error_line(replay_flags, tiny_causal_lm_
     assert "is the directory --rollout.replay_dir reads, whose steps this run would write over" in error_line(capsys)
     assert main(replay_flags(tmp_path / "fits", "--rollout.generate_only")) == 2
     assert "--rollout.generate_only trains nothing, and --rollout.replay_dir only changes how" in error_line(capsys)
+
+
+def test_a_dump_generated_under_other_groups_or_a_damaged_file_is_one_error_line(
+        replay_flags, tiny_causal_lm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The advantages regroup by --rollout.n_samples_per_prompt and the batch by --rollout.batch_size: a replay under
+    others is refused, naming the dumped value. A step file cut short or not Parquet at all names the file (it was
+    `rlhf: internal error: ArrowInvalid` with the advice to report a bug). So does `rlhf rollouts summary` of it."""
+    tokenizer = tokenizer_fingerprint(load_tokenizer(tiny_causal_lm_path, "--actor.model_name_or_path"))
+    rng = random.Random(2)
+    n, batch = rng.randint(2, 4), rng.randint(1, 3)
+    fits = {"actor": str(tiny_causal_lm_path), "tokenizer": tokenizer, "n_samples_per_prompt": n, "batch_size": batch}
+    write_dump(tmp_path / "dump", {1: random_samples(rng, batch, n), 2: random_samples(rng, batch, n)}, **fits)
+    assert main(replay_flags(tmp_path / "dump", "--rollout.n_samples_per_prompt", str(n + 1),
+                             "--rollout.batch_size", str(batch))) == 2
+    assert (f"generated with --rollout.n_samples_per_prompt {n}, but this run has {n + 1}; the groups the advantages "
+            f"are computed over would differ: replay with --rollout.n_samples_per_prompt {n}") in error_line(capsys)
+    assert main(replay_flags(tmp_path / "dump", "--rollout.n_samples_per_prompt", str(n),
+                             "--rollout.batch_size", str(batch + 2))) == 2
+    assert f"generated with --rollout.batch_size {batch}, but this run has {batch + 2}" in error_line(capsys)
+    for name, damage in {"cut": lambda data: data[: len(data) // 2], "foreign": lambda data: b"not parquet" * 9}.items():
+        damaged = tmp_path / name
+        damaged.mkdir()
+        (damaged / "step_00000001.parquet").write_bytes(damage((tmp_path / "dump" / "step_00000001.parquet").read_bytes()))
+        assert main(replay_flags(damaged, "--rollout.n_samples_per_prompt", str(n),
+                                 "--rollout.batch_size", str(batch))) == 2, name
+        line = error_line(capsys)
+        assert f"{damaged / 'step_00000001.parquet'}: not a rollout dump Parquet can read" in line, line
+        assert "dump the step again, or move the file out of the directory" in line
+        assert main(["rollouts", "summary", str(damaged)]) == 2
+        assert f"{damaged / 'step_00000001.parquet'}: not a rollout dump Parquet can read" in error_line(capsys)

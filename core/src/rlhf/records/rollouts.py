@@ -12,13 +12,17 @@ files after S as it starts, so no step is there twice. Written by the controller
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from rlhf.errors import DataError
 
 from rlhf.records.checkpoints import published
 
@@ -68,6 +72,8 @@ META: dict[str, str] = {
     "metrics": "the step's metrics of the rollout stage (filtering, the scheduler's async/..., prompt mix), no timing",
     "extra": "the reward manager's logs of the step",
     "data": "the prompt schedule's position after the step, as its checkpoint records it",
+    "n_samples_per_prompt": "--rollout.n_samples_per_prompt of the run: the groups the advantages normalise over",
+    "batch_size": "--rollout.batch_size of the run: the prompts of one step",
 }
 #: The version of :data:`COLUMNS` and :data:`META` that a dump is written with.
 SCHEMA = 1
@@ -129,18 +135,35 @@ def step_ranges(steps: list[int]) -> str:
 
 
 def read_step(directory: str | Path, step: int) -> list[dict[str, Any]]:
-    """Step ``step``'s samples as dicts (the columns above)."""
+    """Step ``step``'s samples as dicts (the columns above); a file Parquet cannot read is a :class:`DataError`
+    naming it."""
     import pyarrow.parquet as pq
 
-    return pq.read_table(Path(directory) / _name(step)).to_pylist()
+    with _readable(Path(directory) / _name(step)) as path:
+        return pq.read_table(path).to_pylist()
 
 
 def step_meta(directory: str | Path, step: int) -> dict[str, Any] | None:
-    """Step ``step``'s :data:`META` (None: a file written without it)."""
+    """Step ``step``'s :data:`META` (None: a file written without it); an unreadable file is a :class:`DataError`."""
     import pyarrow.parquet as pq
 
-    found = (pq.read_schema(Path(directory) / _name(step)).metadata or {}).get(b"rlhf")
-    return json.loads(found) if found is not None else None
+    with _readable(Path(directory) / _name(step)) as path:
+        found = (pq.read_schema(path).metadata or {}).get(b"rlhf")
+        return json.loads(found) if found is not None else None
+
+
+@contextlib.contextmanager
+def _readable(path: Path) -> Iterator[Path]:
+    """Around a read of one dumped step: a truncated or foreign file (Parquet's magic bytes missing, a footer cut
+    off, metadata that is not JSON) is one error naming the file, not a library's traceback."""
+    import pyarrow
+
+    try:
+        yield path
+    except (pyarrow.ArrowException, OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a rollout dump Parquet can read ({type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:160]}); dump the step again, or move the file out of the "
+                        "directory") from None
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:

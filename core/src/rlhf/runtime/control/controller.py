@@ -325,6 +325,7 @@ class PPOController(PPOPreflight, PPOCheckpoints):
             tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
             dump = RolloutDump(cfg.rollout.dump_dir, self.step) if cfg.rollout.dump_dir else None
             dumped_by = {"schema": SCHEMA, "actor": cfg.actor.model_name_or_path,
+                         "n_samples_per_prompt": cfg.rollout.n_samples_per_prompt, "batch_size": cfg.rollout.batch_size,
                          "tokenizer": tokenizer_fingerprint(self.tokenizer)} if dump is not None else {}
             self.plugins.train_start(cfg, self.run_dir)
             for prompts, rolled in self.scheduler.batches(self):
