@@ -384,9 +384,9 @@ def test_the_plan_counts_what_each_kind_of_layer_keeps_while_it_generates(tmp_pa
     Gemma-3's sliding-window layers keep the window's; a dense model keeps every token in every layer. The HF engine's
     planned KV cache is the sum for its chunk."""
     import transformers
+    from rlhf_plugin_hf_generate.engine import HFEngine
 
     from rlhf.testing.conformance import ppo_config
-    from rlhf_plugin_hf_generate.engine import HFEngine
 
     rng = random.Random(0)
     small = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1,

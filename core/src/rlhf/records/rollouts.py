@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.errors import DataError
-
 from rlhf.records.checkpoints import published
 
 log = logging.getLogger("rlhf.records")
