@@ -67,10 +67,10 @@ def assert_exact_and_decoded(name: str, model: Path, run: Path, capsys: pytest.C
     """The engine's log-prob of every token within 1e-3 of the trainer's (none masked), ids inside the embedding's
     rows, the prompt rendered by the published template and its ids that text's own, and the text in the dump, the
     table and `rlhf rollouts show` decoded by the real tokenizer, multi-byte characters whole."""
-    from transformers import AutoTokenizer
+    from rlhf.models.loading import load_tokenizer
 
     shown = capsys.readouterr().out  # the run's console: its sample table
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer = load_tokenizer(str(model), "--actor.model_name_or_path")
     (step,) = read_metrics(run / "out")
     assert step["is_filter_ratio"] == 0.0 and abs(step["vllm_kl"]) < 1e-5, name
     samples = read_step(run / "rollouts", 1)
@@ -85,6 +85,8 @@ def assert_exact_and_decoded(name: str, model: Path, run: Path, capsys: pytest.C
     assert "step 1 samples (16 of 16)" in shown  # the sample table, each row decoded
     # `rlhf rollouts show --grep` finds the multi-byte text whole, in as many samples as hold it
     holding = sum("计算 7+8 的结果" in s["prompt"] for s in samples)
+    # the ids hold the text too (transformers 5 encoded DeepSeek-V3's CJK as nothing, see load_tokenizer)
+    assert sum("计算 7+8 的结果" in tokenizer.decode(s["prompt_ids"]) for s in samples) == holding
     assert holding and main(["rollouts", "show", str(run / "rollouts"), "--grep", "计算 7+8 的结果"]) == 0
     assert f"step 1, {holding} of {holding} samples containing" in capsys.readouterr().out, holding
 
@@ -103,3 +105,36 @@ def test_grpo_through_a_vllm_engine_on_a_published_tokenizer(name, ray_cluster, 
     assert main(["train", "ppo", *grpo(real_models[name], multilingual_prompts, task_files["reward"], tmp_path,
                                        "vllm")]) == 0
     assert_exact_and_decoded(name, real_models[name], tmp_path, capsys)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3_1", "deepseek_v3", "gemma3"])
+def test_supervised_and_preference_rows_end_each_response_at_one_end_of_turn(name) -> None:
+    """SFT's and DPO's rows through each published chat template: the prompt is the template's generation prompt, the
+    trained part the response through its end-of-turn, once. Qwen's and Gemma's templates write a newline after it;
+    an EOS appended after that taught the model `<|im_end|>\\n<|im_end|>`."""
+    from rlhf_supervised.config import PreferenceDataSection, PromptResponseDataSection
+    from rlhf_supervised.conversations import preference_pair, prompt_response
+
+    from rlhf.models.loading import load_tokenizer
+    from rlhf.testing.real_tokenizers import fetch_tokenizer
+
+    tokenizer = load_tokenizer(str(fetch_tokenizer(name)), "--model.model_name_or_path")  # as the trainers load it
+    eos = tokenizer.eos_token_id
+    data = PromptResponseDataSection(apply_chat_template=True)
+    question = [{"role": "user", "content": "计算 7+8 的结果"}]
+    ids, mask = prompt_response(question, "答案是 15", data, tokenizer)
+    start = mask.index(1)
+    rendered = tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
+    assert ids[:start] == tokenizer(rendered, add_special_tokens=False)["input_ids"] and not any(mask[:start])
+    response = ids[start:]
+    assert all(mask[start:]) and response.count(eos) == 1 and response[-1] == eos, tokenizer.decode(response)
+    assert "答案是 15" in tokenizer.decode(response)
+    pairs = PreferenceDataSection(apply_chat_template=True, prompt_key="prompt")
+    pair = preference_pair({"prompt": question, "chosen": "答案是 15", "rejected": "16"}, pairs, tokenizer, "pairs.jsonl", 0)
+    for side in ("chosen", "rejected"):
+        trained = [t for t, m in zip(pair[f"{side}_ids"], pair[f"{side}_mask"]) if m]
+        assert trained.count(eos) == 1 and trained[-1] == eos, (side, tokenizer.decode(trained))
+    whole = PreferenceDataSection(apply_chat_template=True)  # chosen and rejected as whole conversations
+    pair = preference_pair({"chosen": [*question, {"role": "assistant", "content": "15"}],
+                            "rejected": [*question, {"role": "assistant", "content": "16"}]}, whole, tokenizer, "pairs.jsonl", 1)
+    assert pair["chosen_ids"][-1] == eos and pair["chosen_ids"][-2] != eos, tokenizer.decode(pair["chosen_ids"][-3:])

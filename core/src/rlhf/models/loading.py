@@ -147,15 +147,44 @@ def checkpoint_sampling_defaults(path: str) -> dict[str, Any]:
 
 def load_tokenizer(path: str, flag: str, **kwargs: Any) -> Any:
     """The tokenizer of a model checked by :func:`check_model_source`; a model without one names ``flag``.
-    ``kwargs``: more ``from_pretrained`` arguments (``use_fast``)."""
+    ``kwargs``: more ``from_pretrained`` arguments (``use_fast``). A local directory's tokenizer encodes as its
+    ``tokenizer.json`` says (:func:`_as_its_file_says`)."""
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(path, **kwargs)
+        return _as_its_file_says(AutoTokenizer.from_pretrained(path, **kwargs), path, kwargs)
     except Exception as exc:  # noqa: BLE001 - missing/broken tokenizer files surface as many exception types
         _raise_environment_cause(exc)
         raise ConfigError(f"{flag} {path}: cannot load its tokenizer ({type(exc).__name__}: "
                           f"{' '.join(str(exc).split())[:200]})") from exc
+
+
+#: text whose pieces every byte-level or sentencepiece tokenizer keeps: accents, CJK, an emoji, digits, whitespace
+_TOKENIZER_PROBE = "Grüße, 世界! 答案是 15 😀\n\t x"
+
+
+def _as_its_file_says(tokenizer: Any, path: str, kwargs: dict[str, Any]) -> Any:
+    """``tokenizer``, or the directory's ``tokenizer.json`` loaded as it is where the two encode differently.
+
+    transformers 5 builds a tokenizer from the class its ``tokenizer_config.json`` names, and that class may bring
+    its own pre-tokenizer: DeepSeek-V3's byte-level BPE, named ``LlamaTokenizerFast``, got Llama's Metaspace one and
+    encoded "答案是 15" as the id of "15" alone, silently. The file's own tokenizer is what the model was trained with."""
+    from pathlib import Path
+
+    file = Path(path).expanduser() / "tokenizer.json"
+    if not file.is_file() or not getattr(tokenizer, "is_fast", False) or kwargs.get("use_fast") is False:
+        return tokenizer
+    from tokenizers import Tokenizer
+
+    expected = Tokenizer.from_file(str(file)).encode(_TOKENIZER_PROBE, add_special_tokens=False).ids
+    if tokenizer(_TOKENIZER_PROBE, add_special_tokens=False)["input_ids"] == expected:
+        return tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    faithful = PreTrainedTokenizerFast.from_pretrained(path, **kwargs)
+    log.warning("%s: transformers' %s encodes text otherwise than the directory's tokenizer.json; using the "
+                "tokenizer.json as it is", path, type(tokenizer).__name__)
+    return faithful
 
 
 def _raise_environment_cause(exc: Exception) -> None:

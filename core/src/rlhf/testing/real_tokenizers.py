@@ -119,7 +119,9 @@ def build_real_tokenizer_lm(path: str | Path, name: str, *, hidden_size: int = 6
     spec = REAL_TOKENIZERS[name]
     path = Path(path)
     layers = max(layers, len(spec.layer_types))  # every kind of layer the family has, at least once
-    tokenizer = transformers.AutoTokenizer.from_pretrained(fetch_tokenizer(name))
+    from rlhf.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(str(fetch_tokenizer(name)), "--actor.model_name_or_path")  # as the file encodes
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else spec.eos[-1]
     config = getattr(transformers, spec.config_class)(
         vocab_size=spec.rows, hidden_size=hidden_size, intermediate_size=hidden_size * 2, num_hidden_layers=layers,

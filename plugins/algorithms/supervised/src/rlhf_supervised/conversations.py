@@ -23,6 +23,16 @@ def _with_eos(ids: list[int], tokenizer: Any) -> list[int]:
     return ids if (ids and ids[-1] == eos) or eos is None else ids + [eos]
 
 
+def _through_eos(ids: list[int], tokenizer: Any) -> list[int]:
+    """A templated response up to its end-of-turn: what the template writes after the EOS (Qwen's and Gemma's
+    newline between turns) is never sampled, since generation stops at the EOS, and an EOS added after it taught
+    the model to end a turn twice (``<|im_end|>\n<|im_end|>``)."""
+    eos = tokenizer.eos_token_id
+    if eos in ids:
+        return ids[: len(ids) - ids[::-1].index(eos)]
+    return _with_eos(ids, tokenizer)
+
+
 def response_ids(prompt_value: Any, response_value: Any, data_cfg: Any, tokenizer: Any) -> list[int]:
     """The response's token ids, ending with EOS, rendered the way the prompt was (chat template or plain)."""
     if data_cfg.apply_chat_template:
@@ -32,7 +42,7 @@ def response_ids(prompt_value: Any, response_value: Any, data_cfg: Any, tokenize
         if not full.startswith(prompt_text):
             raise ConfigError("the chat template renders the prompt differently once a response follows; "
                               "use --data.input_template instead of --data.apply_chat_template")
-        return _with_eos(_ids(tokenizer, full[len(prompt_text):]), tokenizer)
+        return _through_eos(_ids(tokenizer, full[len(prompt_text):]), tokenizer)
     text = response_value if isinstance(response_value, str) else as_messages(response_value)[-1]["content"]
     return _with_eos(_ids(tokenizer, text), tokenizer)
 
@@ -112,7 +122,7 @@ def preference_pair(row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: 
             prompt = text_value(row, data_cfg.prompt_key, "--data.prompt_key", source, index)
             ids, mask = prompt_response(prompt, value, data_cfg, tokenizer)
         elif data_cfg.apply_chat_template and not isinstance(value, str):
-            ids = _with_eos(_ids(tokenizer, tokenizer.apply_chat_template(value, tokenize=False)), tokenizer)
+            ids = _through_eos(_ids(tokenizer, tokenizer.apply_chat_template(value, tokenize=False)), tokenizer)
             mask = [1] * len(ids)
         else:
             ids = _with_eos(tokenizer(str(value))["input_ids"], tokenizer)
