@@ -137,6 +137,12 @@ def reward_func(queries, prompts, labels, **kwargs):
 '''
 
 
+#: token-level IS correction that masks a token whose rollout/trainer probability ratio leaves [0.999, 1.001]: its
+#: is_filter_ratio metric counts the tokens an engine's log-prob puts off the trainer's recompute
+TIGHT_CORRECTION = ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_threshold", "0.999",
+                    "1.001"]
+
+
 def base_flags(model: Path, prompts: Path, run: Path, engine: str, steps: int) -> list[str]:
     return [
         "--actor.model_name_or_path", str(model), "--data.prompt_dataset", str(prompts), "--data.label_key", "label",

@@ -6,16 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags
+from rlhf_test_support import TIGHT_CORRECTION, base_flags
 
 from rlhf.cli.main import main
 from rlhf.models.loading import checkpoint_sampling_defaults
 from rlhf.records.metrics import read_metrics
 from rlhf.testing.conformance.backends import CHECKPOINT_SAMPLING_DEFAULTS, with_sampling_defaults
-
-#: a token's rollout/trainer probability ratio outside [0.999, 1.001] masks it and counts in is_filter_ratio
-TIGHT_CORRECTION = ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_threshold", "0.999",
-                    "1.001"]
 
 
 def test_the_sampling_defaults_a_checkpoint_ships_are_read_without_the_neutral_ones(tmp_path: Path) -> None:

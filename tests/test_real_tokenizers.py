@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import base_flags, built_once
+from rlhf_test_support import TIGHT_CORRECTION, base_flags, built_once
 
 from rlhf.cli.main import main
 from rlhf.records.metrics import read_metrics
@@ -21,9 +21,6 @@ from rlhf.testing.real_tokenizers import REAL_TOKENIZERS, build_real_tokenizer_l
 
 pytestmark = pytest.mark.slow
 
-#: a token's rollout/trainer probability ratio outside [0.999, 1.001] masks it and counts in is_filter_ratio
-TIGHT_CORRECTION = ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_threshold", "0.999",
-                    "1.001"]
 
 
 @pytest.fixture(scope="module")

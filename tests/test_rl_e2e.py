@@ -9,19 +9,12 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from rlhf_test_support import assert_replayed, base_flags, crash_plugin, replay_of
+from rlhf_test_support import TIGHT_CORRECTION, assert_replayed, base_flags, crash_plugin, replay_of
 
 from rlhf.cli.main import main
 from rlhf.records.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
-
-
-
-#: token-level IS correction that masks a token whose rollout/trainer probability ratio leaves [0.999, 1.001]: its
-#: is_filter_ratio metric counts the tokens an engine's log-prob puts off the trainer's recompute
-TIGHT_CORRECTION = ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_threshold", "0.999",
-                    "1.001"]
 
 
 #: a tiny MoE actor's forwards route every token as the engine that sampled it did (plugins/models/moe-replay)
