@@ -268,3 +268,33 @@ def test_an_episode_the_environment_ended_is_not_reported_as_cut(engine, tiny_ca
     assert len(won["response_ids"]) == 4 and won["agent"]["turns"] == 1 and won["agent"]["reward"] == 0.75
     assert won["finish_reason"] == "stop"
     assert cut["finish_reason"] == "length" and cut["agent"]["turns"] > 1
+
+
+def test_an_environment_takes_options_of_its_own_validated_with_the_runs(engine, tiny_causal_lm_path, tmp_path) -> None:
+    """An environment declares ``Options`` (an EpisodeOptions subclass): the plugin's options are validated by it and
+    each episode's instance is built with them, so no class attribute carries a run's settings (the outsider's
+    workaround); an option it does not take is one ConfigError naming the flag, not pydantic's internal error."""
+    from rlhf.testing.conformance import ppo_config
+
+    env = tmp_path / "configured.py"
+    env.write_text(
+        "from rlhf_agents import AgentInstanceBase\nfrom rlhf_agents.episodes import EpisodeOptions\n\n\n"
+        "class GameOptions(EpisodeOptions):\n    prize: float = 1.0\n    board: str = 'small'\n\n\n"
+        "class AgentInstance(AgentInstanceBase):\n    Options = GameOptions\n\n"
+        "    def __init__(self, options):\n        self.options = options\n\n"
+        "    async def reset(self, states):\n        return {'observation': states['observation']}\n\n"
+        "    async def step(self, states):\n"
+        "        return {'rewards': self.options.prize, 'environment_feedback': '', 'done': True,\n"
+        "                'columns': {'board': self.options.board}}\n")
+    agent_class = load_agent_class(str(env), ("AgentInstance", "AgentExecutor"))
+    config = ppo_config(actor={"model_name_or_path": str(tiny_causal_lm_path)},
+                        plugins={"game": {"prize": 0.25, "board": "large", "step_timeout_s": 5}})
+    executor = MultiTurnExecutor.for_run(agent_class, config, source="agent executor 'game'", namespace="game")
+    assert executor.options.step_timeout_s == 5
+    results = executor.run(requests_for(executor.tokenizer, 2), CountingEngines(engine), SAMPLING)
+    assert [r["agent"]["reward"] for r in results] == [0.25, 0.25]
+    assert [r["agent"]["columns"] for r in results] == [{"board": "large"}] * 2
+    wrong = ppo_config(actor={"model_name_or_path": str(tiny_causal_lm_path)}, plugins={"game": {"prizes": 2}})
+    with pytest.raises(ConfigError, match=r"agent executor 'game': --game\.prizes: Extra inputs are not permitted "
+                                          r"\(the options GameOptions takes: step_timeout_s, prize, board\)"):
+        MultiTurnExecutor.for_run(agent_class, wrong, source="agent executor 'game'", namespace="game")

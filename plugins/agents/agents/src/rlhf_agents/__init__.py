@@ -30,10 +30,14 @@ from rlhf.errors import ConfigError
 class AgentInstanceBase(ABC):
     """One environment episode (a fresh instance per episode).
 
-    ``reset(states)`` runs once, ``states = {"observation": prompt text, "label": label}``, and returns
+    Built with no argument, or, where the class declares ``Options`` (an ``rlhf_agents.episodes.EpisodeOptions``
+    subclass of its own fields), with the run's options validated by it: ``Environment(options)``.
+
+    ``reset(states)`` runs once, ``states = {"observation": prompt text, "label": label, "fields": the prompt row's
+    other fields}``, and returns
     ``{"observation": text}`` (the text the model is first prompted with; the prompt itself when
     unchanged). ``step(states)`` runs after every model turn with ``states = {"observation_text":
-    everything so far, "action_text": the model's last turn, "label": label, "sampling_params": dict}``
+    everything so far, "action_text": the model's last turn, "label": label, "fields": dict, "sampling_params": dict}``
     and returns a dict with ``rewards`` (a number or one-element tensor; the episode's reward is the
     sum over steps), ``environment_feedback`` (text appended to the trajectory, never trained on),
     ``done`` (bool), and optionally ``scores`` (for dynamic filtering and pass@k; the last step's

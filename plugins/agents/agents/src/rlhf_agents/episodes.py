@@ -30,16 +30,29 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlhf.errors import ConfigError
 from rlhf.run_context import run_processor
 from rlhf_agents import AgentExecutorBase, AgentInstanceBase
 from rlhf_agents.executors import AsyncAgentExecutor, UnsupportedSampling, turn_sampling
 
 
 class EpisodeOptions(BaseModel):
+    """The options every environment run takes (``--<namespace>.step_timeout_s``). An environment with options of
+    its own subclasses it and names the subclass in its class attribute ``Options``: ``for_run`` validates the
+    plugin's options with it and each episode's instance is built as ``environment(options)``."""
+
     model_config = ConfigDict(extra="forbid")
 
     step_timeout_s: float = Field(60.0, gt=0, description="most seconds one reset/step (or a whole AgentExecutor "
                                                            "episode) may take; past it the episode fails")
+
+
+def _options_model(agent_class: type) -> type[EpisodeOptions]:
+    """The environment's ``Options``, which must extend :class:`EpisodeOptions` (the step timeout is every run's)."""
+    model = getattr(agent_class, "Options", None) or EpisodeOptions
+    if not (isinstance(model, type) and issubclass(model, EpisodeOptions)):
+        raise TypeError(f"{agent_class.__name__}.Options must subclass rlhf_agents.episodes.EpisodeOptions")
+    return model
 
 
 class EpisodeError(Exception):
@@ -82,10 +95,23 @@ class EnvironmentExecutor(AsyncAgentExecutor):
     @classmethod
     def for_run(cls, agent_class: type, config: Any, *, source: str, namespace: str) -> Any:
         """The executor of an ``rlhf train ppo`` run (``config``): the policy's tokenizer, ``--data.max_len``,
-        ``--rollout.max_new_tokens``, and :class:`EpisodeOptions` from the plugin options under ``namespace``."""
-        options = EpisodeOptions.model_validate(config.plugins.get(namespace, {}))
+        ``--rollout.max_new_tokens``, and the plugin options under ``namespace``, validated by the environment's
+        ``Options`` (an :class:`EpisodeOptions` subclass; :class:`EpisodeOptions` itself where it has none)."""
+        from pydantic import ValidationError
+
+        model = _options_model(agent_class)
+        try:
+            options = model.model_validate(config.plugins.get(namespace, {}))
+        except ValidationError as exc:
+            problems = "; ".join(f"--{namespace}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(f"{source}: {problems} (the options {model.__name__} takes: "
+                              f"{', '.join(model.model_fields)})") from None
         return cls(agent_class, config.actor.model_name_or_path, config.data.max_len, config.rollout.max_new_tokens,
                    options, functools.partial(run_processor, config), source=source, options_flag=f"--{namespace}.step_timeout_s")
+
+    def _environment(self) -> Any:
+        """A fresh environment for one episode: built with the run's options where its class declares ``Options``."""
+        return self.agent_class(self.options) if getattr(self.agent_class, "Options", None) is not None else self.agent_class()
 
     def _feedback_with_images(self, media: dict[str, Any] | None, feedback: str, images: Any) -> tuple[list[int], Any]:
         """The feedback's ids and the trajectory's media with ``images`` added, by the VLM plugin's processor."""
@@ -124,7 +150,7 @@ class EnvironmentExecutor(AsyncAgentExecutor):
 
     async def _instance_episode(self, request: dict[str, Any], client: Any, sampling: dict[str, float]) -> dict[str, Any]:
         """OpenRLHF's MultiTurnAgentExecutor loop: generate from token ids, step, append the feedback tokens."""
-        instance = self.agent_class()
+        instance = self._environment()
         trajectory, prompt = Trajectory(), {}
         try:
             reset = await self._call("AgentInstance.reset", instance.reset({
@@ -200,7 +226,7 @@ class EnvironmentExecutor(AsyncAgentExecutor):
         engine.media = request.get("media")
         params = {"max_tokens": request["max_tokens"], **sampling}
         try:
-            out = await self._call("AgentExecutor.execute", self.agent_class().execute(
+            out = await self._call("AgentExecutor.execute", self._environment().execute(
                 request["prompt"], request["label"], params, self.max_len, self.tokenizer, engine,
                 images=_prompt_images(engine.media)))
             return {**_from_executor_output(out, len(request["prompt_ids"]), request["prompt_ids"]),
