@@ -298,3 +298,17 @@ def test_an_environment_takes_options_of_its_own_validated_with_the_runs(engine,
     with pytest.raises(ConfigError, match=r"agent executor 'game': --game\.prizes: Extra inputs are not permitted "
                                           r"\(the options GameOptions takes: step_timeout_s, prize, board\)"):
         MultiTurnExecutor.for_run(agent_class, wrong, source="agent executor 'game'", namespace="game")
+
+
+def test_the_kit_fails_an_environment_whose_every_episode_fails(tiny_causal_lm_path, tmp_path) -> None:
+    """A reset that always raises made every episode a valid-looking error result, and the kit passed it."""
+    from rlhf.testing.conformance import ConformanceFailure
+    from rlhf.testing.conformance.parts import check_agent_executor
+
+    env = tmp_path / "broken.py"
+    env.write_text("from rlhf_agents import AgentInstanceBase\n\n\nclass AgentInstance(AgentInstanceBase):\n"
+                   "    async def reset(self, states):\n        raise KeyError('board')\n\n"
+                   "    async def step(self, states):\n        return {'rewards': 0.0, 'environment_feedback': '', 'done': True}\n")
+    with pytest.raises(ConformanceFailure, match=r"episodes that run.*all 4 episodes failed, the first with: .*"
+                                                 r"AgentInstance.reset raised KeyError: 'board'"):
+        check_agent_executor(executor_for(env, tiny_causal_lm_path))

@@ -149,7 +149,7 @@ def check_agent_executor(executor: Any) -> None:
     """One trajectory per request in request order: int ``response_ids`` within ``max_tokens`` (plus a
     final eos), one finite log-prob per token, ``finish_reason`` stop/length, an ``action_mask`` (when
     given) of one 0/1 per token, an ``agent`` result (required with ``provides_rewards``) with a finite
-    number ``reward`` or an ``error``; no requests -> []; deterministic."""
+    number ``reward`` or an ``error``; no requests -> []; deterministic; not every episode an ``error``."""
     sampling = {"temperature": 1.0, "top_p": 1.0}
     provides_rewards = bool(getattr(executor, "provides_rewards", False))
 
@@ -172,12 +172,21 @@ def check_agent_executor(executor: Any) -> None:
         return f"{count} request(s) {show(requests)}", check
 
     first_failure(AGENT, "one trajectory per request", [case(count) for count in (0, 1, 3)])
+
+    def some_run() -> str | None:
+        """A failed episode is a valid answer (the reward stage applies --reward.on_error to it), but an environment
+        whose every episode fails (a reset that always raises, an import that never works) is broken."""
+        out = executor.run(agent_requests(4), ScriptedEngines(), sampling)
+        errors = [t["agent"]["error"] for t in out if isinstance(t.get("agent"), dict) and t["agent"].get("error")]
+        return f"all {len(out)} episodes failed, the first with: {errors[0]}" if out and len(errors) == len(out) else None
+
+    first_failure(AGENT, "episodes that run", [("4 requests on the scripted engine", some_run)])
     check_picklable(AGENT, executor)
 
 
 class AgentExecutorKit(ContractProperties, ComponentKit):
     kind = ComponentKind.AGENT_EXECUTOR
-    contract_properties = ("one trajectory per request", "picklable for Ray",)
+    contract_properties = ("one trajectory per request", "episodes that run", "picklable for Ray")
 
     @not_collected
     def test_contract(self) -> None:
