@@ -84,3 +84,25 @@ def test_a_failing_agent_fails_its_episode(kind, engine, tiny_causal_lm_path, tm
     results = executor_for(agent, tiny_causal_lm_path).run(requests_for(2), engine, SAMPLING)
     for result in results:
         assert result["agent"]["error"].startswith(f"--train.agent_func_path {agent}: {expected}"), result["agent"]["error"]
+
+
+def test_a_client_that_names_its_session_in_the_x_session_id_header_is_served(engine, tiny_causal_lm_path, tmp_path) -> None:
+    """verifiers' OpenAI clients name the rollout's session in an X-Session-ID header, not in the body: served as the
+    body's session_id is (it was HTTP 400, "unknown session_id ''"), one model turn of the trajectory per call."""
+    agent = tmp_path / "header_agent.py"
+    agent.write_text(
+        "import openai\nfrom rlhf_plugin_openai_server import OpenAIServerAgent\n\n\n"
+        "class AgentExecutor(OpenAIServerAgent):\n    async def run_agent(self, prompt, label, session_id):\n"
+        "        client = openai.AsyncOpenAI(base_url=self.base_url, api_key='x', max_retries=0,\n"
+        "                                    default_headers={'X-Session-ID': session_id})\n"
+        "        messages = [{'role': 'user', 'content': prompt}]\n"
+        "        for _ in range(2):\n"
+        "            reply = await client.chat.completions.create(model=self.model_name, messages=messages, max_tokens=3)\n"
+        "            messages += [{'role': 'assistant', 'content': reply.choices[0].message.content},\n"
+        "                         {'role': 'user', 'content': 'again'}]\n"
+        "        await client.close()\n        return {'reward': 1.0}\n")
+    results = executor_for(agent, tiny_causal_lm_path).run(requests_for(2), engine, SAMPLING)
+    assert [r["agent"].get("error") for r in results] == [None, None]
+    for result in results:
+        mask = result["action_mask"]
+        assert sum(1 for i, m in enumerate(mask) if m == 1 and (i == 0 or mask[i - 1] == 0)) == 2  # two model turns

@@ -60,6 +60,8 @@ class Session:
 
 
 #: Request fields the server applies (``model`` is accepted whatever it names; ``seed`` is the runtime's).
+#: the request header that names a session where the body does not (verifiers' OpenAI clients send it)
+SESSION_HEADER = "X-Session-ID"
 APPLIED_FIELDS = frozenset({"model", "messages", "prompt", "session_id", "max_tokens", "max_completion_tokens",
                             "temperature", "top_p", "logprobs", "user", "seed"})
 
@@ -97,12 +99,14 @@ def build_app(state: Any) -> Any:
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": state.model_name, "object": "model", "owned_by": "rlhf"}]}
 
-    async def complete(body: dict[str, Any], prompt_text: str, chat: bool) -> Any:
-        session_id = str(body.get("session_id") or "")
+    async def complete(body: dict[str, Any], prompt_text: str, chat: bool, headers: Any) -> Any:
+        # the body's session_id (the OpenAI SDK's extra_body), else the X-Session-ID header (verifiers' clients)
+        session_id = str(body.get("session_id") or headers.get(SESSION_HEADER) or "")
         session = state.sessions.get(session_id)
         if session is None:
             return JSONResponse({"error": {"message": f"unknown session_id {session_id!r}: pass the session_id "
-                                                      "run_agent received in extra_body"}}, status_code=400)
+                                                      f"run_agent received in extra_body or the {SESSION_HEADER} "
+                                                      "header"}}, status_code=400)
         unsupported = unsupported_fields(body)
         if unsupported:
             session.error = (f"the request sets {', '.join(unsupported)}, which the rlhf agent server does not apply "
@@ -142,7 +146,7 @@ def build_app(state: Any) -> Any:
             text = render_chat(state.tokenizer, body.get("messages") or [])
         except SessionError as exc:
             return JSONResponse({"error": {"message": str(exc)}}, status_code=400)
-        return await complete(body, text, chat=True)
+        return await complete(body, text, chat=True, headers=request.headers)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -150,7 +154,7 @@ def build_app(state: Any) -> Any:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             return JSONResponse({"error": {"message": "prompt must be one string"}}, status_code=400)
-        return await complete(body, prompt, chat=False)
+        return await complete(body, prompt, chat=False, headers=request.headers)
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
