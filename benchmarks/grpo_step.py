@@ -59,6 +59,7 @@ from typing import Any
 from gpu_memory import GpuMemory, device_name, planned_against_measured, rank_peaks  # beside this script (on sys.path)
 from process_tree import TreeSampler, load_average, wait_for_quiet
 from step_chart import cpu_machine, save, shape_record
+from training_faults import FAULT_SHARE, fault_regressions, training_faults
 
 HERE = Path(__file__).resolve().parent
 #: system -> (workload of grpo_workloads.py, rollout engine family, extra `rlhf train ppo` flags)
@@ -224,43 +225,6 @@ def run_system(system: str, work: Path, model: Path, *, prompts: int, samples: i
                gpu_alloc=max(line.get("gpu_alloc", 0) for line in lines), plan_lines=plan_lines,
                train_faults=[f for f, _, _ in faults], train_kernel=[k for _, k, _ in faults],
                train_faulters=[who for _, _, who in faults])
-
-
-def training_faults(samples: Any, lines: list[dict[str, Any]]) -> list[tuple[int, float, str]]:
-    """Per step: the minor faults and system CPU-seconds of the whole tree while the step trained, and the process that
-    faulted most. A line is written at the step's end; rlhf's weight sync follows its training phase (the floor's
-    line follows its update at once), so the phase is ``[t - sync - train, t - sync]``."""
-    out = []
-    for line in lines:
-        end = line["t"] - line.get("sync", 0.0)
-        work = samples.kernel_work(end - line["train"], end)
-        out.append((sum(f for _, f, _ in work), sum(k for _, _, k in work), work[0][0] if work else "-"))
-    return out
-
-
-#: a step after the first that faults in more than this share of step 1's training faults fails the benchmark
-FAULT_SHARE = 0.10
-#: ... and more than this many (20 MiB of 4 KiB pages): a step 1 that faulted little is no yardstick for noise
-FAULT_FLOOR = 5000
-
-
-def fault_regressions(runs: dict[str, list[Run]], warmup: int = 0) -> list[str]:
-    """The runs whose steady steps fault their training memory in again (issue 70): rlhf's ranks and the floor keep
-    what they free, so after step 1 a training phase finds its heap resident. The ``warmup`` steps after the first
-    are not judged, as the table leaves them out of its medians: where blocks that outlive a step split the heap's
-    free space, the heap may still grow in them. TRL keeps glibc's defaults: not judged."""
-    found = []
-    for system, system_runs in runs.items():
-        for repeat, run in enumerate(system_runs, 1):
-            if system.startswith("trl") or len(run.train_faults) < 2 + warmup:
-                continue
-            bound = max(FAULT_SHARE * run.train_faults[0], FAULT_FLOOR)
-            late = [(step, f) for step, f in enumerate(run.train_faults[1 + warmup:], 2 + warmup) if f > bound]
-            if late:
-                listed = ", ".join(f"step {step} {f:,} ({run.train_faulters[step - 1]})" for step, f in late)
-                found.append(f"{system} repeat {repeat} faulted its training memory in again in a steady step "
-                             f"(step 1: {run.train_faults[0]:,} minor faults; bound {bound:,.0f}): {listed}")
-    return found
 
 
 def available(systems: list[str]) -> list[str]:

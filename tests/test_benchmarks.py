@@ -67,7 +67,8 @@ def test_a_run_whose_later_steps_fault_their_training_memory_in_again_fails_the_
     glibc's defaults and is not judged."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from grpo_step import FAULT_FLOOR, Run, fault_regressions
+        from grpo_step import Run
+        from training_faults import FAULT_FLOOR, fault_regressions
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
 
