@@ -143,6 +143,12 @@ TIGHT_CORRECTION = ["--algo.advantage.is_correction_level", "token", "--algo.adv
                     "1.001"]
 
 
+def grpo_flags(reward: Path) -> list[str]:
+    """GRPO with a reward file: 4 samples per prompt, one optimizer step per rollout batch of base_flags', no KL."""
+    return ["--reward.remote_url", str(reward), "--algo.advantage.estimator", "group_norm",
+            "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0"]
+
+
 def base_flags(model: Path, prompts: Path, run: Path, engine: str, steps: int) -> list[str]:
     return [
         "--actor.model_name_or_path", str(model), "--data.prompt_dataset", str(prompts), "--data.label_key", "label",

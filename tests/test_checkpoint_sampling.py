@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import TIGHT_CORRECTION, base_flags
+from rlhf_test_support import TIGHT_CORRECTION, base_flags, grpo_flags
 
 from rlhf.cli.main import main
 from rlhf.models.loading import checkpoint_sampling_defaults
@@ -32,9 +32,8 @@ def test_grpo_through_the_in_rank_hf_engine_samples_the_policy_whatever_the_chec
     all the same: every token's log-prob is the trainer's to 1e-3 (none masked by the tight correction), and one
     console line names what was ignored. Before the engine ignored them, the penalties moved the recorded log-probs."""
     with with_sampling_defaults(tiny_causal_lm_path) as model:
-        flags = [*base_flags(model, task_files["prompts"], tmp_path, "hf", steps=2), "--reward.remote_url",
-                 str(task_files["reward"]), "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt",
-                 "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0", *TIGHT_CORRECTION]
+        flags = [*base_flags(model, task_files["prompts"], tmp_path, "hf", steps=2), *grpo_flags(task_files["reward"]),
+                 *TIGHT_CORRECTION]
         assert main(["train", "ppo", *flags]) == 0
     metrics = read_metrics(tmp_path / "out")
     assert len(metrics) == 2

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rlhf_test_support import TIGHT_CORRECTION, base_flags, built_once
+from rlhf_test_support import TIGHT_CORRECTION, base_flags, built_once, grpo_flags
 
 from rlhf.cli.main import main
 from rlhf.records.metrics import read_metrics
@@ -54,9 +54,7 @@ def grpo(model: Path, prompts: Path, reward: Path, run: Path, engine: str) -> li
     flags = base_flags(model, prompts, run, engine, steps=1)
     if not has_chat_template(model):
         flags.remove("--data.apply_chat_template")
-    return [*flags, "--reward.remote_url", str(reward),
-            "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16",
-            "--algo.kl.init_coef", "0", "--rollout.max_new_tokens", "8", "--rollout.dump_dir", str(run / "rollouts"),
+    return [*flags, *grpo_flags(reward), "--rollout.max_new_tokens", "8", "--rollout.dump_dir", str(run / "rollouts"),
             "--logger.samples", "16", *TIGHT_CORRECTION]
 
 

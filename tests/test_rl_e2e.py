@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from rlhf_test_support import TIGHT_CORRECTION, assert_replayed, base_flags, crash_plugin, replay_of
+from rlhf_test_support import TIGHT_CORRECTION, assert_replayed, base_flags, crash_plugin, grpo_flags, replay_of
 
 from rlhf.cli.main import main
 from rlhf.records.metrics import read_metrics
@@ -19,11 +19,6 @@ pytestmark = pytest.mark.slow
 
 #: a tiny MoE actor's forwards route every token as the engine that sampled it did (plugins/models/moe-replay)
 MOE_REPLAY = ["--actor.routing_replay", "rollout"]
-
-
-def grpo_flags(reward: Path) -> list[str]:
-    return ["--reward.remote_url", str(reward), "--algo.advantage.estimator", "group_norm",
-            "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "16", "--algo.kl.init_coef", "0"]
 
 
 def assert_run_outputs(run: Path, initial_model: Path, steps: int, keys: tuple[str, ...]) -> list[dict]:

@@ -10,7 +10,8 @@ mask 1, the engine's log-probs kept for IS correction) and the tokenised environ
 mask 0, never trained on). ``--data.max_len`` bounds the whole trajectory and ``--rollout.max_new_tokens``
 each turn (a step's ``sampling_params`` may change it); an episode cut by the budget ends with
 finish_reason ``length``, one the environment ended (``done``) with ``stop``, even where its last turn used the
-whole turn budget (a won game is not a truncated response for the overlong and stop-properly penalties). The episode's reward is the sum of its step rewards, its score the last
+whole turn budget (a won game is not a truncated response for the overlong and stop-properly penalties). The
+episode's reward is the sum of its step rewards, its score the last
 step's ``scores`` (default: the rewards). An environment that raises, takes longer than
 ``step_timeout_s`` or answers a malformed dict fails its episode, and the reward stage applies
 ``--reward.on_error``.
