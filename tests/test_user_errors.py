@@ -107,6 +107,8 @@ CASES = {
     "unknown estimator": (["--algo.advantage.estimator", "grpoo"], ["--algo.advantage.estimator", "grpoo"]),
     "plugins no: without a name": (["--plugins", "no:"], ["--plugins", "no:"]),
     "plugin file missing": (["--plugins", "{bad}/my_plugin.py"], ["my_plugin.py"]),
+    "dump dir is a file": (["--rollout.dump_dir", "{bad}/empty.jsonl/rollouts"],
+                           ["--rollout.dump_dir", "empty.jsonl is a file, not a directory"]),
     "unknown sync backend": (["--vllm.sync_backend", "mpi"], ["--vllm.sync_backend", "'mpi'", "gloo"]),
     "gloo sync with LoRA": (["--vllm.sync_backend", "gloo", "--ds.lora.rank", "4"], ["--vllm.sync_backend gloo", "--ds.lora.rank"]),
     "nccl sync without CUDA": (["--vllm.sync_backend", "nccl"], ["--vllm.sync_backend nccl", "no CUDA", "object_store"]),
@@ -183,6 +185,25 @@ def test_debug_adds_the_traceback_and_keeps_the_exit_status(bad, tiny_causal_lm_
     result = train(tiny_causal_lm_path, task_files["prompts"], bad / "syntax.py", tmp_path, "--debug")
     assert result.returncode == 2 and "Traceback" in result.stderr and "RewardSourceError" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("rlhf: error:")
+
+
+def test_a_path_rlhf_checkpoint_cannot_read_is_one_line(tmp_path) -> None:
+    """`rlhf checkpoint inspect|export` of a directory that holds no checkpoint, of a step that does not exist (not
+    "incomplete or damaged; delete it"), and an export whose model is gone (it was the hub's OSError about the path)."""
+    run = tmp_path / "ckpt"
+    (run / "global_step3" / "actor").mkdir(parents=True)
+    (run / "global_step3" / "actor" / "weights").write_text("x")
+    (run / "global_step3" / "state.json").write_text(json.dumps(
+        {"step": 3, "models": {"actor": {"backend": "deepspeed", "model": str(tmp_path / "moved"), "world_size": 1}}}))
+    for action, extra in {"inspect": [], "export": ["--model", "actor", "--out", str(tmp_path / "hf")]}.items():
+        assert_user_error(run_in_process("checkpoint", action, str(tmp_path), *extra),
+                          f"{tmp_path} is neither a checkpoint (global_step<N>/) nor a --ckpt.path with one")
+        assert_user_error(run_in_process("checkpoint", action, str(run / "global_step9"), *extra),
+                          f"{run / 'global_step9'}: no such checkpoint ({run} holds steps 3)")
+    export = ["checkpoint", "export", str(run), "--model", "actor", "--out", str(tmp_path / "hf")]
+    assert_user_error(run_in_process(*export), f"--base {tmp_path / 'moved'}: no such model directory",
+                      "give the model the run started from with --base")
+    assert_user_error(run_in_process(*export, "--base", str(tmp_path / "gone")), f"--base {tmp_path / 'gone'}")
 
 
 def test_a_bug_is_an_internal_error_with_exit_1(capsys) -> None:

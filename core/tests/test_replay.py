@@ -135,5 +135,24 @@ def test_a_dump_generated_under_other_groups_or_a_damaged_file_is_one_error_line
         line = error_line(capsys)
         assert f"{damaged / 'step_00000001.parquet'}: not a rollout dump Parquet can read" in line, line
         assert "dump the step again, or move the file out of the directory" in line
-        assert main(["rollouts", "summary", str(damaged)]) == 2
-        assert f"{damaged / 'step_00000001.parquet'}: not a rollout dump Parquet can read" in error_line(capsys)
+        for action in ("summary", "show"):
+            assert main(["rollouts", action, str(damaged)]) == 2, (name, action)
+            assert f"{damaged / 'step_00000001.parquet'}: not a rollout dump Parquet can read" in error_line(capsys)
+
+
+def test_a_parquet_file_of_something_else_in_a_dump_is_one_error_line(
+        replay_flags, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A table Parquet reads but that no dump wrote (other columns, no rlhf metadata): the replay refuses it before
+    anything starts, and `rlhf rollouts show|summary` name the file and the columns it lacks (both were a KeyError)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "other").mkdir()
+    pq.write_table(pa.Table.from_pylist([{"question": "1+1", "answer": 2}]), tmp_path / "other" / "step_00000001.parquet")
+    assert main(replay_flags(tmp_path / "other")) == 2
+    assert "step 1's file holds no rlhf metadata, so it is no dump a replay reads" in error_line(capsys)
+    for action in ("show", "summary"):
+        assert main(["rollouts", action, str(tmp_path / "other")]) == 2, action
+        line = error_line(capsys)
+        assert (f"{tmp_path / 'other' / 'step_00000001.parquet'}: a Parquet file, but not a rollout dump (no column "
+                "step, sample_id, group, policy_version…); move it out of the directory") in line, line

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.errors import CheckpointError, ConfigError, OneLineArgumentParser
+from rlhf.models.loading import check_model_source
 from rlhf.records.checkpoints import checkpoints, load_state
 
 USAGE = """\
@@ -54,12 +55,36 @@ def run_checkpoint(host: Any, argv: list[str]) -> int:
 
 
 def _checkpoint_dir(path: Path) -> Path:
-    if (path / "state.json").is_file() or path.name.startswith("global_step"):
+    """The checkpoint PATH names: itself, or the newest under a --ckpt.path. A step that is not there names the steps
+    that are (a missing ``state.json`` means a damaged checkpoint only where the step's directory exists)."""
+    if (path / "state.json").is_file() or (path.name.startswith("global_step") and path.is_dir()):
         return path
+    if path.name.startswith("global_step"):
+        steps = ", ".join(str(step) for step, _ in checkpoints(path.parent))
+        if not steps:
+            raise CheckpointError(f"{path}: no such checkpoint, and {path.parent} holds none; give a global_step<N> "
+                                  "directory or the --ckpt.path of a run that wrote one")
+        raise CheckpointError(f"{path}: no such checkpoint ({path.parent} holds steps {steps}); name one of them, or "
+                              f"{path.parent} for the newest")
     found = checkpoints(path)
     if not found:
-        raise CheckpointError(f"{path} is neither a checkpoint (global_step<N>/) nor a --ckpt.path with one")
+        what = "is neither a checkpoint (global_step<N>/) nor a --ckpt.path with one" if path.is_dir() else "does not exist"
+        raise CheckpointError(f"{path} {what}; give a global_step<N> directory or the --ckpt.path of a run that "
+                              "wrote one")
     return found[-1][1]
+
+
+def _base_model(directory: Path, recorded: str, given: str | None) -> str:
+    """The model the export loads the weights into: ``--base``, else the one the checkpoint records, which must still
+    be where the run read it (a model moved or deleted since is one line, not the hub's complaint about its path)."""
+    try:
+        check_model_source(given or recorded, "--base")
+    except ConfigError as exc:
+        if given:
+            raise
+        raise CheckpointError(f"{exc} (the model {directory / 'state.json'} records); give the model the run started "
+                              "from with --base") from None
+    return given or recorded
 
 
 def _size(path: Path) -> int:
@@ -170,12 +195,12 @@ def export(registry: Any, directory: Path, which: str, out: Path, *, merged: boo
     if record is None:
         raise CheckpointError(f"checkpoint {directory} records no {tag} (a checkpoint written before rlhf recorded its "
                               f"models, or a run without one): rlhf checkpoint inspect {directory} lists what it holds")
+    base = _base_model(directory, record["model"], base)
     backend = registry.get(ComponentKind.TRAINING_BACKEND, record["backend"], flag="--train.backend")
     read = getattr(backend, "full_state_from_checkpoint", None)
     if read is None:
         raise CheckpointError(f"the training backend {record['backend']!r} cannot export its checkpoints (it has no "
                               "full_state_from_checkpoint); export from a run of that backend with its own tools")
-    base = base or record["model"]
     ds = DeepSpeedSection.model_validate((state.get("config") or {}).get("ds", {}))
     head = ds.value_head_prefix if which == "critic" else None
     if which == "critic":

@@ -134,12 +134,16 @@ def step_ranges(steps: list[int]) -> str:
 
 
 def read_step(directory: str | Path, step: int) -> list[dict[str, Any]]:
-    """Step ``step``'s samples as dicts (the columns above); a file Parquet cannot read is a :class:`DataError`
-    naming it."""
+    """Step ``step``'s samples as dicts (the columns above); a file Parquet cannot read, or one without those
+    columns, is a :class:`DataError` naming it."""
     import pyarrow.parquet as pq
 
     with _readable(Path(directory) / _name(step)) as path:
-        return pq.read_table(path).to_pylist()
+        table = pq.read_table(path)
+    if missing := [column for column in COLUMNS if column not in table.column_names]:
+        raise DataError(f"{path}: a Parquet file, but not a rollout dump (no column {', '.join(missing[:4])}"
+                        f"{'…' if len(missing) > 4 else ''}); move it out of the directory")
+    return table.to_pylist()
 
 
 def step_meta(directory: str | Path, step: int) -> dict[str, Any] | None:

@@ -49,6 +49,8 @@ class PPOPreflight:
         if generates and self.engine_in_rank and cfg.vllm.sync_backend != "auto":
             log.warning("--vllm.sync_backend %s is not used: the rollout engine generates inside the actor's ranks with "
                         "the trained weights, so there is nothing to sync", cfg.vllm.sync_backend)
+        if cfg.rollout.dump_dir:
+            _check_writable_dir(Path(cfg.rollout.dump_dir), "--rollout.dump_dir")
         actor_path = cfg.actor.model_name_or_path
         if not actor_path:
             raise ConfigError("--actor.model_name_or_path is required")
@@ -100,3 +102,12 @@ class PPOPreflight:
                                                      "prompt_probs": None})
             self.eval_prompts = build_prompts(load_prompt_rows(eval_data, cfg.train.seed), eval_data, self.tokenizer,
                                               cfg.eval.dataset, processor=processor)
+
+
+def _check_writable_dir(directory: Path, flag: str) -> None:
+    """``directory`` is one, or can be made: neither it nor a folder above it is a file (else the run would stop
+    at its first write with the library's FileExistsError)."""
+    existing = next(path for path in (directory, *directory.absolute().parents) if path.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"{flag} {directory}: {existing} is a file, not a directory; name a directory "
+                          "(one that does not exist is made)")

@@ -56,7 +56,10 @@ class Replay:
         if not steps:
             raise ConfigError(f"{FLAG} {directory} holds no step_<N>.parquet file; name the --rollout.dump_dir of the "
                               "run to replay")
-        meta = step_meta(directory, steps[0]) or {}
+        meta = step_meta(directory, steps[0])
+        if meta is None:  # a Parquet file of something else, or a dump from before replays
+            raise ConfigError(f"{FLAG} {directory}: step {steps[0]}'s file holds no rlhf metadata, so it is no dump a "
+                              "replay reads; dump the run again with this version of rlhf")
         if meta.get("schema") != SCHEMA:
             raise ConfigError(f"{FLAG} {directory}: its files were written with rollout schema {meta.get('schema')} "
                               f"(this rlhf reads {SCHEMA}); dump them again with this version")
