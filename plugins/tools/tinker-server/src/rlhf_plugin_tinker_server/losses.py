@@ -1,0 +1,86 @@
+"""The Tinker losses this server computes, per datum, from the target tokens' log-probs under the tenant's model.
+
+All of them sum over tokens (Tinker reports and differentiates ``loss:sum``, never a mean):
+
+- ``cross_entropy``: ``-Σ weights·logp`` (``weights`` defaults to 1 on every token);
+- ``importance_sampling``: ``-Σ exp(logp − q)·A``, with ``q`` the sampler's ``logprobs`` and ``A`` the ``advantages``;
+- ``ppo``: ``-Σ min(ρ·A, clip(ρ, lo, hi)·A)`` with ``ρ = exp(logp − q)`` and ``lo``/``hi`` the ``loss_fn_config``
+  keys ``clip_low_threshold``/``clip_high_threshold`` (default 0.8 and 1.2). The term is rlhf's own PPO-clip policy
+  loss (the ``ppo`` policy loss of rlhf-plugin-ppo, handed in by the command), with every token in the mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+#: Every loss and the ``loss_fn_inputs`` it reads; the first ones are required, ``weights`` of cross_entropy is not
+LOSS_INPUTS: dict[str, tuple[str, ...]] = {
+    "cross_entropy": ("target_tokens",),
+    "importance_sampling": ("target_tokens", "logprobs", "advantages"),
+    "ppo": ("target_tokens", "logprobs", "advantages"),
+}
+OPTIONAL_INPUTS: dict[str, tuple[str, ...]] = {"cross_entropy": ("weights",)}
+PPO_CLIP_DEFAULTS = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+
+
+class LossInputError(ValueError):
+    """A request whose loss or loss inputs cannot be computed; the message names the loss or the field."""
+
+
+def check_loss_request(loss_fn: str, config: dict[str, Any], data: list[Any]) -> None:
+    """Refuse, before any compute, an unsupported loss, a missing or unknown input, an input whose length differs
+    from the datum's tokens, or a config key the loss does not read. ``data``: :class:`wire.WireDatum` items."""
+    if loss_fn not in LOSS_INPUTS:
+        raise LossInputError(f"loss_fn {loss_fn!r} is not supported by this server yet; it computes {', '.join(LOSS_INPUTS)}")
+    if not data:
+        raise LossInputError("data: no datums were sent")
+    known = set(LOSS_INPUTS[loss_fn]) | set(OPTIONAL_INPUTS.get(loss_fn, ()))
+    for index, datum in enumerate(data):
+        if not datum.tokens:
+            raise LossInputError(f"data[{index}].model_input: no tokens")
+        for name in LOSS_INPUTS[loss_fn]:
+            if name not in datum.loss_fn_inputs:
+                raise LossInputError(
+                    f"data[{index}].loss_fn_inputs: {loss_fn} needs {name!r} (it reads {', '.join(sorted(known))})"
+                )
+        for name, values in datum.loss_fn_inputs.items():
+            if name not in known:
+                raise LossInputError(
+                    f"data[{index}].loss_fn_inputs[{name!r}]: {loss_fn} reads no such input "
+                    f"(it reads {', '.join(sorted(known))})"
+                )
+            if len(values) != len(datum.tokens):
+                raise LossInputError(
+                    f"data[{index}].loss_fn_inputs[{name!r}]: {len(values)} values for "
+                    f"{len(datum.tokens)} input tokens; each input has one value per input token"
+                )
+    allowed = set(PPO_CLIP_DEFAULTS) if loss_fn == "ppo" else set()
+    for key in config:
+        if key not in allowed:
+            raise LossInputError(
+                f"loss_fn_config[{key!r}]: {loss_fn} reads {', '.join(sorted(allowed)) if allowed else 'no config keys'}"
+            )
+        if not isinstance(config[key], float | int):
+            raise LossInputError(f"loss_fn_config[{key!r}]: a number is needed, got {config[key]!r}")
+
+
+def datum_loss(
+    loss_fn: str, logprobs: Any, inputs: dict[str, Any], config: dict[str, Any], ppo_loss: Callable[..., Any]
+) -> Any:
+    """The datum's summed loss (a 0-d tensor that carries the gradient). ``logprobs``: ``(T,)`` fp32 log-probs of
+    the target tokens; ``inputs``: the loss inputs as ``(T,)`` tensors on the same device; ``ppo_loss``: rlhf's
+    PPO-clip loss class, built here with the request's clip thresholds."""
+    import torch
+
+    if loss_fn == "cross_entropy":
+        weights = inputs.get("weights")
+        return -(logprobs if weights is None else logprobs * weights).sum()
+    sampler_logprobs, advantages = inputs["logprobs"], inputs["advantages"]
+    if loss_fn == "importance_sampling":
+        return -(torch.exp(logprobs - sampler_logprobs) * advantages).sum()
+    low = float(config.get("clip_low_threshold", PPO_CLIP_DEFAULTS["clip_low_threshold"]))
+    high = float(config.get("clip_high_threshold", PPO_CLIP_DEFAULTS["clip_high_threshold"]))
+    clip = ppo_loss(eps_low=1.0 - low, eps_high=high - 1.0)
+    per_token, _ = clip(logprobs[None], sampler_logprobs[None], advantages[None], torch.ones_like(logprobs)[None])
+    return per_token.sum()

@@ -1,0 +1,238 @@
+"""The service behind the routes: sessions, training runs, sampling sessions and the futures the SDK polls.
+
+Every request that computes (create a run, forward, forward_backward, optim_step, save for the sampler, sample)
+becomes a job on one worker thread, in arrival order, and answers at once with a future id; ``retrieve_future``
+then returns its result. The SDK submits a training run's requests one after another (its own turn order), so
+arrival order is each run's ``seq_id`` order, and one job at a time keeps each tenant's numbers its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlhf_plugin_tinker_server.losses import LossInputError, check_loss_request, datum_loss
+from rlhf_plugin_tinker_server.models import LoraShape, ServedModel
+from rlhf_plugin_tinker_server.sampling import SamplingInputError, SamplingRequest, check_sampling_request, sample
+from rlhf_plugin_tinker_server.wire import (
+    WireError,
+    WireForwardBackward,
+    encode_forward_backward_output,
+    encode_sample_response,
+)
+
+log = logging.getLogger("rlhf.serving")
+
+#: A retrieved result is kept this long, for an SDK that retries a retrieval whose answer it lost
+RETRIEVED_KEEP_S = 120.0
+
+
+class UserInputError(ValueError):
+    """A request that names something the server does not have, or that it refuses; the message names the field."""
+
+
+#: What a job may raise to fail as the user's mistake (the SDK's error category ``user``), not the server's
+USER_ERRORS = (UserInputError, LossInputError, SamplingInputError, WireError)
+
+
+@dataclass
+class Result:
+    """A finished future: a protobuf payload, or a JSON body (a result, or ``{"error", "category"}``)."""
+
+    proto: bytes | None = None
+    body: dict[str, Any] | None = None
+
+
+@dataclass
+class Future:
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Result | None = None
+    retrieved_at: float | None = None
+
+
+@dataclass
+class TrainingRun:
+    """One tenant's training run: its adapter on a served model and its own AdamW state."""
+
+    model_id: str
+    served: ServedModel
+    adapter: str
+    shape: LoraShape
+    optimizer: Any
+
+
+@dataclass
+class SamplerWeights:
+    """What a sampling session samples from: a served model and an adapter snapshot (None: the base model)."""
+
+    served: ServedModel
+    adapter: str | None
+    model_path: str | None = None
+
+
+class TinkerService:
+    """``models``: the served base models by the names clients use; ``ppo_loss``: rlhf's PPO-clip policy loss class."""
+
+    def __init__(self, models: dict[str, ServedModel], ppo_loss: Callable[..., Any]) -> None:
+        self.models = models
+        self.ppo_loss = ppo_loss
+        self.sessions: dict[str, float] = {}
+        self.runs: dict[str, TrainingRun] = {}
+        self.samplers: dict[str, SamplerWeights] = {}
+        self.saved_weights: dict[str, SamplerWeights] = {}  # tinker:// paths of save_weights_for_sampler(name)
+        self._futures: dict[str, Future] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._jobs: queue.Queue[tuple[Future, Callable[[], Result]] | None] = queue.Queue()
+        self._worker = threading.Thread(target=self._work, name="tinker-worker", daemon=True)
+        self._worker.start()
+
+    # --- futures -------------------------------------------------------------------------------------------------
+
+    def submit(self, job: Callable[[], Result]) -> str:
+        """Queue ``job`` for the worker; the id the SDK polls with ``retrieve_future``."""
+        request_id = uuid.uuid4().hex
+        with self._lock:
+            self._forget_retrieved()
+            self._futures[request_id] = future = Future()
+        self._jobs.put((future, job))
+        return request_id
+
+    def wait(self, request_id: str, timeout: float) -> Result | None:
+        """The future's result once done within ``timeout`` seconds, else None; KeyError for an unknown id."""
+        with self._lock:
+            future = self._futures[request_id]
+        if not future.done.wait(timeout):
+            return None
+        future.retrieved_at = future.retrieved_at or time.monotonic()
+        return future.result
+
+    def _forget_retrieved(self) -> None:
+        now = time.monotonic()
+        for request_id in [
+            key for key, f in self._futures.items() if f.retrieved_at and now - f.retrieved_at > RETRIEVED_KEEP_S
+        ]:
+            del self._futures[request_id]
+
+    def _work(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            future, job = item
+            try:
+                future.result = job()
+            except USER_ERRORS as exc:
+                future.result = Result(body={"error": str(exc), "category": "user"})
+            except Exception as exc:  # noqa: BLE001 - the server's failure goes to the one request that hit it
+                log.exception("a tinker request failed")
+                future.result = Result(body={"error": f"{type(exc).__name__}: {exc}", "category": "server"})
+            future.done.set()
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+    # --- look-ups ------------------------------------------------------------------------------------------------
+
+    def served(self, base_model: str, field_name: str = "base_model") -> ServedModel:
+        if base_model in self.models:
+            return self.models[base_model]
+        raise UserInputError(f"{field_name} {base_model!r}: this server serves {', '.join(sorted(self.models))}")
+
+    def run(self, model_id: str) -> TrainingRun:
+        if model_id not in self.runs:
+            raise UserInputError(f"model_id {model_id!r}: no training run of that id on this server")
+        return self.runs[model_id]
+
+    def sampler(self, sampling_session_id: str) -> SamplerWeights:
+        if sampling_session_id not in self.samplers:
+            raise UserInputError(f"sampling_session_id {sampling_session_id!r}: no sampling session of that id")
+        return self.samplers[sampling_session_id]
+
+    # --- jobs (run on the worker) --------------------------------------------------------------------------------
+
+    def create_run(self, served: ServedModel, shape: LoraShape, seed: int | None) -> Result:
+        import torch
+
+        model_id = f"run-{next(self._ids)}"
+        adapter = model_id.replace("-", "_")
+        served.add_adapter(adapter, shape, seed if seed is not None else secrets.randbits(32))
+        # The SDK's AdamParams arrive with each optim_step; these are placeholders the first step overwrites
+        optimizer = torch.optim.AdamW(list(served.adapter_parameters(adapter).values()), lr=0.0, weight_decay=0.0)
+        self.runs[model_id] = TrainingRun(model_id, served, adapter, shape, optimizer)
+        return Result(body={"model_id": model_id, "type": "create_model"})
+
+    def forward_backward(self, request: WireForwardBackward) -> Result:
+        import torch
+
+        run = self.run(request.model_id)
+        check_loss_request(request.loss_fn, request.loss_fn_config, request.data)
+        for index, datum in enumerate(request.data):
+            if len(datum.tokens) > run.served.max_context_length:
+                raise UserInputError(
+                    f"data[{index}].model_input: {len(datum.tokens)} tokens pass the "
+                    f"{run.served.name} context of {run.served.max_context_length} tokens"
+                )
+        device = run.served.device
+        with torch.set_grad_enabled(not request.forward_only):
+            logprobs = run.served.target_logprobs(
+                run.adapter, [d.tokens for d in request.data], [d.loss_fn_inputs["target_tokens"] for d in request.data]
+            )
+            total = torch.zeros((), device=device)
+            for datum, datum_logprobs in zip(request.data, logprobs):
+                inputs = {
+                    name: torch.as_tensor(values, device=device)
+                    for name, values in datum.loss_fn_inputs.items()
+                    if name != "target_tokens"
+                }
+                total = total + datum_loss(request.loss_fn, datum_logprobs, inputs, request.loss_fn_config, self.ppo_loss)
+            if not request.forward_only:
+                total.backward()  # gradients add up over calls until the next optim_step, as in Tinker
+        outputs = [values.detach().cpu().numpy() for values in logprobs]
+        return Result(proto=encode_forward_backward_output(outputs, {"loss:sum": float(total.detach())}))
+
+    def optim_step(self, model_id: str, adam: dict[str, Any]) -> Result:
+        import torch
+
+        run = self.run(model_id)
+        params = [param for group in run.optimizer.param_groups for param in group["params"]]
+        for group in run.optimizer.param_groups:
+            group.update(
+                lr=adam["learning_rate"],
+                betas=(adam["beta1"], adam["beta2"]),
+                eps=adam["eps"],
+                weight_decay=adam["weight_decay"],
+            )
+        clip = adam["grad_clip_norm"]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        run.optimizer.step()
+        run.optimizer.zero_grad(set_to_none=True)
+        return Result(body={"metrics": {"grad_norm:mean": float(grad_norm)}, "type": "optim_step"})
+
+    def save_for_sampler(self, model_id: str, name: str | None) -> Result:
+        """A snapshot of the run's adapter that later steps leave alone: a sampling session, or a named path."""
+        run = self.run(model_id)
+        snapshot = f"{run.adapter}_sampler_{next(self._ids)}"
+        run.served.add_adapter(snapshot, run.shape, seed=0)  # overwritten by the copy below
+        run.served.copy_adapter(run.adapter, snapshot)
+        if name is not None:
+            path = f"tinker://{model_id}/sampler_weights/{name}"
+            self.saved_weights[path] = SamplerWeights(run.served, snapshot, path)
+            return Result(body={"path": path, "type": "save_weights_for_sampler"})
+        session_id = self.open_sampler(SamplerWeights(run.served, snapshot))
+        return Result(body={"sampling_session_id": session_id, "type": "save_weights_for_sampler"})
+
+    def open_sampler(self, weights: SamplerWeights) -> str:
+        sampling_session_id = f"sampler-{next(self._ids)}"
+        self.samplers[sampling_session_id] = weights
+        return sampling_session_id
+
+    def sample(self, weights: SamplerWeights, request: SamplingRequest) -> Result:
+        check_sampling_request(request, weights.served)
+        sequences, prompt_logprobs = sample(weights.served, weights.adapter, request)
+        return Result(proto=encode_sample_response(sequences, prompt_logprobs))

@@ -1,0 +1,234 @@
+"""The official ``tinker`` SDK drives ``rlhf serve-tinker`` on loopback, as its users drive the hosted service.
+
+The server runs in this process (uvicorn on a thread) so that a test can read the trained adapter and compute
+log-probs from it directly; one test starts the real command in a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+import numpy as np
+import pytest
+import tinker
+from rlhf_plugin_ppo.loss import PPOClipLoss
+from rlhf_plugin_tinker_server.app import build_app
+from rlhf_plugin_tinker_server.models import load_served_model
+from rlhf_plugin_tinker_server.service import TinkerService
+from tinker import types
+
+from rlhf.distributed import free_port
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+KEY = "tml-local-test"
+TOKENS = [5, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51]
+
+
+@dataclass
+class Server:
+    base_url: str
+    service: TinkerService
+
+
+@pytest.fixture(scope="module")
+def server(tiny_causal_lm_path):
+    import uvicorn
+
+    service = TinkerService({"tiny": load_served_model("tiny", str(tiny_causal_lm_path), "fp32")}, PPOClipLoss)
+    port = free_port()
+    uvicorn_server = uvicorn.Server(uvicorn.Config(build_app(service, KEY), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uvicorn_server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not uvicorn_server.started:
+        assert time.time() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    yield Server(f"http://127.0.0.1:{port}", service)
+    uvicorn_server.should_exit = True
+    thread.join(timeout=30)
+    service.close()
+
+
+@pytest.fixture
+def client(server):
+    with tinker.ServiceClient(base_url=server.base_url, api_key=KEY) as service_client:
+        yield service_client
+
+
+def datum(tokens: list[int], **inputs) -> types.Datum:
+    """Next-token alignment, as Tinker's docs build a datum: the input is all but the last token."""
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], **inputs}
+    )
+
+
+def direct_logprobs(server: Server, model_id: str, tokens: list[int]) -> np.ndarray:
+    """The trained model's log-probs of ``tokens[1:]``, read from the server's module with plain torch."""
+    import torch
+
+    run = server.service.runs[model_id]
+    with torch.no_grad(), run.served.using(run.adapter) as module:
+        logits = module(input_ids=torch.tensor([tokens[:-1]])).logits[0].float()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0].numpy()
+
+
+def test_cross_entropy_falls_and_every_logprob_is_the_trained_models(server, client) -> None:
+    training = client.create_lora_training_client(base_model="tiny", rank=4, seed=0).result()
+    example = datum(TOKENS, weights=[1.0] * (len(TOKENS) - 1))
+    losses = []
+    for _ in range(4):
+        result = training.forward_backward([example], "cross_entropy")
+        training.optim_step(types.AdamParams(learning_rate=2e-3)).result()
+        losses.append(result.result().metrics["loss:sum"])
+    assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0] - 0.5, losses
+
+    forward = training.forward([example], "cross_entropy").result()
+    expected = direct_logprobs(server, training.model_id, TOKENS)
+    returned = forward.loss_fn_outputs[0]["logprobs"].to_numpy()
+    np.testing.assert_allclose(returned, expected, atol=1e-5)
+    assert forward.metrics["loss:sum"] == pytest.approx(-expected.sum(), abs=1e-4)
+
+    sampler = training.save_weights_and_get_sampling_client().result()
+    prompt = TOKENS[:4]
+    answer = sampler.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=5, seed=3)).result()
+    for sequence in answer.sequences:
+        assert len(sequence.tokens) == len(sequence.logprobs) and sequence.stop_reason in ("stop", "length")
+        full = prompt + list(sequence.tokens)
+        np.testing.assert_allclose(
+            sequence.logprobs, direct_logprobs(server, training.model_id, full)[len(prompt) - 1 :], atol=1e-4
+        )
+    scored = sampler.compute_logprobs(types.ModelInput.from_ints(TOKENS)).result()
+    assert scored[0] is None
+    np.testing.assert_allclose(scored[1:], expected, atol=1e-4)
+
+
+def test_each_loss_is_its_formula_on_random_inputs(client) -> None:
+    training = client.create_lora_training_client(base_model="tiny", rank=4, seed=1).result()
+    rng = np.random.default_rng(0)
+    count = len(TOKENS) - 1
+    weights = rng.uniform(0, 1, count).astype(np.float32)
+    plain = training.forward([datum(TOKENS, weights=weights)], "cross_entropy").result()
+    logprobs = plain.loss_fn_outputs[0]["logprobs"].to_numpy().astype(np.float64)
+    assert plain.metrics["loss:sum"] == pytest.approx(-(weights * logprobs).sum(), rel=1e-5)
+
+    sampler_logprobs = (logprobs + rng.normal(0, 0.3, count)).astype(np.float32)
+    advantages = rng.normal(0, 1, count).astype(np.float32)
+    ratio = np.exp(logprobs - sampler_logprobs)
+    rl_inputs = {"logprobs": sampler_logprobs, "advantages": advantages}
+    sampled = training.forward([datum(TOKENS, **rl_inputs)], "importance_sampling").result()
+    assert sampled.metrics["loss:sum"] == pytest.approx(-(ratio * advantages).sum(), rel=1e-4)
+
+    low, high = 0.9, 1.1
+    clipped = training.forward(
+        [datum(TOKENS, **rl_inputs)], "ppo", {"clip_low_threshold": low, "clip_high_threshold": high}
+    ).result()
+    objective = np.minimum(ratio * advantages, np.clip(ratio, low, high) * advantages)
+    assert (np.clip(ratio, low, high) != ratio).any()  # the random inputs reach the clip
+    assert clipped.metrics["loss:sum"] == pytest.approx(-objective.sum(), rel=1e-4)
+
+
+def _train(training, data: list[int], steps: int) -> list:
+    """Each step's loss and log-probs, and a seeded sample at the end: everything a tenant sees."""
+    seen = []
+    for _ in range(steps):
+        result = training.forward_backward([datum(data)], "cross_entropy")
+        training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        result = result.result()
+        seen.append((result.metrics["loss:sum"], result.loss_fn_outputs[0]["logprobs"].to_numpy().tolist()))
+    sampler = training.save_weights_and_get_sampling_client().result()
+    answer = sampler.sample(types.ModelInput.from_ints(data[:3]), 2, types.SamplingParams(max_tokens=4, seed=7)).result()
+    return seen + [[(list(s.tokens), list(s.logprobs)) for s in answer.sequences]]
+
+
+def test_a_tenant_beside_another_is_bit_identical_to_it_alone(client) -> None:
+    alone = _train(client.create_lora_training_client(base_model="tiny", rank=4, seed=11).result(), TOKENS, 3)
+
+    tenant = client.create_lora_training_client(base_model="tiny", rank=4, seed=11).result()
+    other = client.create_lora_training_client(base_model="tiny", rank=8, seed=12).result()
+    other_data = [7, 9, 11, 13, 15, 17, 19]
+    other.forward_backward([datum(other_data)], "cross_entropy")  # queued before and between the tenant's requests
+    beside = []
+    for _ in range(3):
+        result = tenant.forward_backward([datum(TOKENS)], "cross_entropy")
+        other.optim_step(types.AdamParams(learning_rate=5e-2))
+        tenant.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        other.forward_backward([datum(other_data)], "cross_entropy")
+        result = result.result()
+        beside.append((result.metrics["loss:sum"], result.loss_fn_outputs[0]["logprobs"].to_numpy().tolist()))
+    sampler = tenant.save_weights_and_get_sampling_client().result()
+    answer = sampler.sample(types.ModelInput.from_ints(TOKENS[:3]), 2, types.SamplingParams(max_tokens=4, seed=7)).result()
+    beside.append([(list(s.tokens), list(s.logprobs)) for s in answer.sequences])
+    assert beside == alone  # exact equality: bit for bit
+
+
+def test_the_async_client_trains_and_samples(server) -> None:
+    async def run() -> tuple[float, int]:
+        with tinker.ServiceClient(base_url=server.base_url, api_key=KEY) as service_client:
+            training = await service_client.create_lora_training_client(base_model="tiny", rank=2, seed=0)
+            result = await training.forward_backward([datum(TOKENS)], "cross_entropy")
+            await training.optim_step(types.AdamParams(learning_rate=1e-3))
+            sampler = await training.save_weights_and_get_sampling_client()
+            answer = await sampler.sample(types.ModelInput.from_ints(TOKENS[:3]), 1, types.SamplingParams(max_tokens=3))
+            return result.metrics["loss:sum"], len(answer.sequences[0].tokens)
+
+    loss, sampled = asyncio.run(run())
+    assert math.isfinite(loss) and loss > 0 and sampled == 3
+
+
+def test_bad_requests_are_the_sdks_errors_naming_what_is_wrong(client) -> None:
+    training = client.create_lora_training_client(base_model="tiny", rank=2, seed=0).result()
+    with pytest.raises(tinker.RequestFailedError, match="loss_fn 'cispo' is not supported"):
+        training.forward_backward([datum(TOKENS)], "cispo").result()
+    with pytest.raises(tinker.RequestFailedError, match="needs 'advantages'"):
+        training.forward_backward([datum(TOKENS, logprobs=[0.0] * (len(TOKENS) - 1))], "ppo").result()
+    with pytest.raises(tinker.RequestFailedError, match=r"loss_fn_inputs\['weights'\]: 3 values for 12 input tokens"):
+        training.forward_backward([datum(TOKENS, weights=[1.0, 1.0, 1.0])], "cross_entropy").result()
+    # the run is untouched by its refused requests
+    assert math.isfinite(training.forward_backward([datum(TOKENS)], "cross_entropy").result().metrics["loss:sum"])
+    with pytest.raises(tinker.NotFoundError, match="base_model 'Qwen/Qwen3-8B': this server serves tiny"):
+        client.create_lora_training_client(base_model="Qwen/Qwen3-8B", rank=2).result()
+
+
+def test_the_command_serves_its_models_to_holders_of_its_key(tiny_causal_lm_path, request) -> None:
+    port = free_port()
+    env = {**os.environ, "TINKER_API_KEY": "tml-from-the-environment"}  # the flag wins over the variable
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlhf",
+            "serve-tinker",
+            "--model",
+            f"tiny={tiny_causal_lm_path}",
+            "--port",
+            str(port),
+            "--api-key",
+            KEY,
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    request.addfinalizer(lambda: (process.terminate(), process.wait(timeout=30)))
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while True:
+        try:
+            if httpx.get(f"{base}/api/v1/healthz", timeout=2).status_code == 200:  # health needs no key
+                break
+        except httpx.HTTPError:
+            assert process.poll() is None and time.time() < deadline, process.stderr.read()
+            time.sleep(0.2)
+    capabilities = tinker.RestClient(base_url=base, api_key=KEY).get_server_capabilities().result()
+    assert [(m.model_name, m.trainable, m.sampleable) for m in capabilities.supported_models] == [("tiny", True, True)]
+    with pytest.raises(tinker.AuthenticationError, match="needs its API key"):
+        tinker.ServiceClient(base_url=base, api_key="tml-wrong").create_lora_training_client(base_model="tiny", rank=2)
