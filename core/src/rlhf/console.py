@@ -8,15 +8,20 @@ Done where the noise starts, not by filtering text:
   libraries read as they import, captures Python warnings into logging, and gives the root logger
   one console handler that passes only ``rlhf.*`` records and errors; everything else is held in
   memory until :func:`attach_run_log` names the run's file (the run dir is a flag);
-- loggers that bring their own console handler are handed back to the root logger's handlers;
+- loggers that bring their own console handler are handed back to the root logger's handlers; transformers' (its
+  ``[transformers]`` lines, the "LOAD REPORT" of a critic made from a causal LM) is registered before transformers
+  imports as a logger that keeps no console handler (:class:`KeepsNoConsoleHandler`);
+- the run log holds plain text: colour codes (transformers' bold report title, Ray's ``(pid=…)`` prefixes, colorama's
+  dashboard address) are taken out of every line written to it;
 - Ray workers inherit the variables and run :func:`configure_worker` as they start (Ray's
   ``worker_process_setup_hook``): a worker's stdout and stderr, C++ output included (torch's NUMA
   binding warning), go to the run's log file, and its ``rlhf.*`` records and errors to the stream
   Ray forwards to the driver. A worker's failure still reaches the driver as the exception of the
   call that failed;
 - model ranks in the driver's own process (``--train.in_process``) run each call inside
-  :func:`rank_prints_to_run_log`: what the libraries ``print()`` there (DeepSpeed's memory reports) goes to
-  the run's log file as a worker's stdout would, while the driver's other threads keep the console.
+  :func:`library_output_to_run_log`, and so does ``rlhf checkpoint export``: what the libraries ``print()`` or write
+  to stderr there (DeepSpeed's memory reports, the tqdm bars of its universal conversion and of ``zero_to_fp32``)
+  goes to the run's log file as a worker's stdout and stderr would, while the driver's other threads keep the console.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
 from collections import deque
@@ -51,6 +57,11 @@ WORKER_SETUP_HOOK = "rlhf.console.configure_worker"
 FILTERED_LOGGERS = ("DeepSpeed",)
 #: the same, for libraries that log on child loggers (a logger's filter misses those): handed back after the import
 HANDED_BACK_LOGGERS = ("ray",)
+#: libraries that add a console handler to their top logger the first time they log, and turn its propagation off:
+#: registered before they import as a :class:`KeepsNoConsoleHandler` (handed back as above if already there)
+NO_CONSOLE_HANDLER_LOGGERS = ("transformers",)
+#: a terminal's colour and style codes (ECMA-48 CSI sequences): never written to a log file
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 _HANDLER_NAME = "rlhf.console"
 _FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -85,6 +96,35 @@ class ToRootHandlers(logging.Filter):
         return False
 
 
+def without_terminal_codes(text: str) -> str:
+    """``text`` as a log file should hold it: without colour or style codes."""
+    return _TERMINAL_CODES.sub("", text)
+
+
+class PlainTextFormatter(logging.Formatter):
+    """The run log's format, with terminal codes taken out of the message (and of a traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return without_terminal_codes(super().format(record))
+
+
+class KeepsNoConsoleHandler(logging.Logger):
+    """A library's top logger that ignores the stream handler the library adds as it configures its logging, and
+    always propagates: its records reach the root logger's handlers (the run log; the console with ``--verbose``)."""
+
+    def addHandler(self, handler: logging.Handler) -> None:  # noqa: N802 - logging's name
+        if type(handler) is not logging.StreamHandler:  # a file or capture handler a user adds stays
+            super().addHandler(handler)
+
+    @property
+    def propagate(self) -> bool:  # type: ignore[override]
+        return True
+
+    @propagate.setter
+    def propagate(self, value: bool) -> None:
+        """transformers sets False after adding its handler: its records would then reach no handler of ours."""
+
+
 class RunLog(logging.Handler):
     """The run's log file; until it is known (the run dir is a flag), the last 10,000 records are held."""
 
@@ -104,7 +144,7 @@ class RunLog(logging.Handler):
             self.file.close()
         path.parent.mkdir(parents=True, exist_ok=True)
         self.file = logging.FileHandler(path, mode="a", encoding="utf-8")  # O_APPEND: Ray workers write it too
-        self.file.setFormatter(logging.Formatter(_FILE_FORMAT))
+        self.file.setFormatter(PlainTextFormatter(_FILE_FORMAT))
         while self.held:
             self.file.handle(self.held.popleft())
 
@@ -155,47 +195,57 @@ def configure_worker() -> None:
     _route(console=forwarded, verbose=False, run_log=run_log_handler)
 
 
-#: the run log a thread of the driver prints to while it runs a rank's call (see :func:`rank_prints_to_run_log`)
-_rank_call = threading.local()
+#: the run log a thread of the driver writes to while it does library work (see :func:`library_output_to_run_log`)
+_library_work = threading.local()
 
 
-class _ThreadRoutedStdout:
-    """The driver's ``sys.stdout`` once a rank ran in its process: a thread inside a rank's call writes to the run
-    log, every other thread (rlhf's own output) to the stream it replaced."""
+class _ThreadRoutedStream:
+    """The driver's ``sys.stdout`` or ``sys.stderr`` once it did library work: a thread inside that work writes to
+    the run log (without terminal codes), every other thread (rlhf's own output) to the stream it replaced,
+    ``console``."""
 
     def __init__(self, console: TextIO) -> None:
         self.console = console
 
-    def _target(self) -> TextIO:
-        return getattr(_rank_call, "log", None) or self.console
-
     def write(self, text: str) -> int:
-        return self._target().write(text)
+        log = getattr(_library_work, "log", None)
+        if log is None:
+            return self.console.write(text)
+        log.write(without_terminal_codes(text))
+        return len(text)
 
     def flush(self) -> None:
-        self._target().flush()
+        (getattr(_library_work, "log", None) or self.console).flush()
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding…: the console's
         return getattr(self.console, name)
 
 
+def console_stream(stream: TextIO) -> TextIO:
+    """The console under ``stream`` (``sys.stderr``): where rlhf's own lines go, from any thread."""
+    return stream.console if isinstance(stream, _ThreadRoutedStream) else stream
+
+
 @contextlib.contextmanager
-def rank_prints_to_run_log() -> Iterator[None]:
-    """Around a call of a model rank that lives in the driver's process: the libraries' ``print()`` output (to
-    ``sys.stdout``) goes to the run log, as a Ray worker's stdout does. Unchanged with ``--verbose``, before the run
-    log is known, and inside a call already routed."""
+def library_output_to_run_log() -> Iterator[None]:
+    """Around library work in the driver's process (a call of a model rank that lives there, ``rlhf checkpoint
+    export``): what this thread writes to ``sys.stdout`` and ``sys.stderr`` (``print()``, tqdm bars) goes to the run
+    log, as a Ray worker's output does. Unchanged with ``--verbose``, before the run log is known, and inside a call
+    already routed."""
     run_log = os.environ.get(ENV_RUN_LOG)
-    if verbose_requested() or not run_log or getattr(_rank_call, "log", None) is not None:
+    if verbose_requested() or not run_log or getattr(_library_work, "log", None) is not None:
         yield
         return
-    if not isinstance(sys.stdout, _ThreadRoutedStdout):
-        sys.stdout = _ThreadRoutedStdout(sys.stdout)
+    if not isinstance(sys.stdout, _ThreadRoutedStream):
+        sys.stdout = _ThreadRoutedStream(sys.stdout)
+    if not isinstance(sys.stderr, _ThreadRoutedStream):
+        sys.stderr = _ThreadRoutedStream(sys.stderr)
     with open(run_log, "a", encoding="utf-8") as log:  # O_APPEND, as the log handler and the workers write it
-        _rank_call.log = log
+        _library_work.log = log
         try:
             yield
         finally:
-            _rank_call.log = None
+            _library_work.log = None
 
 
 def _open_for_append(path: Path) -> int | None:
@@ -230,7 +280,7 @@ class _CurrentStderr(logging.StreamHandler):
 
     @property
     def stream(self) -> object:  # type: ignore[override]
-        return sys.stderr
+        return console_stream(sys.stderr)  # rlhf's lines from inside a rank's call too
 
 
 def _route(*, console: object, verbose: bool, run_log: RunLog | None) -> None:
@@ -251,3 +301,23 @@ def _route(*, console: object, verbose: bool, run_log: RunLog | None) -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, ToRootHandlers) for f in logger.filters):
             logger.addFilter(ToRootHandlers())
+    for name in NO_CONSOLE_HANDLER_LOGGERS:
+        _keep_no_console_handler(name)
+
+
+def _keep_no_console_handler(name: str) -> None:
+    """Logger ``name`` as a :class:`KeepsNoConsoleHandler`; one the library made already (imported before
+    :func:`configure_console`, as in a test process) loses its console handlers and propagates."""
+    manager = logging.Logger.manager
+    if isinstance(manager.loggerDict.get(name), logging.Logger):
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            if type(handler) is logging.StreamHandler:
+                logger.removeHandler(handler)
+        logger.propagate = True
+        return
+    made_as, manager.loggerClass = manager.loggerClass, KeepsNoConsoleHandler
+    try:
+        logging.getLogger(name)
+    finally:
+        manager.loggerClass = made_as

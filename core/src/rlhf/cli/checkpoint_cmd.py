@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rlhf.console import attach_run_log, library_output_to_run_log
 from rlhf.errors import CheckpointError, ConfigError, OneLineArgumentParser
 from rlhf.models.loading import check_model_source
 from rlhf.records.checkpoints import checkpoints, load_state
@@ -49,9 +50,21 @@ def run_checkpoint(host: Any, argv: list[str]) -> int:
     parser.add_argument("--base", help="the model the run started from (default: the one the checkpoint records)")
     args = parser.parse_args(argv[1:])
     directory = _checkpoint_dir(Path(args.path))
-    export(host.registry, directory, args.model, Path(args.out), merged=args.lora == "merged", base=args.base)
+    attach_run_log(_run_dir(directory))
+    with library_output_to_run_log():  # DeepSpeed's "Loading checkpoint shards" bar and prints, as a run keeps them
+        export(host.registry, directory, args.model, Path(args.out), merged=args.lora == "merged", base=args.base)
     print(f"rlhf: exported the {args.model} of {directory} to {args.out}")
     return 0
+
+
+def _run_dir(directory: Path) -> Path:
+    """Where the libraries' output of an export goes (``rlhf.log``): the run's --ckpt.output_dir as the checkpoint
+    records it, where that still exists, else the --ckpt.path holding the checkpoint."""
+    try:
+        recorded = json.loads((directory / "state.json").read_text())["config"]["ckpt"]["output_dir"]
+    except (OSError, ValueError, KeyError, TypeError):  # no state.json (export refuses it), or one without a config
+        recorded = None
+    return Path(recorded) if recorded and Path(recorded).is_dir() else directory.parent
 
 
 def _checkpoint_dir(path: Path) -> Path:

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from rlhf.console import rank_prints_to_run_log
+from rlhf.console import library_output_to_run_log
 from rlhf.distributed import restored_process
 from rlhf.errors import ConfigError
 from rlhf.runtime.cluster.host_memory import give_back_memory
@@ -78,7 +78,7 @@ class _LocalMethod:
             else:
                 ray = None
             try:
-                with rank_prints_to_run_log():  # the libraries' print()s, where a Ray worker's stdout would put them
+                with library_output_to_run_log():  # the libraries' prints and bars, where a Ray worker's output would go
                     value = getattr(self.handle.worker, self.name)(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - raised where the caller waits, as ray.get raises it
                 if ray is not None:
