@@ -19,7 +19,7 @@ HOOKS = hook_names()
 
 
 def test_there_are_hooks_of_every_family() -> None:
-    assert len([h for h in HOOKS if h.startswith("rlhf_register_")]) == 21
+    assert len([h for h in HOOKS if h.startswith("rlhf_register_")]) == 22
     assert {"rlhf_train_start", "rlhf_train_end", "rlhf_step_end", "rlhf_worker_init",
             "rlhf_checkpoint_save", "rlhf_checkpoint_load"} <= set(HOOKS)
 

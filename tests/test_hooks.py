@@ -100,6 +100,10 @@ def test_hook_rlhf_register_agent_executors(plugin_host, register_plugin) -> Non
     check_registration(ComponentKind.AGENT_EXECUTOR, plugin_host, register_plugin)
 
 
+def test_hook_rlhf_register_prompt_sources(plugin_host, register_plugin) -> None:
+    check_registration(ComponentKind.PROMPT_SOURCE, plugin_host, register_plugin)
+
+
 def test_hook_rlhf_register_model_loaders(plugin_host, register_plugin) -> None:
     check_registration(ComponentKind.MODEL_LOADER, plugin_host, register_plugin)
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         OptimizerFactory,
         PolicyLoss,
         Processor,
+        PromptSource,
         RewardFunction,
         RewardManager,
         RewardShaper,
@@ -146,6 +147,16 @@ def rlhf_register_agent_executors(register: Register[type[AgentExecutor]]) -> No
 
     When: at plugin load. Process: every process that loads plugins. How often: once per process.
     Shapes: none; executors exchange token-id lists, never re-tokenised text.
+    """
+
+
+@hookspec
+def rlhf_register_prompt_sources(register: Register[type[PromptSource]]) -> None:
+    """Register prompt sources: rows made on demand (generated tasks, tasksets, curricula), picked with
+    ``--data.prompt_source NAME`` instead of ``--data.prompt_dataset`` files.
+
+    When: at plugin load. Process: every process that loads plugins. How often: once per process.
+    Shapes: none; a source makes rows (dicts) in the controller, tokenized there as a file's rows are.
     """
 
 

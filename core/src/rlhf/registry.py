@@ -45,6 +45,7 @@ class ComponentKind(str, Enum):
     ROLLOUT_SCHEDULER = "rollout_scheduler"
     REWARD_MANAGER = "reward_manager"
     ROLLOUT_CORRECTION = "rollout_correction"
+    PROMPT_SOURCE = "prompt_source"
 
     @property
     def hook_name(self) -> str:
@@ -64,7 +65,7 @@ class ComponentKind(str, Enum):
 
 
 _PLUGIN_KIND = {"reward_function": "rewards", "reward_shaper": "rewards", "reward_manager": "rewards",
-                "agent_executor": "agents",
+                "agent_executor": "agents", "prompt_source": "agents",
                 "model_loader": "models", "processor": "models", "optimizer": "optimizers", "scheduler": "optimizers",
                 "rollout_engine": "backends", "weight_sync_transport": "backends", "training_backend": "backends",
                 "rollout_scheduler": "backends", "command": "tools"}

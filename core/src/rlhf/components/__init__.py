@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rlhf.components.algorithms import AdvantageEstimator, KLEstimator, PolicyLoss, RolloutCorrection, SampleFilter
 from rlhf.components.models import ModelLoader, OptimizerFactory, Processor, SchedulerFactory
 from rlhf.components.programs import Command, Trainer
+from rlhf.components.prompts import PromptOutcome, PromptSource
 from rlhf.components.rewards import (
     RewardBatch,
     RewardFunction,
@@ -31,7 +32,7 @@ from rlhf.components.rollout import AgentExecutor, RolloutLoop, RolloutScheduler
 from rlhf.components.systems import RolloutEngine, TrainedModel, TrainingBackend, WeightSource, WeightSyncTransport
 
 __all__ = ["build", "AdvantageEstimator", "KLEstimator", "PolicyLoss", "SampleFilter", "RolloutCorrection", "ModelLoader", "OptimizerFactory",
-           "Processor", "SchedulerFactory", "Command", "Trainer", "RewardFunction", "RewardShaper",
+           "Processor", "PromptSource", "PromptOutcome", "SchedulerFactory", "Command", "Trainer", "RewardFunction", "RewardShaper",
            "RewardManager", "RewardBatch", "RewardResult", "RewardSource", "RewardSources", "AgentExecutor",
            "RolloutLoop", "RolloutScheduler", "StepRollout",
            "RolloutEngine", "TrainedModel", "TrainingBackend", "WeightSource", "WeightSyncTransport"]

@@ -75,7 +75,8 @@ class RolloutLoop(Protocol):
     #: weight syncs into the rollout engines so far
     policy_version: int
     #: the prompt schedule: ``next_batch()`` (the next ``--rollout.batch_size`` prompt rows, None once the run's
-    #: episodes are used up), ``take(count)`` (up to ``count`` rows), ``total_batches`` and ``state()`` (its position)
+    #: episodes are used up), ``take(count)`` (up to ``count`` rows), ``total_batches``, ``state()`` (its position)
+    #: and ``observe(samples)`` (the rewarded samples, for a prompt source's curriculum; :meth:`rollout` calls it)
     schedule: Any
     #: the position a checkpoint records instead of ``schedule.state()``; set it when the batch being trained was
     #: drawn before batches generated ahead of it, so that a resume generates those again

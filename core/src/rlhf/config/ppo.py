@@ -194,6 +194,9 @@ class DataSection(Section):
     max_len: int = flag(2048, "Max total sequence length (prompt + response)")
     max_samples: int = flag(100000000, "Max number of samples")
     prompt_dataset: str | None = flag(None, "Prompt dataset path(s) or name(s), comma-separated")
+    prompt_source: str | None = flag(None, "A registered prompt source that makes the prompt rows (generated tasks, "
+                                     "a taskset, a curriculum) instead of --data.prompt_dataset files",
+                                     component=K.PROMPT_SOURCE)
     prompt_probs: str | None = flag(None, "Sampling probabilities of the prompt datasets, comma-separated")
     prompt_split: str = flag("train", "Prompt dataset split")
     input_key: str = flag("input", "Dataset key of the prompt")

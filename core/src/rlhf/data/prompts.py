@@ -51,7 +51,7 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
     """
 
     def prepare(part: list[tuple[int, dict[str, Any]]]) -> list[tuple[str | None, dict[str, Any] | None]]:
-        return [_prepare(index, row, data_cfg, tokenizer, source, processor) for index, row in part]
+        return [prepare_prompt(index, row, data_cfg, tokenizer, source, processor) for index, row in part]
 
     prompts = []
     invalid: dict[str, list[int]] = {}
@@ -76,7 +76,7 @@ def build_prompts(rows: list[dict[str, Any]], data_cfg: Any, tokenizer: Any, sou
 _ROWS_PER_TASK = 256
 
 
-def _prepare(index: int, row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: str,
+def prepare_prompt(index: int, row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: str,
              processor: Any) -> tuple[str | None, Any]:
     """``(None, prompt)`` for a usable row, ``(why, None)`` for an invalid one; a missing key raises."""
     row = dict(row)
@@ -203,6 +203,9 @@ class PromptSchedule:
             out += self._handed_out(chosen, self.position)
             self.position += len(chosen)
         return out
+
+    def observe(self, samples: list[Any]) -> None:
+        """Files do not listen to rewards (a :class:`rlhf.data.sourced.SourcedSchedule` hands them to its source)."""
 
     def _handed_out(self, chosen: list[int], first_position: int) -> list[dict[str, Any]]:
         """The prompts at ``chosen`` (this episode's positions from ``first_position`` on), each with its

@@ -179,6 +179,7 @@ class PPOController(PPOPreflight, PPOCheckpoints):
                 samples = self._generate(prompts, n, cfg.rollout.temperature, seed)
             with timed(metrics, "timing/make_experience"):
                 extra, skipped_groups = self.rewards.reward(samples)
+            self.schedule.observe([s for s in samples if s.group not in skipped_groups])  # a curriculum moves here
             if skipped_groups:
                 metrics["reward_skipped_groups"] = metrics.get("reward_skipped_groups", 0.0) + len(skipped_groups)
                 samples = [s for s in samples if s.group not in skipped_groups]

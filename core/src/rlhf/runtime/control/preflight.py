@@ -10,7 +10,8 @@ from typing import Any
 from rlhf.config.base import ConfigError
 from rlhf.config.rollout_engine import rollout_engine_class, rollout_engine_name, uses_engine
 from rlhf.config.training_backend import converts_from
-from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prompt_processor
+from rlhf.data.prompts import build_prompts, load_prompt_rows, prompt_processor
+from rlhf.data.sourced import run_schedule
 from rlhf.models.extensions import active
 from rlhf.models.loading import check_model_source, checkpoint_sampling_defaults, load_tokenizer
 from rlhf.records import checkpoints as checkpoint
@@ -91,11 +92,8 @@ class PPOPreflight:
         cfg = self.config
         self.tokenizer = load_tokenizer(cfg.actor.model_name_or_path, "--actor.model_name_or_path",
                                         use_fast=not cfg.data.disable_fast_tokenizer)
-        rows, processor = load_prompt_rows(cfg.data, cfg.train.seed), prompt_processor(cfg, self.plugins.registry)
-        prompts = build_prompts(rows, cfg.data, self.tokenizer, cfg.data.prompt_dataset,
-                                cfg.data.dataloader_num_workers, processor)
-        self.prompt_sources = tuple(s.strip() for s in cfg.data.prompt_dataset.split(",") if s.strip())
-        self.schedule = PromptSchedule(prompts, cfg.rollout.batch_size, cfg.train.num_episodes, cfg.train.seed)
+        processor = prompt_processor(cfg, self.plugins.registry)
+        self.schedule, self.prompt_sources = run_schedule(cfg, self.tokenizer, self.plugins.registry, processor)
         self.eval_prompts: list[dict[str, Any]] = []
         if cfg.eval.dataset:
             eval_data = cfg.data.model_copy(update={"prompt_dataset": cfg.eval.dataset, "prompt_split": cfg.eval.split,
