@@ -136,6 +136,25 @@ def test_each_loss_is_its_formula_on_random_inputs(client) -> None:
     assert clipped.metrics["loss:sum"] == pytest.approx(-objective.sum(), rel=1e-4)
 
 
+def test_a_custom_loss_runs_client_side_through_cross_entropy(client) -> None:
+    """forward_backward_custom: the SDK takes the log-probs from forward, differentiates the user's loss itself and
+    sends its gradient back as cross_entropy weights, so this server needs nothing more for it."""
+    import torch
+
+    training = client.create_lora_training_client(base_model="tiny", rank=4, seed=2).result()
+    example = datum(TOKENS, weights=[1.0] * (len(TOKENS) - 1))
+
+    def negative_log_likelihood(data, logprobs_list):
+        loss = sum(
+            -(logprobs * torch.tensor(d.loss_fn_inputs["weights"].data)).sum() for d, logprobs in zip(data, logprobs_list)
+        )
+        return loss, {"nll": float(loss.detach())}
+
+    custom = training.forward_backward_custom([example], negative_log_likelihood).result()
+    built_in = training.forward([example], "cross_entropy").result()
+    assert custom.metrics["nll"] == pytest.approx(built_in.metrics["loss:sum"], rel=1e-6)
+
+
 def _train(training, data: list[int], steps: int) -> list:
     """Each step's loss and log-probs, and a seeded sample at the end: everything a tenant sees."""
     seen = []
@@ -194,41 +213,41 @@ def test_bad_requests_are_the_sdks_errors_naming_what_is_wrong(client) -> None:
         training.forward_backward([datum(TOKENS, weights=[1.0, 1.0, 1.0])], "cross_entropy").result()
     # the run is untouched by its refused requests
     assert math.isfinite(training.forward_backward([datum(TOKENS)], "cross_entropy").result().metrics["loss:sum"])
+    base = client.create_sampling_client(base_model="tiny").result()
+    prompt, params = types.ModelInput.from_ints(TOKENS[:3]), types.SamplingParams(max_tokens=2)
+    with pytest.raises(tinker.UnprocessableEntityError, match="topk_sample_logprobs: this server does not compute it"):
+        base.sample(prompt, 1, params, topk_sample_logprobs=2).result()
+    assert len(base.sample(prompt, 1, params).result().sequences[0].tokens) == 2
     with pytest.raises(tinker.NotFoundError, match="base_model 'Qwen/Qwen3-8B': this server serves tiny"):
         client.create_lora_training_client(base_model="Qwen/Qwen3-8B", rank=2).result()
 
 
-def test_the_command_serves_its_models_to_holders_of_its_key(tiny_causal_lm_path, request) -> None:
+def test_the_server_answers_only_holders_of_its_key(server) -> None:
+    assert httpx.get(f"{server.base_url}/api/v1/healthz").json() == {"status": "ok"}  # health needs no key
+    capabilities = tinker.RestClient(base_url=server.base_url, api_key=KEY).get_server_capabilities().result()
+    assert [(m.model_name, m.trainable, m.sampleable) for m in capabilities.supported_models] == [("tiny", True, True)]
+    with pytest.raises(tinker.AuthenticationError, match="needs its API key"):
+        tinker.ServiceClient(base_url=server.base_url, api_key="tml-wrong").create_lora_training_client(
+            base_model="tiny", rank=2
+        )
+
+
+@pytest.mark.slow
+def test_the_command_serves_its_models_by_the_names_it_was_given(tiny_causal_lm_path, request) -> None:
     port = free_port()
     env = {**os.environ, "TINKER_API_KEY": "tml-from-the-environment"}  # the flag wins over the variable
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rlhf",
-            "serve-tinker",
-            "--model",
-            f"tiny={tiny_causal_lm_path}",
-            "--port",
-            str(port),
-            "--api-key",
-            KEY,
-        ],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    command = [sys.executable, "-m", "rlhf", "serve-tinker", "--model", f"tiny={tiny_causal_lm_path}", "--port", str(port)]
+    process = subprocess.Popen([*command, "--api-key", KEY], env=env, stderr=subprocess.PIPE, text=True)
     request.addfinalizer(lambda: (process.terminate(), process.wait(timeout=30)))
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while True:
         try:
-            if httpx.get(f"{base}/api/v1/healthz", timeout=2).status_code == 200:  # health needs no key
+            if httpx.get(f"{base}/api/v1/healthz", timeout=2).status_code == 200:
                 break
         except httpx.HTTPError:
             assert process.poll() is None and time.time() < deadline, process.stderr.read()
             time.sleep(0.2)
-    capabilities = tinker.RestClient(base_url=base, api_key=KEY).get_server_capabilities().result()
-    assert [(m.model_name, m.trainable, m.sampleable) for m in capabilities.supported_models] == [("tiny", True, True)]
-    with pytest.raises(tinker.AuthenticationError, match="needs its API key"):
-        tinker.ServiceClient(base_url=base, api_key="tml-wrong").create_lora_training_client(base_model="tiny", rank=2)
+    with tinker.ServiceClient(base_url=base, api_key=KEY) as service_client:
+        training = service_client.create_lora_training_client(base_model="tiny", rank=2).result()
+        assert math.isfinite(training.forward([datum(TOKENS)], "cross_entropy").result().metrics["loss:sum"])

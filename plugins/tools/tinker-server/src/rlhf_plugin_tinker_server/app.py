@@ -254,7 +254,14 @@ def _sampler_weights(service: TinkerService, model_path: str | None, base_model:
         raise Refused(404, str(exc)) from None
 
 
+#: SampleRequest fields this server does not compute yet: refused rather than answered without them
+UNSERVED_SAMPLING_FIELDS = ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k", "target_prompt_logprobs")
+
+
 def _sampling_request(parsed: Any) -> SamplingRequest:
+    for name in UNSERVED_SAMPLING_FIELDS:
+        if getattr(parsed, name):
+            raise Refused(422, f"{name}: this server does not compute it yet; leave it unset (docs/serve.md)")
     try:
         prompt = parsed.prompt.to_ints()
     except (AttributeError, ValueError):
