@@ -35,7 +35,8 @@ class RolloutEngine(Protocol):
       parameters are split over the ranks (ZeRO-3, AutoTP, FSDP2), unless the engine sets the trait
       ``gathers_sharded_parameters = True`` (then it must gather them itself, every rank in step: read the
       trained model's ``sharded``; the core calls every rank's :meth:`generate`, with an empty share too).
-      AutoTP is refused even then (its ranks would need the same requests), and so are shards with
+      Layers split over the ranks (the backend's ``tensor_parallel_reason``: AutoTP) are refused even then (its
+      ranks would need the same requests), and so are shards with
       ``--train.async_enable`` (each rank could meet generation and training in a different order).
 
     Every method below runs where the engine lives.
@@ -55,7 +56,10 @@ class RolloutEngine(Protocol):
     Optional classmethod for ``rlhf plan`` (docs/plan.md), in the CLI process before anything starts:
     ``plan_memory(config, shape, gpu_memory) -> list[rlhf.planning.MemoryPart]``, what one GPU of one engine holds
     (``shape``: the policy's :class:`rlhf.planning.ModelShape`; ``gpu_memory``: bytes of one GPU, None where unknown,
-    e.g. a CPU machine); absent: the engine is shown as "not estimated".
+    e.g. a CPU machine); absent: the engine is shown as "not estimated". And ``plan_remedies(config, run:
+    rlhf.planning.RemedyContext) -> list[rlhf.planning.Remedy]``, once per search of a plan that does not fit, asked
+    of every installed engine where the run generates: changes of its own flags (a switch to it included) that could
+    make the run fit, its sleep paired with ``run.backend_sleep``.
 
     Optional method of an in-rank engine, in the rank: ``use_extensions(extensions: list) -> None``, once, before
     :meth:`attach`: the rank's model extensions (:mod:`rlhf.models.extensions`, built by its model worker as the model
@@ -318,7 +322,12 @@ class TrainingBackend(Protocol):
     backend refuses the run during set-up, a model load or the first step (:mod:`rlhf.components.first_use`). And for
     ``rlhf plan`` (docs/plan.md), in the CLI process: ``plan_memory(config, model) -> list[rlhf.planning.MemoryPart]``,
     what one GPU of one model group holds (``model``: a :class:`rlhf.planning.PlannedModel`): weights, gradients,
-    optimizer states, buffers (the core adds the activations); absent: its model states are shown as "not estimated".
+    optimizer states, buffers (the core adds the activations); absent: its model states are shown as "not estimated";
+    and ``plan_remedies(config, run: rlhf.planning.RemedyContext) -> list[rlhf.planning.Remedy]``, once per search of
+    a plan that does not fit: changes of its own flags that could make the run fit (a ``sleep`` one is handed to the
+    engines, not tried alone). ``tensor_parallel_reason(config) -> str | None``, in the CLI process and the actor
+    ranks: why each layer is split over a group's ranks, naming the flag, or None (an in-rank engine that gathers
+    shards is refused with it).
     For checkpoints (:mod:`rlhf.records.checkpoint_fit`, ``rlhf checkpoint``): ``checkpoint_layout(config) -> dict``,
     how a trained model's states are split, recorded with each checkpoint; and ``full_state_from_checkpoint(directory,
     tag, module, ema=False) -> dict[str, Tensor]``, in a process of its own without a group: the whole fp32 state that

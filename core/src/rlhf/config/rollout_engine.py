@@ -22,19 +22,21 @@ if TYPE_CHECKING:
 def sharding_conflict(engine_class: type, config: PPOConfig, registry: Any) -> str | None:
     """Why an in-rank engine cannot generate with this run's actor, or None: its training backend splits the
     parameters over the ranks and the engine does not gather them (trait ``gathers_sharded_parameters``); or
-    AutoTP splits each layer, whose ranks would all need the same requests where each rank gets its own share;
+    the backend splits each layer over the ranks (its optional ``tensor_parallel_reason``, e.g. AutoTP), whose ranks
+    would all need the same requests where each rank gets its own share;
     or the gathering engine's collective forwards would meet the training step's in a different order on each
     rank, as generation runs beside training (``--train.async_enable``)."""
     if not engine_class.in_training_rank:
         return None
-    reason_of = getattr(backend_class(config, registry), "sharded_reason", None)
+    backend = backend_class(config, registry)
+    reason_of = getattr(backend, "sharded_reason", None)
     reason = reason_of(config) if reason_of is not None else None
     if not getattr(engine_class, "gathers_sharded_parameters", False) or reason is None:
         return reason
-    tensor_parallel = config.ds.tensor_parallel_size or 1
-    if tensor_parallel > 1:
-        return (f"--ds.tensor_parallel_size {tensor_parallel} splits its layers over the ranks (AutoTP), whose "
-                "ranks would each generate a share of their own")
+    split_of = getattr(backend, "tensor_parallel_reason", None)
+    split = split_of(config) if split_of is not None else None
+    if split is not None:
+        return f"{split}, whose ranks would each generate a share of their own"
     if config.train.async_enable:
         return (f"{reason}, and with --train.async_enable each rank could meet a batch's generation and a "
                 "training step in a different order")

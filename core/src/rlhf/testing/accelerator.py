@@ -248,6 +248,11 @@ class SimulatedBackend:
         return reason(config) if reason is not None else None
 
     @classmethod
+    def tensor_parallel_reason(cls, config: Any) -> str | None:
+        reason = getattr(cls.inner_class(), "tensor_parallel_reason", None)
+        return reason(config) if reason is not None else None
+
+    @classmethod
     def from_config(cls, config: Any) -> SimulatedBackend:
         return cls(config)
 

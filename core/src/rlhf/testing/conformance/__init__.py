@@ -43,7 +43,13 @@ from rlhf.testing.conformance.parts import (
     check_sample_filter,
     check_scheduler,
 )
-from rlhf.testing.conformance.planning import check_backend_plan, check_engine_plan, check_optimizer_plan
+from rlhf.testing.conformance.planning import (
+    check_backend_plan,
+    check_backend_remedies,
+    check_engine_plan,
+    check_engine_remedies,
+    check_optimizer_plan,
+)
 from rlhf.testing.conformance.programs import (
     CommandKit,
     LifecycleObserverKit,
@@ -79,7 +85,9 @@ __all__ = [
     "check_rollout_scheduler",
     "kit_reward_sources",
     "check_backend_plan",
+    "check_backend_remedies",
     "check_engine_plan",
+    "check_engine_remedies",
     "check_optimizer_plan",
     "RolloutEngineKit",
     "WeightSyncTransportKit",

@@ -34,7 +34,7 @@ from rlhf.testing.conformance._core import (
     not_collected,
     ppo_config,
 )
-from rlhf.testing.conformance.planning import check_engine_plan
+from rlhf.testing.conformance.planning import check_engine_plan, check_engine_remedies
 
 ENGINE = ComponentKind.ROLLOUT_ENGINE.label
 TRANSPORT = ComponentKind.WEIGHT_SYNC_TRANSPORT.label
@@ -269,6 +269,9 @@ class RolloutEngineKit(ContractProperties, ComponentKit):
 
     def test_plan_memory(self) -> None:
         check_engine_plan(self.component, self.run_config())
+
+    def test_plan_remedies(self) -> None:
+        check_engine_remedies(self.component, self.run_config())
 
 
 def check_weight_sync_transport(transport_class: type, config: Any = None) -> None:

@@ -31,7 +31,7 @@ from rlhf.testing.conformance._core import (
     not_collected,
     ppo_config,
 )
-from rlhf.testing.conformance.planning import check_backend_plan
+from rlhf.testing.conformance.planning import check_backend_plan, check_backend_remedies
 
 BACKEND = ComponentKind.TRAINING_BACKEND.label
 #: fp32 tolerance between a backend's weights and plain torch's after the same steps
@@ -307,3 +307,6 @@ class TrainingBackendKit(ContractProperties, ComponentKit):
 
     def test_plan_memory(self) -> None:
         check_backend_plan(self.component, self.run_config())
+
+    def test_plan_remedies(self) -> None:
+        check_backend_remedies(self.component, self.run_config())

@@ -20,6 +20,10 @@ from rlhf_plugin_deepspeed.config import check_options, eval_config, on_gpu, opt
 #: DeepSpeed's default ``zero_optimization.reduce_bucket_size`` (elements), which :func:`train_config` leaves as is
 REDUCE_BUCKET_SIZE = 500_000_000
 
+#: what ``rlhf plan``'s search may raise ``--ds.zero_stage`` to: what it costs the run, and the parts it splits
+_HIGHER_STAGES = {2: ("gradients reduce-scattered over the ranks", ("gradients", "optimizer states")),
+                  3: ("the weights gathered layer by layer in every pass", ("weights", "gradients", "optimizer states"))}
+
 
 class DeepSpeedBackend:
     """:class:`rlhf.components.TrainingBackend` over DeepSpeed: ZeRO 0-3, offload, AutoTP, ZeRO++,
@@ -104,6 +108,29 @@ class DeepSpeedBackend:
             parts = [replace(p, away_in=("generate",)) if p.part in ("gradients", "optimizer states", "reduce bucket") else p
                      for p in parts]
         return parts
+
+    @classmethod
+    def plan_remedies(cls, config: Any, run: Any) -> list[Any]:
+        """What DeepSpeed offers ``rlhf plan``'s search where a run does not fit (an
+        :class:`rlhf.planning.RemedyContext` in ``run``): a higher ZeRO stage, Adam on the CPU, and sleep between
+        fits from stage 1 (stage 0 has no partitioned states to move), which the engines pair with their own."""
+        from rlhf.planning import Remedy
+
+        stage = config.ds.zero_stage
+        found = [Remedy({"ds.zero_stage": higher}, "shard", reason, frees)
+                 for higher, (reason, frees) in _HIGHER_STAGES.items() if stage < higher]
+        found.append(Remedy({"ds.adam_offload": True}, "offload", "the optimizer step on the CPU, its states over PCIe",
+                            ("optimizer states",)))
+        if stage >= 1:
+            found.append(Remedy({"ds.enable_sleep": True}, "sleep", "states moved off the GPU around every generate "
+                                "phase", ("gradients", "optimizer states", "reduce bucket")))
+        return found
+
+    @classmethod
+    def tensor_parallel_reason(cls, config: Any) -> str | None:
+        """Why each layer is split over a model group's ranks (AutoTP), so that no rank can gather a whole one."""
+        tp = config.ds.tensor_parallel_size or 1
+        return f"--ds.tensor_parallel_size {tp} splits its layers over the ranks (AutoTP)" if tp > 1 else None
 
     @classmethod
     def error_hint(cls, exc: BaseException) -> str | None:

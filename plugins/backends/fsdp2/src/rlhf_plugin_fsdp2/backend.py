@@ -4,7 +4,8 @@ One :class:`FSDP2Backend` per process that holds a model. The model is loaded wh
 then ``fully_shard`` is applied to each block of its layer lists and to the root, so each rank keeps
 1/world of the parameters, gradients and optimizer states (ZeRO-3's layout; ``--ds.zero_stage`` is not
 read). Weights stay fp32 (the optimizer's master copy); ``--ds.param_dtype bf16|fp16`` is the compute
-dtype FSDP2 all-gathers in, with gradients reduced in fp32.
+dtype FSDP2 all-gathers in, with gradients reduced in fp32. ``--fsdp2.cpu_offload`` keeps a trained model's
+shards, gradients and optimizer states in host memory (torch's ``CPUOffloadPolicy``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch import nn
 from rlhf.devices import local_device
 from rlhf.errors import ConfigError
 from rlhf_plugin_fsdp2.model import EvaluatedModel, FSDP2Model
+from rlhf_plugin_fsdp2.options import fsdp2_options
 
 #: ``--ds.*`` fields only DeepSpeed honours: (field under ``config.ds``, "set away from its default" test, what it is)
 _DEEPSPEED_ONLY: list[tuple[str, Any, str]] = [
@@ -112,16 +114,28 @@ class FSDP2Backend:
         compute = dtype_bytes(config.ds.param_dtype)
         split = f" / {ranks} ranks" if ranks > 1 else ""
         offloaded = model.offload and not model.trained
-        parts = [MemoryPart("weights", 0 if offloaded else 4 * shape.parameters // ranks,
-                            "on the CPU (offload)" if offloaded else f"fp32 x {shape.parameters:.3g}{split}"),
+        host = "on the CPU (--fsdp2.cpu_offload)" if model.trained and fsdp2_options(config).cpu_offload else None
+        parts = [MemoryPart("weights", 0 if offloaded or host else 4 * shape.parameters // ranks,
+                            "on the CPU (offload)" if offloaded else host or f"fp32 x {shape.parameters:.3g}{split}"),
                  MemoryPart("gather buffer", 2 * compute * shape.largest_layer,
                             f"2 blocks x {compute} B x largest layer {shape.largest_layer:.3g}")]
         if model.trained:
             optimizer = model.optimizer_state_bytes
-            parts += [MemoryPart("gradients", 4 * model.trainable // ranks, f"fp32 x {model.trainable:.3g}{split}"),
-                      MemoryPart("optimizer states", None if optimizer is None else optimizer // ranks,
-                                 "the optimizer does not say" if optimizer is None else f"{optimizer:.3g} B{split}")]
+            states = None if optimizer is None else optimizer // ranks
+            parts += [MemoryPart("gradients", 0 if host else 4 * model.trainable // ranks,
+                                 host or f"fp32 x {model.trainable:.3g}{split}"),
+                      MemoryPart("optimizer states", 0 if host else states, host or (
+                          "the optimizer does not say" if optimizer is None else f"{optimizer:.3g} B{split}"))]
         return parts
+
+    @classmethod
+    def plan_remedies(cls, config: Any, run: Any) -> list[Any]:
+        """What FSDP2 offers ``rlhf plan``'s search where a run does not fit: its trained models' states on the CPU.
+        (Its shards already span every rank of a group, so a smaller shard group would only hold more.)"""
+        from rlhf.planning import Remedy
+
+        return [Remedy({"fsdp2.cpu_offload": True}, "offload", "the weights copied in block by block and the "
+                       "optimizer step on the CPU", ("weights", "gradients", "optimizer states"))]
 
     def init_distributed(self) -> None:
         import torch.distributed as dist
@@ -130,13 +144,20 @@ class FSDP2Backend:
             return
         if on_gpu():
             torch.cuda.set_device(local_device())
-        dist.init_process_group(backend="nccl" if on_gpu() else "gloo", init_method="env://")
+        # offloaded shards and gradients are host tensors: their collectives (the clipping norm, a gather) need gloo
+        backend = ("cpu:gloo,cuda:nccl" if fsdp2_options(self.config).cpu_offload else "nccl") if on_gpu() else "gloo"
+        dist.init_process_group(backend=backend, init_method="env://")
 
     def trained(self, load: Any, optimizer: Any, scheduler: Any, section: Any, data_parallel_size: int,
                 num_training_steps: int) -> FSDP2Model:
-        """Load whole, shard, then build the optimizer over the shards (its states are sharded alike)."""
+        """Load whole, shard, then build the optimizer over the shards (its states are sharded alike, and on the CPU
+        with ``--fsdp2.cpu_offload``, where the optimizer steps)."""
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
         model = load()
-        shard(model, self._precision(model))
+        # on a machine without a GPU the shards are in host memory already
+        offload = CPUOffloadPolicy() if fsdp2_options(self.config).cpu_offload and on_gpu() else None
+        shard(model, self._precision(model), offload)
         # by name, so that an optimizer can treat the embeddings and head apart (Muon gives them to AdamW)
         torch_optimizer = optimizer.build([(n, p) for n, p in model.named_parameters() if p.requires_grad], section)
         lr_scheduler = scheduler.build(torch_optimizer, max(1, num_training_steps), section)

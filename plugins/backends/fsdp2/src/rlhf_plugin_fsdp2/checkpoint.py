@@ -111,8 +111,8 @@ def load_full(module: Any, optimizer: Any, weights: dict[str, Any], optimizer_st
 
     def like(value: Any, param: Any) -> Any:
         value = value.to(param.dtype)
-        if isinstance(param, DTensor):
-            return distribute_tensor(value.to(param.device), param.device_mesh, param.placements)
+        if isinstance(param, DTensor):  # sharded on the mesh's device, then kept where the shard is (the CPU, offloaded)
+            return distribute_tensor(value.to(param.device), param.device_mesh, param.placements).to(param.device)
         return value.to(param.device)
 
     parameters = dict(module.named_parameters())

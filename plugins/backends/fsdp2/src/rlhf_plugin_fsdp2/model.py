@@ -109,9 +109,10 @@ class FSDP2Model(EvaluatedModel):
 
     @contextlib.contextmanager
     def full_tensors(self, names: list[str]) -> Iterator[list[Any]]:
-        """Each named entry all-gathered on its own (a bucket at a time, as a weight sync reads them), fp32."""
+        """Each named entry all-gathered on its own (a bucket at a time, as a weight sync reads them), fp32, on this
+        rank's device (an offloaded shard is copied there first, so the gather and the transport stay on the GPU)."""
         live = self.module.state_dict(keep_vars=True)
-        yield [_whole(live[name]) for name in names]
+        yield [_whole(live[name].to(self.device)) for name in names]
 
     def full_shape(self, tensor: Any) -> tuple[int, ...]:
         return tuple(tensor.shape)  # a DTensor's shape is the global one

@@ -49,6 +49,16 @@ class VLLMEngine:
                 MemoryPart("KV cache", cache, f"{how}: {cache // max(1, per_token)} tokens", away)]
 
     @classmethod
+    def plan_remedies(cls, config: Any, run: Any) -> list[Any]:
+        """What vLLM offers ``rlhf plan``'s search (:func:`rlhf_plugin_vllm.remedies.vllm_remedies`); the in-rank
+        engine offers nothing beyond the core's own switch to an in-rank engine."""
+        if cls.in_training_rank or getattr(config, "vllm", None) is None:
+            return []
+        from rlhf_plugin_vllm.remedies import vllm_remedies
+
+        return vllm_remedies(config, run)
+
+    @classmethod
     def error_hint(cls, exc: BaseException) -> str:
         return way_out(exc, "--vllm.num_engines 0")
 
