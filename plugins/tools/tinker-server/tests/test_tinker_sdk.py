@@ -135,6 +135,12 @@ def test_each_loss_is_its_formula_on_random_inputs(client) -> None:
     assert (np.clip(ratio, low, high) != ratio).any()  # the random inputs reach the clip
     assert clipped.metrics["loss:sum"] == pytest.approx(-objective.sum(), rel=1e-4)
 
+    cispo = training.forward([datum(TOKENS, **rl_inputs)], "cispo", {"clip_high_threshold": high}).result()
+    assert cispo.metrics["loss:sum"] == pytest.approx(-(np.clip(ratio, 0.0, high) * logprobs * advantages).sum(), rel=1e-4)
+    dro = training.forward([datum(TOKENS, **rl_inputs)], "dro", {"beta": 0.5}).result()
+    penalty = 0.25 * (logprobs - sampler_logprobs) ** 2
+    assert dro.metrics["loss:sum"] == pytest.approx(-(logprobs * advantages - penalty).sum(), rel=1e-4)
+
 
 def test_a_custom_loss_runs_client_side_through_cross_entropy(client) -> None:
     """forward_backward_custom: the SDK takes the log-probs from forward, differentiates the user's loss itself and
@@ -205,8 +211,8 @@ def test_the_async_client_trains_and_samples(server) -> None:
 
 def test_bad_requests_are_the_sdks_errors_naming_what_is_wrong(client) -> None:
     training = client.create_lora_training_client(base_model="tiny", rank=2, seed=0).result()
-    with pytest.raises(tinker.RequestFailedError, match="loss_fn 'cispo' is not supported"):
-        training.forward_backward([datum(TOKENS)], "cispo").result()
+    with pytest.raises(tinker.RequestFailedError, match="loss_fn 'stable_reinforce' is not supported"):
+        training.forward_backward([datum(TOKENS)], "stable_reinforce").result()
     with pytest.raises(tinker.RequestFailedError, match="needs 'advantages'"):
         training.forward_backward([datum(TOKENS, logprobs=[0.0] * (len(TOKENS) - 1))], "ppo").result()
     with pytest.raises(tinker.RequestFailedError, match=r"loss_fn_inputs\['weights'\]: 3 values for 12 input tokens"):

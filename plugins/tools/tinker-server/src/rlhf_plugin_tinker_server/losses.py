@@ -6,7 +6,11 @@ All of them sum over tokens (Tinker reports and differentiates ``loss:sum``, nev
 - ``importance_sampling``: ``-Σ exp(logp − q)·A``, with ``q`` the sampler's ``logprobs`` and ``A`` the ``advantages``;
 - ``ppo``: ``-Σ min(ρ·A, clip(ρ, lo, hi)·A)`` with ``ρ = exp(logp − q)`` and ``lo``/``hi`` the ``loss_fn_config``
   keys ``clip_low_threshold``/``clip_high_threshold`` (default 0.8 and 1.2). The term is rlhf's own PPO-clip policy
-  loss (the ``ppo`` policy loss of rlhf-plugin-ppo, handed in by the command), with every token in the mask.
+  loss (the ``ppo`` policy loss of rlhf-plugin-ppo, handed in by the command), with every token in the mask;
+- ``cispo``: ``-Σ sg(clip(ρ, lo, hi))·logp·A``, the clipped ratio a constant of the gradient (default lo 0, hi 4:
+  Tinker's one-sided clip);
+- ``dro``: ``-Σ (logp·A − β/2·(logp − q)²)``, with ``β`` the ``loss_fn_config`` key ``beta`` (required: Tinker's docs
+  give no default).
 """
 
 from __future__ import annotations
@@ -19,9 +23,16 @@ LOSS_INPUTS: dict[str, tuple[str, ...]] = {
     "cross_entropy": ("target_tokens",),
     "importance_sampling": ("target_tokens", "logprobs", "advantages"),
     "ppo": ("target_tokens", "logprobs", "advantages"),
+    "cispo": ("target_tokens", "logprobs", "advantages"),
+    "dro": ("target_tokens", "logprobs", "advantages"),
 }
 OPTIONAL_INPUTS: dict[str, tuple[str, ...]] = {"cross_entropy": ("weights",)}
-PPO_CLIP_DEFAULTS = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+#: The ``loss_fn_config`` keys each loss reads, with their defaults (None: the request must give it)
+LOSS_CONFIG: dict[str, dict[str, float | None]] = {
+    "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+    "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
+    "dro": {"beta": None},
+}
 
 
 class LossInputError(ValueError):
@@ -55,7 +66,7 @@ def check_loss_request(loss_fn: str, config: dict[str, Any], data: list[Any]) ->
                     f"data[{index}].loss_fn_inputs[{name!r}]: {len(values)} values for "
                     f"{len(datum.tokens)} input tokens; each input has one value per input token"
                 )
-    allowed = set(PPO_CLIP_DEFAULTS) if loss_fn == "ppo" else set()
+    allowed = LOSS_CONFIG.get(loss_fn, {})
     for key in config:
         if key not in allowed:
             raise LossInputError(
@@ -63,6 +74,14 @@ def check_loss_request(loss_fn: str, config: dict[str, Any], data: list[Any]) ->
             )
         if not isinstance(config[key], float | int):
             raise LossInputError(f"loss_fn_config[{key!r}]: a number is needed, got {config[key]!r}")
+    for key, default in allowed.items():
+        if default is None and key not in config:
+            raise LossInputError(f"loss_fn_config[{key!r}]: {loss_fn} needs it")
+
+
+def config_value(loss_fn: str, config: dict[str, Any], key: str) -> float:
+    """The request's value of a config key, else the loss's default."""
+    return float(config.get(key, LOSS_CONFIG[loss_fn][key]))
 
 
 def datum_loss(
@@ -79,8 +98,14 @@ def datum_loss(
     sampler_logprobs, advantages = inputs["logprobs"], inputs["advantages"]
     if loss_fn == "importance_sampling":
         return -(torch.exp(logprobs - sampler_logprobs) * advantages).sum()
-    low = float(config.get("clip_low_threshold", PPO_CLIP_DEFAULTS["clip_low_threshold"]))
-    high = float(config.get("clip_high_threshold", PPO_CLIP_DEFAULTS["clip_high_threshold"]))
+    if loss_fn == "dro":
+        beta = config_value(loss_fn, config, "beta")
+        return -(logprobs * advantages - 0.5 * beta * (logprobs - sampler_logprobs) ** 2).sum()
+    low = config_value(loss_fn, config, "clip_low_threshold")
+    high = config_value(loss_fn, config, "clip_high_threshold")
+    if loss_fn == "cispo":
+        clipped = torch.exp(logprobs - sampler_logprobs).clamp(low, high).detach()
+        return -(clipped * logprobs * advantages).sum()
     clip = ppo_loss(eps_low=1.0 - low, eps_high=high - 1.0)
     per_token, _ = clip(logprobs[None], sampler_logprobs[None], advantages[None], torch.ones_like(logprobs)[None])
     return per_token.sum()
