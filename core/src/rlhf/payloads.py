@@ -24,6 +24,7 @@ class GenerationRequest(TypedDict):
     prompt: NotRequired[str]  # the prompt's text (agent executors; engines ignore it)
     label: NotRequired[Any]  # the dataset's label for the reward (agent executors; engines ignore it)
     fields: NotRequired[dict[str, Any]]  # the row's other fields (agent executors; engines ignore it)
+    messages: NotRequired[list[dict[str, Any]] | None]  # the prompt as chat messages, where the run templates it as chat
     group: NotRequired[int]  # the prompt's index in its rollout batch (samples of one prompt share it)
     media: NotRequired[dict[str, Any] | None]  # a VLM prompt's images (see rlhf.media.collate_media)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rlhf.components import build
 from rlhf.config.base import flagged_fields
 from rlhf.data.sources import load_mixed, row_value, text_value
-from rlhf.data.templates import format_prompt
+from rlhf.data.templates import as_messages, format_prompt
 from rlhf.data.workers import chunks, computed_in_order
 from rlhf.errors import DataError
 from rlhf.registry import ComponentKind
@@ -100,6 +100,8 @@ def prepare_prompt(index: int, row: dict[str, Any], data_cfg: Any, tokenizer: An
     label = row.get(data_cfg.label_key) if data_cfg.label_key else None
     # the row's other fields (a task's difficulty, its tests, its metadata) reach the rewards and environments as is
     fields = {key: value for key, value in row.items() if key not in (data_cfg.input_key, data_cfg.label_key)}
+    if processor is None and data_cfg.apply_chat_template:  # what an environment continues as chat turns
+        extra["messages"] = as_messages(value)
     return None, {"prompt": text, "prompt_ids": ids, "label": label, "fields": fields, "prompt_source": source_index,
                   **extra}
 

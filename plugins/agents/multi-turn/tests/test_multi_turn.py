@@ -312,3 +312,34 @@ def test_the_kit_fails_an_environment_whose_every_episode_fails(tiny_causal_lm_p
     with pytest.raises(ConformanceFailure, match=r"episodes that run.*all 4 episodes failed, the first with: .*"
                                                  r"AgentInstance.reset raised KeyError: 'board'"):
         check_agent_executor(executor_for(env, tiny_causal_lm_path))
+
+
+def test_an_environment_talks_in_chat_turns_templated_after_the_models_own(engine, tiny_causal_lm_path, tmp_path) -> None:
+    """With the run's prompts templated as chat, reset and step see the conversation as messages, and a step's
+    ``environment_messages`` become a user turn in the policy's chat template, appended to the model's sampled
+    tokens (mask 0), with the assistant's closing token where the model's turn did not emit it."""
+    env = tmp_path / "chat.py"
+    env.write_text(
+        "from rlhf_agents import AgentInstanceBase\n\n\nclass AgentInstance(AgentInstanceBase):\n"
+        "    async def reset(self, states):\n        self.first = states['messages']\n"
+        "        return {'observation': states['observation']}\n\n"
+        "    async def step(self, states):\n        roles = [m['role'] for m in states['messages']]\n"
+        "        return {'rewards': 1.0, 'environment_messages': [{'role': 'user', 'content': 'higher'}],\n"
+        "                'done': len(roles) >= 4, 'columns': {'roles': ','.join(roles), 'asked': self.first[0]['content']}}\n")
+    executor = executor_for(env, tiny_causal_lm_path, max_len=80)
+    tokenizer = executor.tokenizer
+    question = [{"role": "user", "content": "guess the number"}]
+    prompt = tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
+    request = {**requests_for(tokenizer, 1)[0], "prompt": prompt, "messages": question,
+               "prompt_ids": tokenizer(prompt, add_special_tokens=False)["input_ids"]}
+    (result,) = executor.run([request], CountingEngines(engine), SAMPLING)
+    assert result["agent"]["columns"] == {"roles": "user,assistant,user,assistant", "asked": "guess the number"}
+    (feedback,) = [(start, end) for value, start, end in spans(result["action_mask"]) if value == 0]
+    turn = result["response_ids"][:feedback[0]]
+    closing = "" if turn[-1] == tokenizer.eos_token_id else "</s>"  # the tiny model rarely stops in 4 tokens
+    assert tokenizer.decode(result["response_ids"][slice(*feedback)]) == f"{closing}<|user|>higher</s><|assistant|>"
+
+    both = tmp_path / "both.py"
+    both.write_text(env.read_text().replace("'environment_messages'", "'environment_feedback': 'x', 'environment_messages'"))
+    (failed,) = executor_for(both, tiny_causal_lm_path).run([request], CountingEngines(engine), SAMPLING)
+    assert "both environment_feedback and environment_messages" in failed["agent"]["error"]

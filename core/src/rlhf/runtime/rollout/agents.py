@@ -32,7 +32,7 @@ def generate_samples(config: PPOConfig, executor: Any, engines: Any, tokenizer: 
             seed = (seed_base * 1_000_003 + group * 1009 + j) % (2**31 - 1)
             requests.append({"prompt_ids": prompt["prompt_ids"], "label": prompt["label"], "max_tokens": max_tokens,
                              "seed": seed, "group": group, "prompt": prompt["prompt"], "media": prompt.get("media"),
-                             "fields": prompt.get("fields") or {}})
+                             "fields": prompt.get("fields") or {}, "messages": prompt.get("messages")})
     results = executor.run(requests, engines, {"temperature": temperature, "top_p": config.rollout.top_p})
     # OpenRLHF's contract: the response keeps its special tokens (e.g. the EOS), so a
     # reward function sees query[len(prompt):] exactly as the model wrote it

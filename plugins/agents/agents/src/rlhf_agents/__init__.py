@@ -34,12 +34,16 @@ class AgentInstanceBase(ABC):
     subclass of its own fields), with the run's options validated by it: ``Environment(options)``.
 
     ``reset(states)`` runs once, ``states = {"observation": prompt text, "label": label, "fields": the prompt row's
-    other fields}``, and returns
-    ``{"observation": text}`` (the text the model is first prompted with; the prompt itself when
-    unchanged). ``step(states)`` runs after every model turn with ``states = {"observation_text":
-    everything so far, "action_text": the model's last turn, "label": label, "fields": dict, "sampling_params": dict}``
+    other fields, "messages": the prompt as chat messages (with ``--data.apply_chat_template``; else None)}``, and
+    returns ``{"observation": text}`` (the text the model is first prompted with; the prompt itself when
+    unchanged) or ``{"messages": [...]}`` (the first turns as chat, templated for generation). ``step(states)`` runs
+    after every model turn with ``states = {"observation_text": everything so far, "action_text": the model's last
+    turn, "label": label, "fields": dict, "sampling_params": dict, "messages": the conversation so far, the model's
+    turn last (None without chat)}``
     and returns a dict with ``rewards`` (a number or one-element tensor; the episode's reward is the
-    sum over steps), ``environment_feedback`` (text appended to the trajectory, never trained on),
+    sum over steps), ``environment_feedback`` (text appended to the trajectory, never trained on) or
+    ``environment_messages`` (chat messages, e.g. a user turn or a tool result, rendered by the policy's chat template
+    after the model's turn, token-exact: :mod:`rlhf_agents.chat_turns`),
     ``done`` (bool), and optionally ``scores`` (for dynamic filtering and pass@k; the last step's
     count, default the rewards), ``extra_logs`` (name -> number, logged as means), ``columns`` (name -> text or
     number: the episode's own columns in the sample table and ``--rollout.dump_dir``, the last step's value kept) and

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlhf.errors import ConfigError
 from rlhf.run_context import run_processor
 from rlhf_agents import AgentExecutorBase, AgentInstanceBase
+from rlhf_agents.chat_turns import ChatTemplateError, chat_feedback, chat_opening
 from rlhf_agents.executors import AsyncAgentExecutor, UnsupportedSampling, turn_sampling
 
 
@@ -153,12 +154,20 @@ class EnvironmentExecutor(AsyncAgentExecutor):
         """OpenRLHF's MultiTurnAgentExecutor loop: generate from token ids, step, append the feedback tokens."""
         instance = self._environment()
         trajectory, prompt = Trajectory(), {}
+        # the conversation so far, where the run templates its prompts as chat (--data.apply_chat_template)
+        conversation = [dict(m) for m in request["messages"]] if request.get("messages") else None
         try:
             reset = await self._call("AgentInstance.reset", instance.reset({
-                "observation": request["prompt"], "label": request["label"], "fields": request.get("fields", {})}))
-            observation = reset.get("observation") if isinstance(reset, dict) else None
+                "observation": request["prompt"], "label": request["label"], "fields": request.get("fields", {}),
+                "messages": [dict(m) for m in conversation] if conversation is not None else None}))
+            if isinstance(reset, dict) and reset.get("messages") is not None:  # the first turns, as chat messages
+                conversation = _messages(reset["messages"], "AgentInstance.reset: messages")
+                observation = _templated(chat_opening, self.tokenizer, conversation)
+            else:
+                observation = reset.get("observation") if isinstance(reset, dict) else None
             if not isinstance(observation, str):
-                raise EpisodeError(f"AgentInstance.reset returned {reset!r:.120} instead of a dict with an 'observation' string")
+                raise EpisodeError(f"AgentInstance.reset returned {reset!r:.120} instead of a dict with an 'observation' "
+                                   "string or 'messages'")
             if observation != request["prompt"]:  # the environment rewrote the first observation: tokenise it once
                 ids = self.tokenizer(observation, add_special_tokens=False)["input_ids"]
                 prompt = {"prompt": observation, "prompt_ids": ids[-(self.max_len - 1):]}  # room for one token at least
@@ -179,10 +188,14 @@ class EnvironmentExecutor(AsyncAgentExecutor):
                 trajectory.add(out["response_ids"], out["logprobs"], is_action=True)
                 finish = out["finish_reason"]
                 action = self.tokenizer.decode(out["response_ids"], skip_special_tokens=True)
+                if conversation is not None:
+                    conversation.append({"role": "assistant", "content": action})
                 states = {"observation_text": text, "action_text": action, "label": request["label"],
-                          "fields": request.get("fields", {}), "sampling_params": params}
+                          "fields": request.get("fields", {}), "sampling_params": params,
+                          "messages": [dict(m) for m in conversation] if conversation is not None else None}
                 result = await self._call("AgentInstance.step", instance.step(states))
                 step_reward, step_score, feedback, done = _read_step(result)
+                said = result.get("environment_messages")
                 reward += step_reward
                 score = step_score if step_score is not None else step_reward
                 logs.update(result.get("extra_logs") or {})
@@ -195,15 +208,20 @@ class EnvironmentExecutor(AsyncAgentExecutor):
                 if done:  # the environment ended it (a won game): not cut, whatever the last turn's own finish
                     finish = "stop"
                     break
+                if said is not None:  # chat turns: templated after the model's own, token-exact
+                    said = _messages(said, "AgentInstance.step: environment_messages")
+                    feedback, feedback_ids = _templated(chat_feedback, self.tokenizer, said, out["response_ids"],
+                                                        out["finish_reason"])
+                    conversation = [*(conversation or []), *said]
                 text += action + feedback
                 room = self.max_len - len(tokens)
-                if result.get("environment_images"):
+                if said is None and result.get("environment_images"):
                     feedback_ids, grown = self._feedback_with_images(media, feedback, result["environment_images"])
                     if len(feedback_ids) >= room:  # images are not cut: the episode ends before them
                         finish = "length"
                         break
                     media = prompt["media"] = grown
-                else:
+                elif said is None:
                     feedback_ids = self.tokenizer(feedback, add_special_tokens=False)["input_ids"] if feedback else []
                 if len(feedback_ids) >= room:  # the feedback would leave no room for another turn: truncate
                     trajectory.add(feedback_ids[:room], None, is_action=False)
@@ -256,11 +274,29 @@ def _read_step(result: Any) -> tuple[float, float | None, str, bool]:
         raise EpisodeError(f"AgentInstance.step returned a dict without {', '.join(map(repr, missing))} "
                            f"(keys: {', '.join(map(str, result)) or 'none'})")
     feedback = result.get("environment_feedback") or ""
+    if feedback and result.get("environment_messages") is not None:
+        raise EpisodeError("AgentInstance.step returned both environment_feedback and environment_messages; "
+                           "answer one (messages are templated as chat turns, feedback is appended as text)")
     if not isinstance(feedback, str):
         raise EpisodeError(f"AgentInstance.step: environment_feedback is a {type(feedback).__name__}, not text")
     reward = _number(result["rewards"], "rewards")
     score = _number(result["scores"], "scores") if result.get("scores") is not None else None
     return reward, score, feedback, bool(result["done"])
+
+
+def _templated(render: Callable[..., Any], *args: Any) -> Any:
+    """``render(*args)``, its chat template's refusal an :class:`EpisodeError` (the environment's turns failed)."""
+    try:
+        return render(*args)
+    except ChatTemplateError as exc:
+        raise EpisodeError(str(exc)) from None
+
+
+def _messages(value: Any, what: str) -> list[dict[str, Any]]:
+    """Chat messages as an environment answered them: a list of dicts, each with a string ``role``."""
+    if not isinstance(value, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value):
+        raise EpisodeError(f"{what} must be a list of {{'role': ..., 'content': ...}} dicts, not {value!r:.120}")
+    return [dict(m) for m in value]
 
 
 def _number(value: Any, what: str) -> float:
