@@ -7,13 +7,16 @@ log-probs from it directly; one test starts the real command in a subprocess.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -39,11 +42,12 @@ class Server:
     service: TinkerService
 
 
-@pytest.fixture(scope="module")
-def server(tiny_causal_lm_path):
+@contextlib.contextmanager
+def serving(model_path, checkpoint_root: Path) -> Iterator[Server]:
+    """A server in this process on a free loopback port, with the model freshly loaded from disk."""
     import uvicorn
 
-    service = TinkerService({"tiny": load_served_model("tiny", str(tiny_causal_lm_path), "fp32")}, PPOClipLoss)
+    service = TinkerService({"tiny": load_served_model("tiny", str(model_path), "fp32")}, PPOClipLoss, checkpoint_root)
     port = free_port()
     uvicorn_server = uvicorn.Server(uvicorn.Config(build_app(service, KEY), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=uvicorn_server.run, daemon=True)
@@ -52,10 +56,23 @@ def server(tiny_causal_lm_path):
     while not uvicorn_server.started:
         assert time.time() < deadline and thread.is_alive(), "the server did not start"
         time.sleep(0.05)
-    yield Server(f"http://127.0.0.1:{port}", service)
-    uvicorn_server.should_exit = True
-    thread.join(timeout=30)
-    service.close()
+    try:
+        yield Server(f"http://127.0.0.1:{port}", service)
+    finally:
+        uvicorn_server.should_exit = True
+        thread.join(timeout=30)
+        service.close()
+
+
+@pytest.fixture(scope="module")
+def checkpoint_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("tinker-checkpoints")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_causal_lm_path, checkpoint_root):
+    with serving(tiny_causal_lm_path, checkpoint_root) as running:
+        yield running
 
 
 @pytest.fixture
@@ -161,14 +178,20 @@ def test_a_custom_loss_runs_client_side_through_cross_entropy(client) -> None:
     assert custom.metrics["nll"] == pytest.approx(built_in.metrics["loss:sum"], rel=1e-6)
 
 
-def _train(training, data: list[int], steps: int) -> list:
-    """Each step's loss and log-probs, and a seeded sample at the end: everything a tenant sees."""
+def _train_steps(training, steps: int, data: list[int] = TOKENS) -> list:
+    """Each step's loss and log-probs."""
     seen = []
     for _ in range(steps):
         result = training.forward_backward([datum(data)], "cross_entropy")
         training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
         result = result.result()
         seen.append((result.metrics["loss:sum"], result.loss_fn_outputs[0]["logprobs"].to_numpy().tolist()))
+    return seen
+
+
+def _train(training, data: list[int], steps: int) -> list:
+    """Each step's loss and log-probs, and a seeded sample at the end: everything a tenant sees."""
+    seen = _train_steps(training, steps, data)
     sampler = training.save_weights_and_get_sampling_client().result()
     answer = sampler.sample(types.ModelInput.from_ints(data[:3]), 2, types.SamplingParams(max_tokens=4, seed=7)).result()
     return seen + [[(list(s.tokens), list(s.logprobs)) for s in answer.sequences]]
@@ -193,6 +216,28 @@ def test_a_tenant_beside_another_is_bit_identical_to_it_alone(client) -> None:
     answer = sampler.sample(types.ModelInput.from_ints(TOKENS[:3]), 2, types.SamplingParams(max_tokens=4, seed=7)).result()
     beside.append([(list(s.tokens), list(s.logprobs)) for s in answer.sequences])
     assert beside == alone  # exact equality: bit for bit
+
+
+def test_a_restarted_server_resumes_a_run_from_its_last_save_state(
+    server, client, tiny_causal_lm_path, checkpoint_root
+) -> None:
+    training = client.create_lora_training_client(base_model="tiny", rank=4, seed=5).result()
+    steps = _train_steps(training, 2)
+    path = training.save_state("step-2").result().path
+    assert path == f"tinker://{training.model_id}/weights/step-2"
+    after_save = _train_steps(training, 2)
+
+    with serving(tiny_causal_lm_path, checkpoint_root) as restarted:
+        with tinker.ServiceClient(base_url=restarted.base_url, api_key=KEY) as again:
+            resumed = again.create_training_client_from_state_with_optimizer(path).result()
+            assert _train_steps(resumed, 2) == after_save  # weights and Adam moments: the same steps, bit for bit
+            fresh_optimizer = again.create_training_client_from_state(path).result()
+            assert fresh_optimizer.forward([datum(TOKENS)], "cross_entropy").result().metrics["loss:sum"] == after_save[0][0]
+    assert steps[0][0] > after_save[-1][0]
+    with pytest.raises(tinker.RequestFailedError, match="already has a checkpoint of that name"):
+        training.save_state("step-2").result()
+    with pytest.raises(tinker.RequestFailedError, match="no checkpoint there on this server"):
+        client.create_training_client_from_state(f"tinker://{training.model_id}/weights/step-9").result()
 
 
 def test_the_async_client_trains_and_samples(server) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from rlhf_plugin_tinker_server.models import LoraShape
 from rlhf_plugin_tinker_server.sampling import SamplingRequest
-from rlhf_plugin_tinker_server.service import SamplerWeights, TinkerService, UserInputError
+from rlhf_plugin_tinker_server.service import Result, SamplerWeights, TinkerService, UserInputError
 from rlhf_plugin_tinker_server.wire import PROTO_CONTENT_TYPE, WireError, decode_forward_backward
 
 LONG_POLL_S = 20.0  # under the SDK's 45 s read timeout for a retrieval
@@ -143,7 +143,38 @@ def build_app(service: TinkerService, api_key: str | None) -> Any:
         if parsed.optimizer_config.type != "adamw":
             raise Refused(422, f"optimizer_config: {parsed.optimizer_config.type!r}; this server steps AdamW only")
         shape = LoraShape(lora.rank, lora.train_attn, lora.train_mlp, lora.train_unembed)
-        return {"request_id": service.submit(lambda: service.create_run(served, shape, lora.seed))}
+        model_id = service.model_id(parsed.session_id, parsed.model_seq_id)
+
+        def create() -> Result:
+            service.create_run(model_id, served, shape, lora.seed)
+            return Result(body={"model_id": model_id, "type": "create_model"})
+
+        return {"request_id": service.submit(create), "model_id": model_id}
+
+    @app.post("/api/v1/save_weights")
+    async def save_weights(request: Request) -> dict[str, Any]:
+        parsed = await body(request, "SaveWeightsRequest")
+        if parsed.path is None:
+            raise Refused(422, "path: save_state needs a checkpoint name")
+        request_id = service.submit(lambda: service.save_state(parsed.model_id, parsed.path, parsed.overwrite))
+        return {"request_id": request_id, "model_id": parsed.model_id}
+
+    @app.post("/api/v1/load_weights")
+    async def load_weights(request: Request) -> dict[str, Any]:
+        parsed = await body(request, "LoadWeightsRequest")
+        if parsed.session_id is not None:  # create_training_client_from_state: a new run, made from the checkpoint
+            if parsed.session_id not in service.sessions or parsed.model_seq_id is None:
+                raise Refused(404, f"session_id {parsed.session_id!r}: no session of that id on this server")
+            model_id = service.model_id(parsed.session_id, parsed.model_seq_id)
+            new_run_on: str | None = parsed.base_model or ""
+        elif parsed.model_id is not None:  # TrainingClient.load_state: into the run that exists
+            model_id, new_run_on = parsed.model_id, None
+        else:
+            raise Refused(422, "session_id or model_id: load_weights needs one")
+        if parsed.optimizer_config is not None and parsed.optimizer_config.type != "adamw":
+            raise Refused(422, f"optimizer_config: {parsed.optimizer_config.type!r}; this server steps AdamW only")
+        request_id = service.submit(lambda: service.load_state(model_id, parsed.path, parsed.optimizer, new_run_on=new_run_on))
+        return {"request_id": request_id, "model_id": model_id}
 
     @app.post("/api/v1/get_info")
     async def get_info(request: Request) -> dict[str, Any]:

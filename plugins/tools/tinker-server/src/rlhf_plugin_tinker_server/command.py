@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from pathlib import Path
 from typing import Any, ClassVar
 
 log = logging.getLogger("rlhf.serving")
@@ -49,6 +50,14 @@ class ServeTinkerCommand:
             f"with 'tml-'); None: ${API_KEY_ENV}, else any key is accepted",
         )
         parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="the base weights' dtype")
+        parser.add_argument(
+            "--checkpoint-dir",
+            "--checkpoint_dir",
+            dest="checkpoint_dir",
+            default="tinker-checkpoints",
+            help="where save_state writes each run's checkpoints and load_state reads them; a server "
+            "started again on the same directory resumes any run from its last save_state",
+        )
 
     def run(self, host: Any, args: Any) -> int:
         import uvicorn
@@ -69,7 +78,7 @@ class ServeTinkerCommand:
             log.warning(
                 "rlhf serve-tinker on %s trains for anyone who reaches it: set --api-key (or %s)", args.host, API_KEY_ENV
             )
-        service = TinkerService(models, ppo_loss)
+        service = TinkerService(models, ppo_loss, Path(args.checkpoint_dir).resolve())
         try:
             uvicorn.run(build_app(service, api_key), host=args.host, port=args.port, log_level="warning")
         finally:

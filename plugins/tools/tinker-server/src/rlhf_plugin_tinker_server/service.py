@@ -17,8 +17,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from rlhf_plugin_tinker_server.checkpoints import CheckpointError, load_into, read_run_state, save_run_state
 from rlhf_plugin_tinker_server.losses import LossInputError, check_loss_request, datum_loss
 from rlhf_plugin_tinker_server.models import LoraShape, ServedModel
 from rlhf_plugin_tinker_server.sampling import SamplingInputError, SamplingRequest, check_sampling_request, sample
@@ -40,7 +42,7 @@ class UserInputError(ValueError):
 
 
 #: What a job may raise to fail as the user's mistake (the SDK's error category ``user``), not the server's
-USER_ERRORS = (UserInputError, LossInputError, SamplingInputError, WireError)
+USER_ERRORS = (UserInputError, LossInputError, SamplingInputError, WireError, CheckpointError)
 
 
 @dataclass
@@ -79,11 +81,13 @@ class SamplerWeights:
 
 
 class TinkerService:
-    """``models``: the served base models by the names clients use; ``ppo_loss``: rlhf's PPO-clip policy loss class."""
+    """``models``: the served base models by the names clients use; ``ppo_loss``: rlhf's PPO-clip policy loss class;
+    ``checkpoint_root``: where ``save_state`` writes and ``load_state`` reads (:mod:`.checkpoints`)."""
 
-    def __init__(self, models: dict[str, ServedModel], ppo_loss: Callable[..., Any]) -> None:
+    def __init__(self, models: dict[str, ServedModel], ppo_loss: Callable[..., Any], checkpoint_root: Path) -> None:
         self.models = models
         self.ppo_loss = ppo_loss
+        self.checkpoint_root = checkpoint_root
         self.sessions: dict[str, float] = {}
         self.runs: dict[str, TrainingRun] = {}
         self.samplers: dict[str, SamplerWeights] = {}
@@ -156,16 +160,53 @@ class TinkerService:
 
     # --- jobs (run on the worker) --------------------------------------------------------------------------------
 
-    def create_run(self, served: ServedModel, shape: LoraShape, seed: int | None) -> Result:
+    @staticmethod
+    def model_id(session_id: str, model_seq_id: int) -> str:
+        """A training run's id: the SDK derives the same one itself when it creates a run from a checkpoint."""
+        return f"{session_id}:train:{model_seq_id}"
+
+    def create_run(self, model_id: str, served: ServedModel, shape: LoraShape, seed: int | None) -> TrainingRun:
         import torch
 
-        model_id = f"run-{next(self._ids)}"
-        adapter = model_id.replace("-", "_")
+        if model_id in self.runs:
+            raise UserInputError(f"model_seq_id: the session already has a training run {model_id}")
+        adapter = f"run_{next(self._ids)}"
         served.add_adapter(adapter, shape, seed if seed is not None else secrets.randbits(32))
         # The SDK's AdamParams arrive with each optim_step; these are placeholders the first step overwrites
         optimizer = torch.optim.AdamW(list(served.adapter_parameters(adapter).values()), lr=0.0, weight_decay=0.0)
-        self.runs[model_id] = TrainingRun(model_id, served, adapter, shape, optimizer)
-        return Result(body={"model_id": model_id, "type": "create_model"})
+        self.runs[model_id] = run = TrainingRun(model_id, served, adapter, shape, optimizer)
+        return run
+
+    def save_state(self, model_id: str, name: str, overwrite: bool) -> Result:
+        run = self.run(model_id)
+        path = save_run_state(
+            self.checkpoint_root,
+            model_id,
+            name,
+            base_model=run.served.name,
+            shape=run.shape,
+            adapter=run.adapter,
+            parameters=run.served.adapter_parameters(run.adapter),
+            optimizer=run.optimizer,
+            overwrite=overwrite,
+        )
+        return Result(body={"path": path, "type": "save_weights"})
+
+    def load_state(self, model_id: str, path: str, with_optimizer: bool, *, new_run_on: str | None = None) -> Result:
+        """Load a checkpoint into the run ``model_id``; with ``new_run_on`` (a base model name, "" for the
+        checkpoint's own) the run is created from it first, as ``create_training_client_from_state`` asks."""
+        state = read_run_state(self.checkpoint_root, path, with_optimizer=with_optimizer)
+        if new_run_on is not None:
+            run = self.create_run(model_id, self.served(new_run_on or state.base_model), state.shape, seed=0)
+        else:
+            run = self.run(model_id)
+            if run.shape != state.shape or run.served.name != state.base_model:
+                raise CheckpointError(
+                    f"path {path!r}: a {state.shape} adapter of {state.base_model}, and run {model_id} "
+                    f"is a {run.shape} adapter of {run.served.name}"
+                )
+        load_into(state, run.adapter, run.served.adapter_parameters(run.adapter), run.optimizer)
+        return Result(body={"path": path, "model_id": model_id, "type": "load_weights"})
 
     def forward_backward(self, request: WireForwardBackward) -> Result:
         import torch
