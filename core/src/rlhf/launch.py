@@ -29,7 +29,9 @@ class TrainerRun:
     :func:`attach_run_log` sends library logs to a run directory's ``rlhf.log``."""
 
     trainer: type
-    config: Any  # the trainer's ``config_class``, validated
+    # the trainer's ``config_class``, validated: any pydantic model a trainer plugin declares (RunConfig); Any because
+    # the attribute is public and snapshot-tested in plugin API 3, where typing it is a change for the next API bump
+    config: Any
     argv: list[str]  # the command line as parsed: after every plugin's rlhf_translate_argv
     given: list[str]  # the dotted options the command line (not the YAML file) set
     print_config: bool  # --print-config was given

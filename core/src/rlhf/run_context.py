@@ -17,6 +17,8 @@ from rlhf.host.selection import PluginSelection
 __all__ = ["run_processor"]
 
 
+# config: Any (a PPOConfig) because the signature is public and snapshot-tested in plugin API 3: a typed one is a
+# changed signature, which waits for the next API bump
 def run_processor(config: Any) -> Any:
     """The run's prompt processor (a VLM plugin's, whose optional ``extend`` adds environment images to a
     trajectory; see :class:`rlhf.components.Processor`), or None for a text-only run. ``config`` is the run's

@@ -85,6 +85,8 @@ def converts_from(config: RunConfig, registry: Any) -> Callable[[str], bool]:
     return converts
 
 
+# config: Any (a RunConfig) because the signature is public and snapshot-tested in plugin API 3: a typed one is a
+# changed signature, which waits for the next API bump
 def load_trained_checkpoint(config: Any, backend: Any, model: Any, writer: str | None, directory: Path, tag: str,
                             registry: Any) -> None:
     """Every rank of a resume: the states of ``model`` (a :class:`rlhf.components.TrainedModel` of ``backend``, this

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from rlhf.config.checks import engines_colocated_with
 from rlhf.planning.groups import ModelGroup, RunGroups
 from rlhf.runtime.cluster.capacity import Request, shortfall
 from rlhf.runtime.cluster.placement import colocated_sets, run_requests
+from rlhf.runtime.plan.planned import PlannedConfig
 
 
 @dataclass
@@ -30,7 +30,7 @@ class GPU:
     seats: list[Seat] = field(default_factory=list)
 
 
-def lay_out(config: Any, groups: RunGroups, nodes: list[float], cluster: str = "the Ray cluster") -> tuple[list[GPU], str | None]:
+def lay_out(config: PlannedConfig, groups: RunGroups, nodes: list[float], cluster: str = "the Ray cluster") -> tuple[list[GPU], str | None]:
     """Every GPU of ``nodes`` (GPUs per node, of ``cluster``) with the seats placed on it, and why the run cannot be
     placed (the GPU-count check's line, naming the groups left out of the placement) or None."""
     if groups.per_device:
@@ -104,7 +104,7 @@ def paper_nodes(gpus: int, per_node: int) -> list[float]:
     return [float(per_node)] * full + ([float(rest)] if rest else [])
 
 
-def requested_gpus(config: Any, groups: RunGroups) -> int:
+def requested_gpus(config: PlannedConfig, groups: RunGroups) -> int:
     """The GPUs the run's placement groups ask for (the size of a cluster that holds it exactly); for a run of one
     process per GPU, its launcher's ``WORLD_SIZE`` (1 outside one)."""
     if groups.per_device:

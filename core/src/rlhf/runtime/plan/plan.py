@@ -4,7 +4,6 @@ change that fits. The components answer for their parts (:mod:`rlhf.planning.par
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from rlhf import ops
 from rlhf.config.training_backend import backend_class
@@ -13,8 +12,9 @@ from rlhf.models.extensions import active
 from rlhf.planning.groups import ModelGroup, RunGroups
 from rlhf.planning.parts import PHASES, MemoryPart, PlannedModel, activation_bytes, dtype_bytes, format_bytes
 from rlhf.planning.shapes import model_shape
-from rlhf.registry import ComponentKind
+from rlhf.registry import ComponentKind, ComponentRegistry
 from rlhf.runtime.plan.layout import GPU, group_keys, lay_out, paper_nodes, requested_gpus
+from rlhf.runtime.plan.planned import PlannedConfig
 from rlhf.runtime.plan.remedies import changed_config, search
 
 #: fp32 ``(chunk, V)`` tensors of one log-prob chunk alive at once in rlhf.ops.chunked_logprobs (measured with
@@ -101,7 +101,7 @@ class Plan:
                 + (f"; the closest: {self.closest}" if self.closest else ""))
 
 
-def run_groups(trainer: type, config: Any, registry: Any) -> RunGroups:
+def run_groups(trainer: type, config: PlannedConfig, registry: ComponentRegistry) -> RunGroups:
     """The trainer's model groups and engines (its optional classmethod ``plan_groups(config, registry)``)."""
     plan_groups = getattr(trainer, "plan_groups", None)
     if plan_groups is None:
@@ -110,7 +110,7 @@ def run_groups(trainer: type, config: Any, registry: Any) -> RunGroups:
     return plan_groups(config, registry)
 
 
-def plan_run(trainer: type, config: Any, registry: Any, cluster: Cluster | None, *, remedies: bool = True) -> Plan:
+def plan_run(trainer: type, config: PlannedConfig, registry: ComponentRegistry, cluster: Cluster | None, *, remedies: bool = True) -> Plan:
     """The plan of ``config`` on ``cluster`` (None: a cluster of exactly the GPUs the run asks for, memory unknown)."""
     groups = run_groups(trainer, config, registry)
     config, notes = capped_sequence(config, groups)
@@ -125,7 +125,7 @@ def plan_run(trainer: type, config: Any, registry: Any, cluster: Cluster | None,
         parts["engine"] = engine_parts(config, groups, cluster.gpu_memory)
     plan = Plan(cluster, gpus, parts, problem, notes=notes)
     if remedies and plan.fits is False:
-        def cluster_for(changed: Any) -> Cluster:
+        def cluster_for(changed: PlannedConfig) -> Cluster:
             needed = requested_gpus(changed, run_groups(trainer, changed, registry))
             return Cluster(paper_nodes(needed, int(max(cluster.nodes, default=8)) or 8), cluster.gpu_memory, "")
 
@@ -135,7 +135,7 @@ def plan_run(trainer: type, config: Any, registry: Any, cluster: Cluster | None,
     return plan
 
 
-def capped_sequence(config: Any, groups: RunGroups) -> tuple[Any, list[str]]:
+def capped_sequence(config: PlannedConfig, groups: RunGroups) -> tuple[PlannedConfig, list[str]]:
     """``config`` with ``--data.max_len`` capped at the actor's ``max_position_embeddings``, as the run caps it
     (:class:`rlhf.runtime.control.controller.PPOController`), and the note saying so."""
     actor = next((m for m in groups.models if m.role == "actor"), None)
@@ -147,7 +147,7 @@ def capped_sequence(config: Any, groups: RunGroups) -> tuple[Any, list[str]]:
         f"planned at {positions}, as the run caps it"]
 
 
-def model_parts(config: Any, registry: Any, model: ModelGroup) -> list[MemoryPart]:
+def model_parts(config: PlannedConfig, registry: ComponentRegistry, model: ModelGroup) -> list[MemoryPart]:
     """One GPU of ``model``'s group: the training backend's model states (its ``plan_memory``) and the activations."""
     shape = model_shape(model.path, model.flag)
     if model.value_head:
@@ -173,7 +173,7 @@ def model_parts(config: Any, registry: Any, model: ModelGroup) -> list[MemoryPar
                     *logits_parts(config, planned, response_tokens(config, registry)), *extra]
 
 
-def micro_batch_tokens(config: Any, trained: bool) -> int:
+def micro_batch_tokens(config: PlannedConfig, trained: bool) -> int:
     """Tokens one GPU takes in one forward: a training micro-batch (``--train.micro_batch_size`` sequences, or
     ``--train.max_tokens_per_gpu`` with dynamic batching), or an experience forward's ``--rollout.micro_batch_size``
     sequences; over the ring-attention group."""
@@ -187,7 +187,7 @@ def micro_batch_tokens(config: Any, trained: bool) -> int:
     return batch // max(1, config.ds.ring_attn_size)
 
 
-def activations(config: Any, model: PlannedModel, checkpointing: bool) -> MemoryPart:
+def activations(config: PlannedConfig, model: PlannedModel, checkpointing: bool) -> MemoryPart:
     """The activations of one GPU of ``model`` but its logits: a training micro-batch's, or an inference forward's."""
     ds = config.ds
     sequence = config.data.max_len // max(1, ds.ring_attn_size)
@@ -199,7 +199,7 @@ def activations(config: Any, model: PlannedModel, checkpointing: bool) -> Memory
     return MemoryPart("activations", nbytes, how)
 
 
-def response_tokens(config: Any, registry: Any) -> int:
+def response_tokens(config: PlannedConfig, registry: ComponentRegistry) -> int:
     """Action tokens one sequence can have: ``--data.max_len`` less the prompt's first token, and at most
     ``--rollout.max_new_tokens`` where the run's agent executor makes each response one generation (its trait
     ``one_generation_per_request``; a multi-turn trajectory spans several, bounded only by ``--data.max_len``)."""
@@ -213,7 +213,7 @@ def response_tokens(config: Any, registry: Any) -> int:
     return min(limit, room) if getattr(executor, "one_generation_per_request", False) else room
 
 
-def logits_parts(config: Any, model: PlannedModel, response: int) -> list[MemoryPart]:
+def logits_parts(config: PlannedConfig, model: PlannedModel, response: int) -> list[MemoryPart]:
     """What the LM head's output takes on one GPU of ``model`` (nothing for a value head): the logits of a whole
     micro-batch in the weights' dtype (and their gradient, as large, in a training backward; a trained actor's
     experience forward over ``--rollout.micro_batch_size`` sequences where that is larger), and one chunk of the
@@ -236,7 +236,7 @@ def logits_parts(config: Any, model: PlannedModel, response: int) -> list[Memory
                        f"4 B (fp32 logits and {'their gradient' if model.trained else 'probabilities'})")]
 
 
-def action_tokens(config: Any, trained: bool, response: int) -> int:
+def action_tokens(config: PlannedConfig, trained: bool, response: int) -> int:
     """Positions of one forward (:func:`micro_batch_tokens`) whose log-probs are read: at most its sequences x
     ``response`` (with dynamic batching the sequences are not fixed: its tokens bound them)."""
     tokens = micro_batch_tokens(config, trained)
@@ -253,7 +253,7 @@ def logprob_chunk_tokens() -> int:
     return ops.LOGPROB_CHUNK_TOKENS
 
 
-def engine_parts(config: Any, groups: RunGroups, gpu_memory: int | None) -> list[MemoryPart]:
+def engine_parts(config: PlannedConfig, groups: RunGroups, gpu_memory: int | None) -> list[MemoryPart]:
     """One GPU of one rollout engine: the engine's ``plan_memory(config, shape, gpu_memory)``."""
     actor = next(m for m in groups.models if m.role == "actor")
     plan_memory = getattr(groups.engine, "plan_memory", None)

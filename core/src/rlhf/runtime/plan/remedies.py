@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.config.checks import engines_colocated_with
 from rlhf.config.ppo_rules import check_sleep
@@ -23,8 +23,12 @@ from rlhf.config.training_backend import backend_class, check_backend_config
 from rlhf.errors import ConfigError
 from rlhf.planning.parts import format_bytes
 from rlhf.planning.remedies import REMEDY_COSTS, Remedy, RemedyContext
-from rlhf.registry import ComponentKind
+from rlhf.registry import ComponentKind, ComponentRegistry
 from rlhf.runtime.cluster.placement import COLOCATIONS, colocated_sets
+from rlhf.runtime.plan.planned import PlannedConfig
+
+if TYPE_CHECKING:
+    from rlhf.runtime.plan.plan import Cluster, Plan
 
 #: how many times more GPUs for the model groups the last candidates try (singles only: a cluster, not a flag)
 GROWTH = (2, 4, 8, 16)
@@ -39,16 +43,16 @@ class Outcome:
     tried: int  #: plans made
 
 
-def search(config: Any, registry: Any, base: Any, ranks: dict[str, int], engine: type | None,
-           replan: Callable[[Any, Any], Any], cluster_for: Callable[[Any], Any]) -> Outcome:
+def search(config: PlannedConfig, registry: ComponentRegistry, base: Plan, ranks: dict[str, int], engine: type | None,
+           replan: Callable[[PlannedConfig, Cluster], Plan], cluster_for: Callable[[PlannedConfig], Cluster]) -> Outcome:
     """The first fitting change for ``config``, whose plan ``base`` does not fit. ``ranks``: role -> ranks of its
     model groups; ``engine``: the run's rollout engine class (None: it generates nothing); ``replan(config,
     cluster)`` plans a changed config; ``cluster_for(config)`` is a cluster of the GPUs it asks for."""
     gpus = int(sum(base.cluster.nodes))
     singles = sorted(candidates(config, registry, ranks, engine, gpus), key=lambda c: REMEDY_COSTS[c.kind])
-    seen: dict[str, Any] = {}  # typed change -> its plan (None: refused)
+    seen: dict[str, Plan | None] = {}  # typed change -> its plan (None: refused)
 
-    def attempt(changes: tuple[Remedy, ...], grows: bool = False) -> Any:
+    def attempt(changes: tuple[Remedy, ...], grows: bool = False) -> Plan | None:
         flags = {key: value for change in changes for key, value in change.flags.items()}
         typed = " ".join(change.typed() for change in changes)
         try:
@@ -93,7 +97,7 @@ def search(config: Any, registry: Any, base: Any, ranks: dict[str, int], engine:
     return Outcome(None, closest(seen), len(seen))
 
 
-def candidates(config: Any, registry: Any, ranks: dict[str, int], engine: type | None, gpus: int) -> list[Remedy]:
+def candidates(config: PlannedConfig, registry: ComponentRegistry, ranks: dict[str, int], engine: type | None, gpus: int) -> list[Remedy]:
     """The single changes to try (unordered), each setting something the run does not have already: the core's own,
     the training backend's and, where the run generates, every installed rollout engine's."""
     context = RemedyContext(ranks, gpus, _model_gpus(config, ranks), engine)
@@ -128,7 +132,7 @@ def candidates(config: Any, registry: Any, ranks: dict[str, int], engine: type |
             and any(_get(config, key) != value for key, value in change.flags.items())]
 
 
-def offered(component: type, config: Any, context: RemedyContext) -> list[Remedy]:
+def offered(component: type, config: PlannedConfig, context: RemedyContext) -> list[Remedy]:
     """A component's ``plan_remedies(config, context)``, if it has one, each of a known kind."""
     plan_remedies = getattr(component, "plan_remedies", None)
     remedies = list(plan_remedies(config, context)) if plan_remedies is not None else []
@@ -139,7 +143,7 @@ def offered(component: type, config: Any, context: RemedyContext) -> list[Remedy
     return remedies
 
 
-def _generate_changes(config: Any) -> list[Remedy]:
+def _generate_changes(config: PlannedConfig) -> list[Remedy]:
     """Fewer sequences per experience forward (and per HF generate call); in an async run, fewer prompts per
     generate round (a synchronous run hands each engine its whole share of the batch at once, whatever
     ``--rollout.vllm_generate_batch_size`` says)."""
@@ -154,7 +158,7 @@ def _generate_changes(config: Any) -> list[Remedy]:
     return found
 
 
-def _engine_changes(config: Any, registry: Any, context: RemedyContext) -> list[Remedy]:
+def _engine_changes(config: PlannedConfig, registry: ComponentRegistry, context: RemedyContext) -> list[Remedy]:
     """Generation elsewhere: each installed engine that generates inside the actor's ranks (the core's own
     ``--rollout.engine``), then what every installed engine offers of its own (``plan_remedies``)."""
     kind, classes = ComponentKind.ROLLOUT_ENGINE, []
@@ -167,7 +171,7 @@ def _engine_changes(config: Any, registry: Any, context: RemedyContext) -> list[
     return found + [remedy for engine in classes for remedy in offered(engine, config, context)]
 
 
-def _model_gpus(config: Any, ranks: dict[str, int]) -> int:
+def _model_gpus(config: PlannedConfig, ranks: dict[str, int]) -> int:
     """GPUs the model groups take, colocated groups counted once (every group apart where the colocation is bad, or
     where the trainer has no colocation flags: one process per GPU)."""
     if not hasattr(config.train, "colocate_all"):
@@ -178,14 +182,14 @@ def _model_gpus(config: Any, ranks: dict[str, int]) -> int:
         return sum(ranks.values())
 
 
-def growth(config: Any, ranks: dict[str, int]) -> list[Remedy]:
+def growth(config: PlannedConfig, ranks: dict[str, int]) -> list[Remedy]:
     """Every model group the run has on 2, 4, 8 and 16 times its nodes."""
     roles = [role for role in ranks if hasattr(getattr(config, role, None), "num_nodes")]
     return [Remedy({f"{role}.num_nodes": getattr(config, role).num_nodes * factor for role in roles}, "more GPUs",
                    f"{factor} times the GPUs") for factor in GROWTH]
 
 
-def closest(seen: dict[str, Any]) -> str | None:
+def closest(seen: dict[str, Plan | None]) -> str | None:
     """Of the changes planned, the one whose fullest GPU is least over its memory: ``"FLAGS (node 0 GPU 3 needs
     X of Y)"``; None where none could be placed."""
     placed = [(plan.overshoot(), typed, plan) for typed, plan in seen.items()
@@ -198,7 +202,7 @@ def closest(seen: dict[str, Any]) -> str | None:
             f"{format_bytes(plan.cluster.gpu_memory)})")
 
 
-def _footprint(plan: Any) -> tuple[Any, ...]:
+def _footprint(plan: Plan) -> tuple[Any, ...]:
     """What a change can move: the placement, every GPU's peak, and every part's bytes (a part of a group that could
     not be placed counts on no GPU, yet a partner change may place it)."""
     parts = tuple((group, part.part, part.nbytes) for group, listed in plan.parts.items() for part in listed)
@@ -214,7 +218,7 @@ def _halvings(size: int) -> list[int]:
     return sizes
 
 
-def changed_config(config: Any, change: dict[str, Any]) -> Any:
+def changed_config(config: PlannedConfig, change: dict[str, Any]) -> PlannedConfig:
     """A validated copy of ``config`` with the dotted ``change`` applied; a key whose first part is no section of the
     config is a plugin's option (``fsdp2.cpu_offload``), kept under ``plugins`` as its flag would be."""
     tree = config.model_dump()
@@ -227,12 +231,13 @@ def changed_config(config: Any, change: dict[str, Any]) -> Any:
     return type(config).model_validate(tree)
 
 
-def _get(config: Any, dotted: str) -> Any:
+def _get(config: PlannedConfig, dotted: str) -> Any:
     """The value the dotted flag has in ``config`` (a plugin's option under ``plugins``); None where it has none."""
     first, _, rest = dotted.partition(".")
     if not hasattr(config, first) and isinstance(getattr(config, "plugins", None), dict):
-        config = config.plugins.get(first, {})
-        return config.get(rest) if isinstance(config, dict) else None
+        options = config.plugins.get(first, {})
+        return options.get(rest) if isinstance(options, dict) else None
+    node: Any = config
     for part in dotted.split("."):
-        config = getattr(config, part, None)
-    return config
+        node = getattr(node, part, None)
+    return node

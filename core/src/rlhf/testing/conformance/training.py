@@ -16,7 +16,7 @@ from __future__ import annotations
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.components import build
 from rlhf.distributed import group_environment, restored_process
@@ -32,6 +32,9 @@ from rlhf.testing.conformance._core import (
     ppo_config,
 )
 from rlhf.testing.conformance.planning import check_backend_plan, check_backend_remedies
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
 BACKEND = ComponentKind.TRAINING_BACKEND.label
 #: fp32 tolerance between a backend's weights and plain torch's after the same steps
@@ -58,7 +61,7 @@ class _Constant:
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
 
 
-def kit_config(config: Any = None) -> Any:
+def kit_config(config: PPOConfig | None = None) -> PPOConfig:
     """The run config the kit trains with: fp32, micro-batches of 2, two of them per optimizer step."""
     config = config if config is not None else ppo_config()
     config.ds.param_dtype, config.ds.attn_implementation = "fp32", "eager"
@@ -129,7 +132,7 @@ def check_training_backend(backend_class: type, model_path: Any, config: Any = N
         _check_training_backend(backend_class, model_path, config, weight_tolerance)
 
 
-def _check_training_backend(backend_class: type, model_path: Any, config: Any, tolerance: float) -> None:
+def _check_training_backend(backend_class: type, model_path: Any, config: PPOConfig | None, tolerance: float) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
