@@ -240,6 +240,22 @@ def test_a_restarted_server_resumes_a_run_from_its_last_save_state(
         client.create_training_client_from_state(f"tinker://{training.model_id}/weights/step-9").result()
 
 
+def test_a_run_keeps_its_latest_sampler_snapshots_loaded_and_refuses_older_ones_by_name(server, client) -> None:
+    training = client.create_lora_training_client(base_model="tiny", rank=2, seed=0).result()
+    keep = server.service.keep_snapshots
+    samplers = [training.save_weights_and_get_sampling_client().result() for _ in range(keep + 1)]
+    prompt, params = types.ModelInput.from_ints(TOKENS[:3]), types.SamplingParams(max_tokens=2, seed=0)
+    with pytest.raises(tinker.NotFoundError, match=f"newer ones replaced; this server keeps each run's last {keep}"):
+        samplers[0].sample(prompt, 1, params).result()
+    assert len(samplers[-1].sample(prompt, 1, params).result().sequences) == 1
+    snapshots = [
+        name
+        for name in server.service.models["tiny"].adapters
+        if name.startswith(f"{server.service.runs[training.model_id].adapter}_")
+    ]
+    assert len(snapshots) == keep
+
+
 def test_the_async_client_trains_and_samples(server) -> None:
     async def run() -> tuple[float, int]:
         with tinker.ServiceClient(base_url=server.base_url, api_key=KEY) as service_client:

@@ -241,7 +241,7 @@ def build_app(service: TinkerService, api_key: str | None) -> Any:
         else:
             weights = _sampler_weights(service, parsed.model_path, parsed.base_model)
         wanted = _sampling_request(parsed)
-        request_id = service.submit(lambda: service.sample(weights, wanted))
+        request_id = service.submit(lambda: service.sample(parsed.sampling_session_id, weights, wanted))
         return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}-{i}" for i in range(parsed.num_samples)]}
 
     @app.post("/api/v1/retrieve_future")

@@ -23,6 +23,12 @@ def model_entry(text: str) -> tuple[str, str]:
     return (name or path), path
 
 
+def _positive(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
 class ServeTinkerCommand:
     """Serve the Tinker training API over HTTP for the ``tinker`` SDK (``ServiceClient(base_url=...)``)."""
 
@@ -51,6 +57,15 @@ class ServeTinkerCommand:
         )
         parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="the base weights' dtype")
         parser.add_argument(
+            "--sampler-snapshots",
+            "--sampler_snapshots",
+            dest="sampler_snapshots",
+            type=_positive,
+            default=8,
+            help="how many of a run's latest save_weights_and_get_sampling_client snapshots stay loaded; "
+            "sampling from an older one is refused with a message that says so",
+        )
+        parser.add_argument(
             "--checkpoint-dir",
             "--checkpoint_dir",
             dest="checkpoint_dir",
@@ -78,7 +93,7 @@ class ServeTinkerCommand:
             log.warning(
                 "rlhf serve-tinker on %s trains for anyone who reaches it: set --api-key (or %s)", args.host, API_KEY_ENV
             )
-        service = TinkerService(models, ppo_loss, Path(args.checkpoint_dir).resolve())
+        service = TinkerService(models, ppo_loss, Path(args.checkpoint_dir).resolve(), args.sampler_snapshots)
         try:
             uvicorn.run(build_app(service, api_key), host=args.host, port=args.port, log_level="warning")
         finally:

@@ -69,6 +69,8 @@ class TrainingRun:
     adapter: str
     shape: LoraShape
     optimizer: Any
+    #: the sampling sessions of the run's unnamed snapshots, oldest first (each is an adapter on the shared model)
+    snapshots: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -82,12 +84,18 @@ class SamplerWeights:
 
 class TinkerService:
     """``models``: the served base models by the names clients use; ``ppo_loss``: rlhf's PPO-clip policy loss class;
-    ``checkpoint_root``: where ``save_state`` writes and ``load_state`` reads (:mod:`.checkpoints`)."""
+    ``checkpoint_root``: where ``save_state`` writes and ``load_state`` reads (:mod:`.checkpoints`);
+    ``keep_snapshots``: how many of a run's latest ``save_weights_and_get_sampling_client`` snapshots stay loaded (an
+    RL loop makes one per step; each is an adapter on the shared model, so older ones are dropped)."""
 
-    def __init__(self, models: dict[str, ServedModel], ppo_loss: Callable[..., Any], checkpoint_root: Path) -> None:
+    def __init__(
+        self, models: dict[str, ServedModel], ppo_loss: Callable[..., Any], checkpoint_root: Path, keep_snapshots: int = 8
+    ) -> None:
         self.models = models
         self.ppo_loss = ppo_loss
         self.checkpoint_root = checkpoint_root
+        self.keep_snapshots = keep_snapshots
+        self.dropped_samplers: dict[str, str] = {}  # sampling session -> the run whose newer snapshots replaced it
         self.sessions: dict[str, float] = {}
         self.runs: dict[str, TrainingRun] = {}
         self.samplers: dict[str, SamplerWeights] = {}
@@ -154,6 +162,11 @@ class TinkerService:
         return self.runs[model_id]
 
     def sampler(self, sampling_session_id: str) -> SamplerWeights:
+        if sampling_session_id in self.dropped_samplers:
+            raise UserInputError(
+                f"sampling_session_id {sampling_session_id!r}: a snapshot of run {self.dropped_samplers[sampling_session_id]} "
+                f"that newer ones replaced; this server keeps each run's last {self.keep_snapshots} (--sampler-snapshots)"
+            )
         if sampling_session_id not in self.samplers:
             raise UserInputError(f"sampling_session_id {sampling_session_id!r}: no sampling session of that id")
         return self.samplers[sampling_session_id]
@@ -266,6 +279,11 @@ class TinkerService:
             self.saved_weights[path] = SamplerWeights(run.served, snapshot, path)
             return Result(body={"path": path, "type": "save_weights_for_sampler"})
         session_id = self.open_sampler(SamplerWeights(run.served, snapshot))
+        run.snapshots.append(session_id)
+        while len(run.snapshots) > self.keep_snapshots:
+            dropped = run.snapshots.pop(0)
+            run.served.delete_adapter(self.samplers.pop(dropped).adapter)
+            self.dropped_samplers[dropped] = model_id
         return Result(body={"sampling_session_id": session_id, "type": "save_weights_for_sampler"})
 
     def open_sampler(self, weights: SamplerWeights) -> str:
@@ -273,7 +291,9 @@ class TinkerService:
         self.samplers[sampling_session_id] = weights
         return sampling_session_id
 
-    def sample(self, weights: SamplerWeights, request: SamplingRequest) -> Result:
+    def sample(self, sampling_session_id: str | None, weights: SamplerWeights, request: SamplingRequest) -> Result:
+        if sampling_session_id is not None:
+            self.sampler(sampling_session_id)  # a snapshot dropped after this request was queued is refused here
         check_sampling_request(request, weights.served)
         sequences, prompt_logprobs = sample(weights.served, weights.adapter, request)
         return Result(proto=encode_sample_response(sequences, prompt_logprobs))
