@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +26,14 @@ from rlhf.runtime.cluster.liveness import RESUME_ADVICE, wait, write_whereabouts
 from rlhf.runtime.cluster.local import in_process_ranks, ranks_in_process, ray_actor_count
 from rlhf.runtime.cluster.placement import Placement, ranks_of
 from rlhf.runtime.cluster.ray_start import start_ray, stop_ray
-from rlhf.runtime.control.checkpointing import PPOCheckpoints
+from rlhf.runtime.control.checkpointing import PPOCheckpoints, trained_models
 from rlhf.runtime.control.experience import compute_advantages
 from rlhf.runtime.control.kl_control import KLController, observed_kl
 from rlhf.runtime.control.preflight import PPOPreflight
 from rlhf.runtime.control.rewarding import RewardStage
 from rlhf.runtime.control.sample_records import sample_records
 from rlhf.runtime.control.steering import prompt_mix_metrics, steer
+from rlhf.runtime.control.step_metrics import flatten, mean_dicts, sample_means, timed
 from rlhf.runtime.rollout.agents import generate_samples
 from rlhf.runtime.rollout.engines import InRankEngines, NoEngines, RolloutEngines
 from rlhf.runtime.sync.weights import WeightSync, backend_for
@@ -48,16 +48,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("rlhf.runtime")
 
 
-@contextmanager
-def timed(metrics: dict[str, float], key: str):
-    start = time.perf_counter()
-    yield
-    metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - start
-
-
-class PPOController(PPOPreflight, PPOCheckpoints):
-    """One run of ``rlhf train ppo``, in the CLI process: checks its inputs (:class:`PPOPreflight`), starts the
-    engines and ranks, trains step by step, and writes and resumes checkpoints (:class:`PPOCheckpoints`)."""
+class PPOController:
+    """One run of ``rlhf train ppo``, in the CLI process: checks its inputs (its :class:`PPOPreflight`), starts the
+    engines and ranks, trains step by step, and writes and resumes checkpoints (its :class:`PPOCheckpoints`, made
+    once the trained groups are)."""
 
     def __init__(self, config: PPOConfig, plugins: Any, run_dir: Path) -> None:
         self.config, self.plugins, self.run_dir = config, plugins, Path(run_dir)
@@ -82,6 +76,28 @@ class PPOController(PPOPreflight, PPOCheckpoints):
         self.policy_version, self.engine_lock, self.trained_data = 0, contextlib.nullcontext(), None
         self.trained_samples: list[dict[str, Any]] = []  # the last step's samples as records (sample_records.py)
         self.rollout_logs: dict[str, Any] = {}  # the last step's rollout-stage metrics and reward logs (its dump's META)
+        self.trained_models = trained_models(config, registry, critic=self.estimator.needs_critic)
+        self.preflight = PPOPreflight(config, registry, critic=self.estimator.needs_critic,
+                                      reward_model_paths=self.rewards.reward_model_paths, models=self.trained_models)
+        self.checkpoints: PPOCheckpoints | None = None  # made with the trained groups (_launch)
+
+    # ----------------------------------------------------------------- checks
+
+    def _check_inputs(self) -> None:
+        """Everything the user gave that can be checked without workers (:meth:`run` splits it around the Ray
+        start-up: sources before, data while the workers boot)."""
+        self._check_sources()
+        self._check_data()
+
+    def _check_sources(self) -> None:
+        sources = self.preflight.check_sources()
+        self.engine_class, self.engine_in_rank = sources.engine_class, sources.engine_in_rank
+        self.transport, self.in_process = sources.transport, sources.in_process  # _run may revise both once Ray is up
+
+    def _check_data(self) -> None:
+        data = self.preflight.read_data()
+        self.tokenizer, self.schedule = data.tokenizer, data.schedule
+        self.prompt_sources, self.eval_prompts = data.prompt_sources, data.eval_prompts
 
     # ----------------------------------------------------------------- set-up
 
@@ -118,6 +134,11 @@ class PPOController(PPOPreflight, PPOCheckpoints):
         self.ref = group(ReferenceWorker, "ref", cfg.ref) if with_ref else None
         self.critic = group(CriticWorker, "critic", cfg.critic, trained_tp) if with_critic else None
         self.rewards.reward_models = [group(RewardModelWorker, "reward", cfg.reward) for _ in reward_paths]
+        self.checkpoints = PPOCheckpoints(cfg, self.plugins, self.trained_models, self.actor, self.critic, self.scheduler)
+
+    def save_checkpoint(self, root: Path | None = None, keep: int | None = None) -> Path:
+        """A checkpoint of this step under ``root`` (``--ckpt.path``), keeping the newest ``keep`` (``--ckpt.max_num``)."""
+        return self.checkpoints.save(self, root, keep)
 
     def _setup(self) -> None:
         """Every rank's model and DeepSpeed engine (the ranks of a group rendezvous), once the data is read."""
@@ -220,7 +241,7 @@ class PPOController(PPOPreflight, PPOCheckpoints):
             with timed(metrics, "timing/samples"):
                 self.trained_samples = sample_records(samples, self.step)
             metrics.update(extra)
-            metrics.update(_sample_means(samples))
+            metrics.update(sample_means(samples))
             metrics["timing/step_total"] = time.perf_counter() - start
             return metrics
         with timed(metrics, "timing/make_experience"):
@@ -231,7 +252,7 @@ class PPOController(PPOPreflight, PPOCheckpoints):
             old_ref = self.actor.call_split_async("logprobs", payload) if needs_old else None
             ref_ref = self.ref.call_split_async("logprobs", payload) if self.ref is not None else None
             val_ref = self.critic.call_split_async("values", payload) if self.critic is not None else None
-            old, ref, values = (_flatten(wait(r)) if r is not None else None for r in (old_ref, ref_ref, val_ref))
+            old, ref, values = (flatten(wait(r)) if r is not None else None for r in (old_ref, ref_ref, val_ref))
             advantages, returns, adv_metrics = compute_advantages(samples, n, cfg, self.estimator, self.kl.value, old, ref, values,
                                                                   self.kl_estimator)
         with timed(metrics, "timing/samples"):  # what --rollout.dump_dir writes and rlhf_rollout_samples hands over
@@ -249,19 +270,19 @@ class PPOController(PPOPreflight, PPOCheckpoints):
                 critic_pending = self.critic.call_split_async("train", {**payload, "values": values, "returns": returns},
                                                               step=self.step)
                 if cfg.ds.enable_sleep:  # one model's states awake at a time: the critic fits first (OpenRLHF)
-                    metrics.update(_mean_dicts(wait(critic_pending)))
+                    metrics.update(mean_dicts(wait(critic_pending)))
                     critic_pending = []
             pending = (self.actor.call_split_async("train", train_payload, step=self.step, kl_coef=self.kl.value,
                                                  coefficients=self.steered)
                        if actor_trains else [])
-            actor_metrics = _mean_dicts(wait(pending))
+            actor_metrics = mean_dicts(wait(pending))
             if critic_pending:
-                metrics.update(_mean_dicts(wait(critic_pending)))
+                metrics.update(mean_dicts(wait(critic_pending)))
         with timed(metrics, "timing/broadcast"):
             if actor_trains:
                 self.sync_weights()
         metrics.update(actor_metrics, **adv_metrics, **extra)
-        metrics.update(_sample_means(samples))
+        metrics.update(sample_means(samples))
         metrics["kl_coef"] = self.kl.value
         self.kl.update(observed_kl(metrics, cfg.algo.kl.use_loss), cfg.rollout.batch_size * n)
         metrics["timing/step_total"] = time.perf_counter() - start
@@ -322,7 +343,7 @@ class PPOController(PPOPreflight, PPOCheckpoints):
                                      [self.actor, self.ref, self.critic, *self.rewards.reward_models], self.engines.engines)
             if started_ray:  # Ray draining a node of the run is a preemption warning (docs/preemption.md)
                 drain_watch = DrainWatch(run_nodes(rows))
-            self._resume()
+            self.checkpoints.resume(self)
             tracker = MetricsTracker(cfg, self.run_dir, self.schedule.total_batches, self.step)
             dump = RolloutDump(cfg.rollout.dump_dir, self.step) if cfg.rollout.dump_dir else None
             dumped_by = {"schema": SCHEMA, "actor": cfg.actor.model_name_or_path,
@@ -386,19 +407,3 @@ class PPOController(PPOPreflight, PPOCheckpoints):
             if started_ray:
                 stop_ray()
 
-
-def _sample_means(samples: list[Sample]) -> dict[str, float]:
-    """The step's reward, score, response length and share of responses cut at the token limit."""
-    count = len(samples)
-    return {"reward": sum(s.reward for s in samples) / count, "score": sum(s.score for s in samples) / count,
-            "response_length": sum(len(s.response_ids) for s in samples) / count,
-            "truncated_ratio": sum(s.finish_reason == "length" for s in samples) / count}
-
-
-def _flatten(parts: list[list[Any]]) -> list[Any]:
-    return [x for part in parts for x in part]
-
-
-def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
-    keys = dicts[0].keys() if dicts else []
-    return {k: sum(d[k] for d in dicts) / len(dicts) for k in keys}
