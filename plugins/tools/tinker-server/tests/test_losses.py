@@ -22,9 +22,7 @@ def _inputs(seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
 
 def _value_and_gradient(loss_fn: str, logprobs: torch.Tensor, inputs: dict, config: dict) -> tuple[float, torch.Tensor]:
     logprobs = logprobs.clone().requires_grad_(True)
-    wanted = (
-        {"weights": inputs["weights"]} if loss_fn == "cross_entropy" else {k: v for k, v in inputs.items() if k != "weights"}
-    )
+    wanted = {"weights": inputs["weights"]} if loss_fn == "cross_entropy" else inputs
     loss = datum_loss(loss_fn, logprobs, wanted, config, PPOClipLoss)
     loss.backward()
     return float(loss), logprobs.grad
@@ -39,23 +37,24 @@ def test_each_loss_and_its_gradient_are_the_formula(seed: int) -> None:
     clipped = ratio.clamp(low, high)
     unclipped_wins = ratio * advantages <= clipped * advantages  # where min() takes the unclipped term
     beta = 0.3
+    w = weights  # every loss multiplies each token's term by its weight
     expected = {
-        "cross_entropy": ({}, -(weights * logprobs).sum(), -weights),
-        "importance_sampling": ({}, -(ratio * advantages).sum(), -ratio * advantages),
+        "cross_entropy": ({}, -(w * logprobs).sum(), -w),
+        "importance_sampling": ({}, -(w * ratio * advantages).sum(), -w * ratio * advantages),
         "ppo": (
             {},
-            -torch.minimum(ratio * advantages, clipped * advantages).sum(),
-            torch.where(unclipped_wins, -ratio * advantages, torch.zeros_like(ratio)),
+            -(w * torch.minimum(ratio * advantages, clipped * advantages)).sum(),
+            torch.where(unclipped_wins, -w * ratio * advantages, torch.zeros_like(ratio)),
         ),
         "cispo": (
             {"clip_low_threshold": low, "clip_high_threshold": high},
-            -(clipped * logprobs * advantages).sum(),
-            -clipped * advantages,
+            -(w * clipped * logprobs * advantages).sum(),
+            -w * clipped * advantages,
         ),
         "dro": (
             {"beta": beta},
-            -(logprobs * advantages - beta / 2 * (logprobs - q) ** 2).sum(),
-            -(advantages - beta * (logprobs - q)),
+            -(w * (logprobs * advantages - beta / 2 * (logprobs - q) ** 2)).sum(),
+            -w * (advantages - beta * (logprobs - q)),
         ),
     }
     assert (~unclipped_wins).any() and unclipped_wins.any()  # both sides of PPO's min are exercised
@@ -71,7 +70,7 @@ def test_each_loss_and_its_gradient_are_the_formula(seed: int) -> None:
         ("gspo", {}, {}, "loss_fn 'gspo' is not supported by this server yet"),
         ("dro", {}, {"logprobs": [0.0], "advantages": [1.0]}, r"loss_fn_config\['beta'\]: dro needs it"),
         ("ppo", {"beta": 1.0}, {"logprobs": [0.0], "advantages": [1.0]}, r"loss_fn_config\['beta'\]: ppo reads clip_high"),
-        ("ppo", {}, {"logprobs": [0.0], "advantages": [1.0], "weights": [1.0]}, r"\['weights'\]: ppo reads no such input"),
+        ("ppo", {}, {"logprobs": [0.0], "advantages": [1.0], "mask": [1.0]}, r"\['mask'\]: ppo reads no such input"),
         ("cispo", {}, {"logprobs": [0.0]}, "cispo needs 'advantages'"),
     ],
 )

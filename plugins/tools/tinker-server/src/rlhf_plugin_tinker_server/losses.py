@@ -1,12 +1,13 @@
 """The Tinker losses this server computes, per datum, from the target tokens' log-probs under the tenant's model.
 
-All of them sum over tokens (Tinker reports and differentiates ``loss:sum``, never a mean):
+All of them sum over tokens (Tinker reports and differentiates ``loss:sum``, never a mean), each token's term
+multiplied by its ``weights`` input (default 1; the PPO term takes them as its mask):
 
-- ``cross_entropy``: ``-Σ weights·logp`` (``weights`` defaults to 1 on every token);
+- ``cross_entropy``: ``-Σ logp``;
 - ``importance_sampling``: ``-Σ exp(logp − q)·A``, with ``q`` the sampler's ``logprobs`` and ``A`` the ``advantages``;
 - ``ppo``: ``-Σ min(ρ·A, clip(ρ, lo, hi)·A)`` with ``ρ = exp(logp − q)`` and ``lo``/``hi`` the ``loss_fn_config``
   keys ``clip_low_threshold``/``clip_high_threshold`` (default 0.8 and 1.2). The term is rlhf's own PPO-clip policy
-  loss (the ``ppo`` policy loss of rlhf-plugin-ppo, handed in by the command), with every token in the mask;
+  loss (the ``ppo`` policy loss of rlhf-plugin-ppo, handed in by the command);
 - ``cispo``: ``-Σ sg(clip(ρ, lo, hi))·logp·A``, the clipped ratio a constant of the gradient (default lo 0, hi 4:
   Tinker's one-sided clip);
 - ``dro``: ``-Σ (logp·A − β/2·(logp − q)²)``, with ``β`` the ``loss_fn_config`` key ``beta`` (required: Tinker's docs
@@ -18,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-#: Every loss and the ``loss_fn_inputs`` it reads; the first ones are required, ``weights`` of cross_entropy is not
+#: Every loss and the ``loss_fn_inputs`` it needs; each also reads ``weights``, a per-token factor of its terms
+#: (default 1: 0 leaves a token out, e.g. the prompt's)
 LOSS_INPUTS: dict[str, tuple[str, ...]] = {
     "cross_entropy": ("target_tokens",),
     "importance_sampling": ("target_tokens", "logprobs", "advantages"),
@@ -26,7 +28,6 @@ LOSS_INPUTS: dict[str, tuple[str, ...]] = {
     "cispo": ("target_tokens", "logprobs", "advantages"),
     "dro": ("target_tokens", "logprobs", "advantages"),
 }
-OPTIONAL_INPUTS: dict[str, tuple[str, ...]] = {"cross_entropy": ("weights",)}
 #: The ``loss_fn_config`` keys each loss reads, with their defaults (None: the request must give it)
 LOSS_CONFIG: dict[str, dict[str, float | None]] = {
     "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
@@ -46,7 +47,7 @@ def check_loss_request(loss_fn: str, config: dict[str, Any], data: list[Any]) ->
         raise LossInputError(f"loss_fn {loss_fn!r} is not supported by this server yet; it computes {', '.join(LOSS_INPUTS)}")
     if not data:
         raise LossInputError("data: no datums were sent")
-    known = set(LOSS_INPUTS[loss_fn]) | set(OPTIONAL_INPUTS.get(loss_fn, ()))
+    known = {*LOSS_INPUTS[loss_fn], "weights"}
     for index, datum in enumerate(data):
         if not datum.tokens:
             raise LossInputError(f"data[{index}].model_input: no tokens")
@@ -92,20 +93,20 @@ def datum_loss(
     PPO-clip loss class, built here with the request's clip thresholds."""
     import torch
 
+    weights = inputs.get("weights", torch.ones_like(logprobs))
     if loss_fn == "cross_entropy":
-        weights = inputs.get("weights")
-        return -(logprobs if weights is None else logprobs * weights).sum()
+        return -(logprobs * weights).sum()
     sampler_logprobs, advantages = inputs["logprobs"], inputs["advantages"]
     if loss_fn == "importance_sampling":
-        return -(torch.exp(logprobs - sampler_logprobs) * advantages).sum()
+        return -(torch.exp(logprobs - sampler_logprobs) * advantages * weights).sum()
     if loss_fn == "dro":
         beta = config_value(loss_fn, config, "beta")
-        return -(logprobs * advantages - 0.5 * beta * (logprobs - sampler_logprobs) ** 2).sum()
+        return -((logprobs * advantages - 0.5 * beta * (logprobs - sampler_logprobs) ** 2) * weights).sum()
     low = config_value(loss_fn, config, "clip_low_threshold")
     high = config_value(loss_fn, config, "clip_high_threshold")
     if loss_fn == "cispo":
         clipped = torch.exp(logprobs - sampler_logprobs).clamp(low, high).detach()
-        return -(clipped * logprobs * advantages).sum()
+        return -(clipped * logprobs * advantages * weights).sum()
     clip = ppo_loss(eps_low=1.0 - low, eps_high=high - 1.0)
-    per_token, _ = clip(logprobs[None], sampler_logprobs[None], advantages[None], torch.ones_like(logprobs)[None])
+    per_token, _ = clip(logprobs[None], sampler_logprobs[None], advantages[None], weights[None])
     return per_token.sum()
