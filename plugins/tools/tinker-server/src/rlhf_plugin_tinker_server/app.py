@@ -8,7 +8,6 @@ answers the result, ``{"type": "try_again"}``, or ``{"error": ..., "category": "
 server has a key.
 """
 
-import asyncio
 import hmac
 import time
 import uuid
@@ -247,19 +246,15 @@ def build_app(service: TinkerService, api_key: str | None) -> Any:
     @app.post("/api/v1/retrieve_future")
     async def retrieve_future(request: Request) -> Any:
         parsed = await body(request, "FutureRetrieveRequest")
-        deadline = time.monotonic() + LONG_POLL_S
-        while True:
-            try:
-                result = service.wait(parsed.request_id, 0.0)
-            except KeyError:
-                raise Refused(404, f"request_id {parsed.request_id!r}: no such request on this server") from None
-            if result is not None:
-                if result.proto is not None:
-                    return Response(result.proto, media_type=PROTO_CONTENT_TYPE)
-                return JSONResponse(result.body)
-            if time.monotonic() > deadline:
-                return {"type": "try_again", "request_id": parsed.request_id, "queue_state": "active"}
-            await asyncio.sleep(0.01)
+        try:
+            result = await service.result_within(parsed.request_id, LONG_POLL_S)
+        except KeyError:
+            raise Refused(404, f"request_id {parsed.request_id!r}: no such request on this server") from None
+        if result is None:
+            return {"type": "try_again", "request_id": parsed.request_id, "queue_state": "active"}
+        if result.proto is not None:
+            return Response(result.proto, media_type=PROTO_CONTENT_TYPE)
+        return JSONResponse(result.body)
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def not_yet(rest: str) -> None:

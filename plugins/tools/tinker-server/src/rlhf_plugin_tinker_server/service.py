@@ -8,6 +8,8 @@ arrival order is each run's ``seq_id`` order, and one job at a time keeps each t
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import logging
 import queue
@@ -55,9 +57,10 @@ class Result:
 
 @dataclass
 class Future:
-    done: threading.Event = field(default_factory=threading.Event)
-    result: Result | None = None
+    result: Result | None = None  # set once, by the worker, under the service's lock
     retrieved_at: float | None = None
+    #: the polls waiting for the result: each event is set on its own event loop when the result arrives
+    waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
 
 
 @dataclass
@@ -118,12 +121,19 @@ class TinkerService:
         self._jobs.put((future, job))
         return request_id
 
-    def wait(self, request_id: str, timeout: float) -> Result | None:
-        """The future's result once done within ``timeout`` seconds, else None; KeyError for an unknown id."""
+    async def result_within(self, request_id: str, timeout: float) -> Result | None:
+        """The future's result once it is there, waiting up to ``timeout`` seconds (None: not yet); KeyError for an
+        unknown id. The wait is an event the worker sets, so a held poll costs nothing while it waits."""
+        ready = asyncio.Event()
         with self._lock:
             future = self._futures[request_id]
-        if not future.done.wait(timeout):
-            return None
+            if future.result is None:
+                future.waiters.append((asyncio.get_running_loop(), ready))
+        if future.result is None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ready.wait(), timeout)
+            if future.result is None:
+                return None
         future.retrieved_at = future.retrieved_at or time.monotonic()
         return future.result
 
@@ -138,13 +148,16 @@ class TinkerService:
         while (item := self._jobs.get()) is not None:
             future, job = item
             try:
-                future.result = job()
+                result = job()
             except USER_ERRORS as exc:
-                future.result = Result(body={"error": str(exc), "category": "user"})
+                result = Result(body={"error": str(exc), "category": "user"})
             except Exception as exc:  # noqa: BLE001 - the server's failure goes to the one request that hit it
                 log.exception("a tinker request failed")
-                future.result = Result(body={"error": f"{type(exc).__name__}: {exc}", "category": "server"})
-            future.done.set()
+                result = Result(body={"error": f"{type(exc).__name__}: {exc}", "category": "server"})
+            with self._lock:
+                future.result, waiters, future.waiters = result, future.waiters, []
+            for loop, ready in waiters:
+                loop.call_soon_threadsafe(ready.set)
 
     def close(self) -> None:
         self._jobs.put(None)
