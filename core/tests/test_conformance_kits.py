@@ -26,6 +26,7 @@ from rlhf.testing.conformance import (
     check_import_is_light,
     check_kl_estimator,
     check_policy_loss,
+    check_prompt_source,
     check_reward_function,
     check_reward_manager,
     check_reward_shaper,
@@ -302,3 +303,47 @@ def test_the_step_kits_name_what_a_broken_component_breaks() -> None:
     assert "sample 0 is skipped without the rest of its group" in \
         failure(check_reward_manager, SkipsHalfAGroup(kit_reward_sources(ppo_config())))
     assert "is not 0 on padding" in failure(check_rollout_correction, NonZeroOnPadding())
+
+
+class Numbered:
+    """A prompt source within the contract: row p asks for p + the offset its observe raised."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+
+    def rows(self, start, count):
+        return [{"input": f"{p + self.offset} + 1 =", "label": p + self.offset + 1} for p in range(start, start + count)]
+
+    def observe(self, outcomes):
+        self.offset += len(outcomes)
+
+    def state(self):
+        return {"offset": self.offset}
+
+    def restore(self, state):
+        self.offset = state["offset"]
+
+
+class Batched(Numbered):
+    def rows(self, start, count):  # numbers rows within the call: a refill would repeat a batch's first rows
+        return super().rows(0, count)
+
+
+class Forgetful(Numbered):
+    def restore(self, state):
+        pass
+
+
+class Unlabelled(Numbered):
+    def rows(self, start, count):
+        return [{"input": row["input"], "answer": {1, 2}} for row in super().rows(start, count)]
+
+
+def test_a_prompt_source_breaking_its_contract_fails_naming_the_property() -> None:
+    check_prompt_source(Numbered(), Numbered(), label_key="label")
+    assert "a row must depend on its position only" in failure(check_prompt_source, Batched())
+    assert "restored from state() {'offset': 4} makes other rows" in failure(
+        lambda source: check_prompt_source(source, Forgetful()), Forgetful())
+    assert "row 0 has no 'label' (--data.label_key)" in failure(
+        lambda source: check_prompt_source(source, label_key="label"), Unlabelled())
+    assert "row 0 is not JSON" in failure(check_prompt_source, Unlabelled())

@@ -8,6 +8,7 @@ from rlhf_plugin_reasoning_gym.tasks import ReasoningGymOptions, ReasoningGymTas
 
 from rlhf.components import PromptOutcome, PromptSource
 from rlhf.errors import ConfigError, DataError
+from rlhf.testing.conformance import PromptSourceKit, ppo_config
 
 
 def source(**options) -> ReasoningGymTasks:
@@ -65,3 +66,15 @@ def test_the_reward_is_the_tasks_own_score_of_the_answer_tag() -> None:
     assert result["rewards"] == result["scores"] == [1.0, 0.0, 0.0]
     with pytest.raises(DataError, match="sample 0 has no 'reasoning_gym' field"):
         ReasoningGymScore()(queries[:1], prompts[:1], [None], fields=[{}])
+
+
+class TestReasoningGymKit(PromptSourceKit):
+    """The prompt-source kit on two tasks with their curricula (observe moves the levels that state() saves)."""
+
+    component = ReasoningGymTasks
+    plugin_module, registered_name = "rlhf_plugin_reasoning_gym", "reasoning_gym"
+
+    def run_config(self):
+        config = ppo_config()
+        config.plugins["reasoning_gym"] = {"tasks": "basic_arithmetic,chain_sum", "curriculum": True, "raise_at": 0.5}
+        return config

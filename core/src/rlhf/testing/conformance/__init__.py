@@ -59,6 +59,7 @@ from rlhf.testing.conformance.programs import (
     check_trainer,
     kit_rollout_samples,
 )
+from rlhf.testing.conformance.prompts import PromptSourceKit, check_prompt_source
 from rlhf.testing.conformance.rewards import RewardFunctionKit, RewardShaperKit, check_reward_function, check_reward_shaper
 from rlhf.testing.conformance.steps import (
     KIT_REWARD_FUNCTIONS,
@@ -75,6 +76,8 @@ from rlhf.testing.conformance.training import TrainingBackendKit, check_training
 
 __all__ = [
     "ppo_config",
+    "PromptSourceKit",
+    "check_prompt_source",
     "KIT_REWARD_FUNCTIONS",
     "KitRolloutLoop",
     "RewardManagerKit",

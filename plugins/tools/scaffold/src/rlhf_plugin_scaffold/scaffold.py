@@ -66,6 +66,8 @@ KINDS: dict[str, TemplateKind] = {k.name: k for k in (
     TemplateKind("optimizer", ComponentKind.OPTIMIZER, "optimizer", "OptimizerKit", "Optimizer", "optimizer.md", "rlhf train ppo --actor.optim {name} --critic.optim {name} …"),
     TemplateKind("scheduler", ComponentKind.SCHEDULER, "scheduler", "SchedulerKit", "Scheduler", "scheduler.md", "rlhf train ppo --actor.lr_scheduler {name} --critic.lr_scheduler {name} …"),
     TemplateKind("model-loader", ComponentKind.MODEL_LOADER, "loader", "ModelLoaderKit", "Loader", "model-loader.md", "registered; see docs/plugins/model-loader.md"),
+    TemplateKind("prompt-source", ComponentKind.PROMPT_SOURCE, "source", "PromptSourceKit", "Source", "prompt-source.md",
+                 "rlhf train ppo --data.prompt_source {name} --data.label_key label …"),
     TemplateKind("processor", ComponentKind.PROCESSOR, "processor", "ProcessorKit", "Processor", "processor.md", "registered; see docs/plugins/processor.md"),
     TemplateKind("rollout-engine", ComponentKind.ROLLOUT_ENGINE, "engine", "RolloutEngineKit", "Engine",
                  "rollout-engine.md", "rlhf train ppo --rollout.engine {name} …"),
