@@ -310,8 +310,8 @@ def test_sequence_is_capped_at_max_position_embeddings(capsys, llama7b):
 
 
 def test_search_finds_a_pair_when_no_single_change_fits(capsys, llama7b):
-    """SFT of a 7B model on 8 GPUs of 12 GiB at ZeRO-2: ZeRO-3 alone (17.2 GiB) and Adam on the CPU alone (14.9 GiB)
-    do not fit, the two together (4.7 GiB) do; and the flags named fit when given."""
+    """SFT of a 7B model on 8 GPUs of 12 GiB at ZeRO-2: ZeRO-3 alone (16.9 GiB) and Adam on the CPU alone (14.6 GiB)
+    do not fit, the two together (4.4 GiB) do; and the flags named fit when given."""
     argv = ["--model.model_name_or_path", llama7b, "--ds.zero_stage", "2", "--train.gradient_checkpointing_enable",
             "--train.micro_batch_size", "1", "--plan.gpus", "8", "--plan.gpu_memory", "12GiB"]
     code, out = plan(capsys, *argv, trainer="sft")
