@@ -1,6 +1,6 @@
-"""``rlhf plan``'s search tries what the components offer (their ``plan_remedies``): a third-party backend's own
-flag ends up in the verdict, FSDP2 offers its CPU offload, and the kit refuses a remedy that is malformed or frees
-nothing it names."""
+"""``rlhf plan``'s search tries what the components offer (their ``plan_remedies``): a third-party backend's and a
+third-party engine's own flags end up in the verdict, FSDP2 offers its CPU offload, and the kit refuses a remedy that
+is malformed or frees nothing it names."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rlhf.cli.main import main
 from rlhf.planning import MemoryPart, Remedy
 from rlhf.testing.conformance import ConformanceFailure, check_backend_remedies, check_engine_remedies, ppo_config
 
+BENCHMARK_CONFIGS = Path(__file__).resolve().parents[1] / "benchmarks" / "configs"
 LLAMA_7B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
             "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
             "vocab_size": 32000, "max_position_embeddings": 4096, "tie_word_embeddings": False}
@@ -58,6 +59,43 @@ def rlhf_register_options(register):
 '''
 
 
+#: a third party's rollout engine with a KV cache of a fixed size under its own option, which only it can shrink
+PAGED_ENGINE = '''
+import rlhf
+from rlhf.config.base import Section, flag
+from rlhf.planning import MemoryPart, Remedy
+
+rlhf_plugin_api = 3
+
+
+class PagedOptions(Section):
+    cache_gib: int = flag(40, "KV cache, GiB")
+
+
+class PagedEngine:
+    in_training_rank = False
+
+    @classmethod
+    def plan_memory(cls, config, shape, gpu_memory):
+        cache = PagedOptions.model_validate(config.plugins.get("paged", {})).cache_gib << 30
+        return [MemoryPart("weights", 2 * shape.parameters), MemoryPart("KV cache", cache)]
+
+    @classmethod
+    def plan_remedies(cls, config, run):
+        return [Remedy({"paged.cache_gib": 4}, "generate in pieces", "fewer sequences sampled at once", ("KV cache",))]
+
+
+@rlhf.hookimpl
+def rlhf_register_rollout_engines(register):
+    register("paged", PagedEngine)
+
+
+@rlhf.hookimpl
+def rlhf_register_options(register):
+    register(PagedOptions, namespace="paged")
+'''
+
+
 @pytest.fixture(scope="module")
 def llama7b(tmp_path_factory) -> str:
     directory = tmp_path_factory.mktemp("llama7b")
@@ -65,8 +103,8 @@ def llama7b(tmp_path_factory) -> str:
     return str(directory)
 
 
-def plan(capsys, *argv: str) -> tuple[int, dict]:
-    code = main(["plan", "train", "sft", *argv, "--json"])
+def plan(capsys, *argv: str, trainer: str = "sft") -> tuple[int, dict]:
+    code = main(["plan", "train", trainer, *argv, "--json"])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -85,6 +123,20 @@ def test_a_third_party_backends_own_remedy_is_the_verdicts_fix(capsys, tmp_path:
     assert code == 0 and out["fits"] is True
     assert {p["part"]: p["bytes"] for p in out["parts"]["model"]}["optimizer states"] == 0
 
+
+def test_a_third_party_engines_own_remedy_is_the_verdicts_fix(capsys, tmp_path: Path) -> None:
+    """PPO of Qwen2.5-0.5B with a third-party engine process whose 40 GiB cache overflows its 16 GiB GPU: the engine's
+    own ``--paged.cache_gib 4`` is the first change that fits."""
+    plugin = tmp_path / "paged.py"
+    plugin.write_text(PAGED_ENGINE)
+    argv = ["--plugins", str(plugin), "--rollout.engine", "paged", "--actor.model_name_or_path",
+            str(BENCHMARK_CONFIGS / "qwen2.5-0.5b"), "--actor.num_gpus_per_node", "1", "--algo.kl.init_coef", "0",
+            "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--plan.gpus", "2",
+            "--plan.gpu_memory", "16GiB"]
+    code, out = plan(capsys, *argv, trainer="ppo")
+    assert code == 1 and out["fix"] == "--paged.cache_gib 4", out["verdict"]
+    code, out = plan(capsys, *argv, "--paged.cache_gib", "4", trainer="ppo")
+    assert code == 0 and out["fits"] is True
 
 def test_fsdp2_offers_its_cpu_offload_and_no_deepspeed_flag(capsys, llama7b: str) -> None:
     """FSDP2 on 8 GPUs of 12 GiB: its states (12.5 GiB a rank at 1/8 of fp32 weights, gradients and Adam) do not fit;
@@ -139,3 +191,13 @@ def test_the_kit_refuses_a_malformed_remedy(remedy: Remedy, message: str) -> Non
 def test_the_kit_refuses_a_remedy_that_frees_nothing_it_names() -> None:
     with pytest.raises(ConformanceFailure, match="it says it frees optimizer states"):
         check_backend_remedies(Lying, ppo_config())
+
+
+def test_a_remedy_of_an_unknown_kind_is_one_line_naming_its_component(capsys, tmp_path: Path, llama7b: str) -> None:
+    plugin = tmp_path / "plain.py"
+    plugin.write_text(PLAIN_BACKEND.replace('"offload", "the optimizer step', '"cheap", "the optimizer step'))
+    assert main(["plan", "train", "sft", "--plugins", str(plugin), "--train.backend", "plain",
+                 "--model.model_name_or_path", llama7b, "--plan.gpus", "1", "--plan.gpu_memory", "48GiB"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("rlhf: error:") == 1
+    assert "PlainBackend.plan_remedies offered a change of kind 'cheap' (--plain.cpu_states)" in err
