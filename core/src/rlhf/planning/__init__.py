@@ -7,7 +7,8 @@ Public for plugins (docs/plugin-api.md): a training backend's optional classmeth
 ``plan_groups(config, registry) -> RunGroups`` names its model groups. Where a plan does not fit, a training backend
 and a rollout engine may offer changes of their own flags with the optional classmethod
 ``plan_remedies(config, run: RemedyContext) -> list[Remedy]``. All run in the CLI process, once per
-``rlhf plan`` or ``rlhf train`` (and once per change tried for a plan that does not fit). docs/plan.md.
+``rlhf plan`` or ``rlhf train``; for a plan that does not fit, ``plan_remedies`` once more and the rest once per change
+tried. docs/plan.md.
 """
 
 from rlhf.planning.groups import ModelGroup, RunGroups
