@@ -1,5 +1,6 @@
-"""docs/plan.md prints real plans: its quick start's every part, note, phase and total, and its SFT example's verdict,
-are what ``rlhf plan`` gives for the commands it shows (issue 69: docs that cannot drift)."""
+"""docs/plan.md prints real plans: its quick start's every part, note, phase and total, its SFT example's verdict and
+the issue-57 table's fullest GPUs are what ``rlhf plan`` gives for the commands it shows (issue 69: docs that cannot
+drift)."""
 
 from __future__ import annotations
 
@@ -28,13 +29,13 @@ def printed(after: str) -> list[str]:
 
 def command(lines: list[str]) -> list[str]:
     """The ``$ rlhf plan …`` command of a block, its continuation lines joined, without ``rlhf plan``."""
-    start = next(i for i, line in enumerate(lines) if line.startswith("$ rlhf plan "))
+    start = next(i for i, line in enumerate(lines) if line.removeprefix("$ ").startswith("rlhf plan "))
     joined = ""
     for line in lines[start:]:
         joined += line.rstrip("\\").strip() + " "
         if not line.endswith("\\"):
             break
-    return shlex.split(joined)[3:]
+    return shlex.split(joined.removeprefix("$ "))[2:]
 
 
 def plan_json(capsys, argv: list[str]) -> dict:
@@ -76,3 +77,16 @@ def test_the_sft_pair_example_prints_the_verdict_rlhf_plan_gives(capsys) -> None
     peaks = [format_bytes(plan_json(capsys, [*argv, *change])["gpus"][0]["peak"])
              for change in (["--ds.zero_stage", "3"], ["--ds.adam_offload"], ["--ds.zero_stage", "3", "--ds.adam_offload"])]
     assert list(numbers) == peaks
+
+
+def test_the_issue_57_table_holds_what_rlhf_plan_gives(capsys) -> None:
+    """Each published config's verdict and fullest GPU, the same in generate and train as the table's header says."""
+    argv = command(printed("The four published configs"))
+    text = DOC.read_text()
+    rows = re.findall(r"^\| ([\w.-]+) \| (fits|does not fit) \| ([\d.]+ GiB)", text[text.index("| MODEL |"):], re.M)
+    assert [row[0] for row in rows] == ["qwen2.5-0.5b", "qwen2.5-7b", "llama-2-7b", "qwen3-30b-a3b"]
+    for name, verdict, fullest in rows:
+        out = plan_json(capsys, [arg.replace("benchmarks/configs/MODEL", str(BENCHMARK_CONFIGS / name)) for arg in argv])
+        assert out["verdict"].startswith(verdict + ":"), (name, out["verdict"])
+        gpu = max(out["gpus"], key=lambda g: g["peak"])
+        assert gpu["generate"] == gpu["train"] and format_bytes(gpu["peak"]) == fullest, (name, gpu)
