@@ -25,7 +25,7 @@ def _value_and_gradient(loss_fn: str, logprobs: torch.Tensor, inputs: dict, conf
     wanted = {"weights": inputs["weights"]} if loss_fn == "cross_entropy" else inputs
     loss = datum_loss(loss_fn, logprobs, wanted, config, PPOClipLoss)
     loss.backward()
-    return float(loss), logprobs.grad
+    return float(loss.detach()), logprobs.grad
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -256,6 +256,23 @@ def test_a_run_keeps_its_latest_sampler_snapshots_loaded_and_refuses_older_ones_
     assert len(snapshots) == keep
 
 
+def test_a_closed_session_frees_its_runs_and_leaves_the_others_training(server, client) -> None:
+    staying = client.create_lora_training_client(base_model="tiny", rank=2, seed=3).result()
+    adapters = server.service.models["tiny"].adapters
+    with tinker.ServiceClient(base_url=server.base_url, api_key=KEY) as leaving:
+        gone = leaving.create_lora_training_client(base_model="tiny", rank=2, seed=4).result()
+        gone.save_weights_and_get_sampling_client().result()
+        held = len(adapters)
+    deadline = time.time() + 30
+    while gone.model_id in server.service.runs:
+        assert time.time() < deadline, "the closed session's run was not freed"
+        time.sleep(0.05)
+    assert len(adapters) == held - 2  # its adapter and its sampler snapshot
+    with pytest.raises(ValueError, match="the training run of session .*, which ended"):
+        server.service.run(gone.model_id)
+    assert math.isfinite(staying.forward([datum(TOKENS)], "cross_entropy").result().metrics["loss:sum"])
+
+
 def test_the_async_client_trains_and_samples(server) -> None:
     async def run() -> tuple[float, int]:
         with tinker.ServiceClient(base_url=server.base_url, api_key=KEY) as service_client:

@@ -9,13 +9,12 @@ server has a key.
 """
 
 import hmac
-import time
-import uuid
 from typing import Any
 
 from rlhf_plugin_tinker_server.models import LoraShape
 from rlhf_plugin_tinker_server.sampling import SamplingRequest
 from rlhf_plugin_tinker_server.service import Result, SamplerWeights, TinkerService, UserInputError
+from rlhf_plugin_tinker_server.sessions import SessionEnded, SessionUnknown
 from rlhf_plugin_tinker_server.wire import PROTO_CONTENT_TYPE, WireError, decode_forward_backward
 
 LONG_POLL_S = 20.0  # under the SDK's 45 s read timeout for a retrieval
@@ -84,6 +83,14 @@ def build_app(service: TinkerService, api_key: str | None) -> Any:
         except UserInputError as exc:
             raise Refused(404, str(exc)) from None
 
+    def open_session(session_id: str, *, heard: bool = False) -> None:
+        try:
+            service.sessions.require(session_id, heard=heard)
+        except SessionUnknown as exc:
+            raise Refused(404, str(exc)) from None
+        except SessionEnded as exc:
+            raise Refused(410, str(exc)) from None  # the SDK stops the session's heartbeat on a 410
+
     @app.get("/api/v1/healthz")
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -113,28 +120,22 @@ def build_app(service: TinkerService, api_key: str | None) -> Any:
     @app.post("/api/v1/create_session")
     async def create_session(request: Request) -> dict[str, Any]:
         await body(request, "CreateSessionRequest")
-        session_id = f"session-{uuid.uuid4().hex[:12]}"
-        service.sessions[session_id] = time.monotonic()
-        return {"type": "create_session", "session_id": session_id}
+        return {"type": "create_session", "session_id": service.sessions.open()}
 
     @app.post("/api/v1/session_heartbeat")
     async def heartbeat(request: Request) -> dict[str, Any]:
-        parsed = await body(request, "SessionHeartbeatRequest")
-        if parsed.session_id not in service.sessions:
-            raise Refused(404, f"session_id {parsed.session_id!r}: no session of that id on this server")
-        service.sessions[parsed.session_id] = time.monotonic()
+        open_session((await body(request, "SessionHeartbeatRequest")).session_id, heard=True)
         return {"type": "session_heartbeat"}
 
     @app.post("/api/v1/sessions/{session_id}/finish")
     async def finish(session_id: str) -> dict[str, Any]:
-        service.sessions.pop(session_id, None)
+        service.sessions.end(session_id, "its client closed it")
         return {}
 
     @app.post("/api/v1/create_model")
     async def create_model(request: Request) -> dict[str, Any]:
         parsed = await body(request, "CreateModelRequest")
-        if parsed.session_id not in service.sessions:
-            raise Refused(404, f"session_id {parsed.session_id!r}: no session of that id on this server")
+        open_session(parsed.session_id)
         served = known(service.served, parsed.base_model)
         lora = parsed.lora_config
         if lora is None or lora.rank < 1:
@@ -162,8 +163,9 @@ def build_app(service: TinkerService, api_key: str | None) -> Any:
     async def load_weights(request: Request) -> dict[str, Any]:
         parsed = await body(request, "LoadWeightsRequest")
         if parsed.session_id is not None:  # create_training_client_from_state: a new run, made from the checkpoint
-            if parsed.session_id not in service.sessions or parsed.model_seq_id is None:
-                raise Refused(404, f"session_id {parsed.session_id!r}: no session of that id on this server")
+            open_session(parsed.session_id)
+            if parsed.model_seq_id is None:
+                raise Refused(422, "model_seq_id: loading into a new run needs it, with session_id")
             model_id = service.model_id(parsed.session_id, parsed.model_seq_id)
             new_run_on: str | None = parsed.base_model or ""
         elif parsed.model_id is not None:  # TrainingClient.load_state: into the run that exists

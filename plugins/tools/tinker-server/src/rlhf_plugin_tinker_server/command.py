@@ -66,6 +66,15 @@ class ServeTinkerCommand:
             "sampling from an older one is refused with a message that says so",
         )
         parser.add_argument(
+            "--session-timeout",
+            "--session_timeout",
+            dest="session_timeout",
+            type=_positive,
+            default=300,
+            help="seconds without a heartbeat (the SDK sends one every 10 s) after which a session ends and its "
+            "training runs are freed",
+        )
+        parser.add_argument(
             "--checkpoint-dir",
             "--checkpoint_dir",
             dest="checkpoint_dir",
@@ -93,7 +102,9 @@ class ServeTinkerCommand:
             log.warning(
                 "rlhf serve-tinker on %s trains for anyone who reaches it: set --api-key (or %s)", args.host, API_KEY_ENV
             )
-        service = TinkerService(models, ppo_loss, Path(args.checkpoint_dir).resolve(), args.sampler_snapshots)
+        service = TinkerService(
+            models, ppo_loss, Path(args.checkpoint_dir).resolve(), args.sampler_snapshots, args.session_timeout
+        )
         try:
             uvicorn.run(build_app(service, api_key), host=args.host, port=args.port, log_level="warning")
         finally:

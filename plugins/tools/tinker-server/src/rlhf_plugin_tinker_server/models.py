@@ -9,6 +9,7 @@ independent of the others'.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +26,8 @@ class LoraShape:
 
 @dataclass
 class ServedModel:
-    """A base model as the server serves it: the name clients use, where it was loaded from, the module (PEFT-wrapped
-    once the first adapter exists), its tokenizer, device and context length."""
+    """A base model as the server serves it: the name clients use, where it was loaded from, the HF module, its
+    tokenizer, device and context length, and the PEFT wrapper that holds the adapters (from the first one on)."""
 
     name: str
     path: str
@@ -38,10 +39,11 @@ class ServedModel:
     #: before any adapter wraps them
     linear_layers: dict[str, str] = field(default_factory=dict)
     adapters: dict[str, LoraShape] = field(default_factory=dict)
+    peft: Any = None
 
     @property
     def arch(self) -> str:
-        return type(self.module.get_base_model() if self.adapters else self.module).__name__
+        return type(self.module).__name__
 
     def add_adapter(self, name: str, shape: LoraShape, seed: int) -> None:
         """A new LoRA adapter ``name``, initialised from ``seed`` alone (the process's random state is left as it
@@ -58,17 +60,20 @@ class ServedModel:
             )
         config = LoraConfig(r=shape.rank, lora_alpha=32, lora_dropout=0.0, target_modules=targets, bias="none")
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
+        with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
+            # A LoRA on a tied lm_head adapts the output projection only and leaves the shared embedding frozen,
+            # which is what a tenant's adapter should do; PEFT's warning is about merging, which never happens here
+            warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
             torch.manual_seed(seed)
-            if self.adapters:
-                self.module.add_adapter(name, config)
+            if self.peft is None:
+                self.peft = get_peft_model(self.module, config, adapter_name=name)
             else:
-                self.module = get_peft_model(self.module, config, adapter_name=name)
+                self.peft.add_adapter(name, config)
         self.adapters[name] = shape
-        self.module.eval()  # no dropout anywhere: a datum's numbers depend on the weights only
+        self.peft.eval()  # no dropout anywhere: a datum's numbers depend on the weights only
 
     def adapter_parameters(self, name: str) -> dict[str, Any]:
-        """The adapter's parameters by their name in the module."""
+        """The adapter's parameters by their name in the HF module."""
         return {key: param for key, param in self.module.named_parameters() if f".{name}." in key}
 
     def copy_adapter(self, source: str, target: str) -> None:
@@ -81,18 +86,22 @@ class ServedModel:
                 targets[key.replace(f".{source}.", f".{target}.")].copy_(param)
 
     def delete_adapter(self, name: str) -> None:
-        self.module.delete_adapter(name)
+        with warnings.catch_warnings():  # the active adapter is set before every computation, never inherited
+            warnings.filterwarnings("ignore", message=".*was active which is now deleted.*")
+            self.peft.delete_adapter(name)
         del self.adapters[name]
 
     @contextlib.contextmanager
     def using(self, adapter: str | None):
         """Compute with ``adapter`` (None: the base model alone); only its parameters take gradients."""
-        if adapter is None:
-            with self.module.disable_adapter() if self.adapters else contextlib.nullcontext():
-                yield self.module
-            return
-        self.module.set_adapter(adapter)
-        yield self.module
+        if adapter is not None:
+            self.peft.set_adapter(adapter)
+            yield self.peft
+        elif self.adapters:
+            with self.peft.disable_adapter():
+                yield self.peft
+        else:  # no adapter left (or none yet): PEFT's layers, if any, hold nothing, and its wrapper needs an adapter
+            yield self.module
 
     def target_logprobs(self, adapter: str | None, inputs: list[list[int]], targets: list[Any]) -> list[Any]:
         """Each sequence's log-probs of its targets, ``(T_i,)`` fp32: position ``t`` reads the distribution after

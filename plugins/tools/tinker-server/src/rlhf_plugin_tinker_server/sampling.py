@@ -55,7 +55,7 @@ def check_sampling_request(request: SamplingRequest, served: ServedModel) -> Non
             f"sampling_params: temperature {request.temperature} (at least 0) and top_p "
             f"{request.top_p} (in (0, 1]) are out of range"
         )
-    vocabulary = served.module.config.vocab_size if hasattr(served.module, "config") else None
+    vocabulary = served.module.config.vocab_size
     if vocabulary is not None and not all(0 <= token < vocabulary for token in request.prompt):
         raise SamplingInputError(f"prompt: a token id outside the vocabulary of {vocabulary}")
 

@@ -26,6 +26,7 @@ from rlhf_plugin_tinker_server.checkpoints import CheckpointError, load_into, re
 from rlhf_plugin_tinker_server.losses import LossInputError, check_loss_request, datum_loss
 from rlhf_plugin_tinker_server.models import LoraShape, ServedModel
 from rlhf_plugin_tinker_server.sampling import SamplingInputError, SamplingRequest, check_sampling_request, sample
+from rlhf_plugin_tinker_server.sessions import Sessions
 from rlhf_plugin_tinker_server.wire import (
     WireError,
     WireForwardBackward,
@@ -89,24 +90,32 @@ class TinkerService:
     """``models``: the served base models by the names clients use; ``ppo_loss``: rlhf's PPO-clip policy loss class;
     ``checkpoint_root``: where ``save_state`` writes and ``load_state`` reads (:mod:`.checkpoints`);
     ``keep_snapshots``: how many of a run's latest ``save_weights_and_get_sampling_client`` snapshots stay loaded (an
-    RL loop makes one per step; each is an adapter on the shared model, so older ones are dropped)."""
+    RL loop makes one per step; each is an adapter on the shared model, so older ones are dropped);
+    ``session_timeout_s``: a session with no heartbeat for this long ends, and its runs are freed."""
 
     def __init__(
-        self, models: dict[str, ServedModel], ppo_loss: Callable[..., Any], checkpoint_root: Path, keep_snapshots: int = 8
+        self,
+        models: dict[str, ServedModel],
+        ppo_loss: Callable[..., Any],
+        checkpoint_root: Path,
+        keep_snapshots: int = 8,
+        session_timeout_s: float = 300.0,
     ) -> None:
         self.models = models
         self.ppo_loss = ppo_loss
         self.checkpoint_root = checkpoint_root
         self.keep_snapshots = keep_snapshots
-        self.dropped_samplers: dict[str, str] = {}  # sampling session -> the run whose newer snapshots replaced it
-        self.sessions: dict[str, float] = {}
+        self.sessions = Sessions(
+            session_timeout_s, on_end=lambda session_id: self._queue(None, lambda: self.free_runs(session_id))
+        )
         self.runs: dict[str, TrainingRun] = {}
+        self.freed: dict[str, str] = {}  # a freed training run or sampling session -> why, for the refusal's message
         self.samplers: dict[str, SamplerWeights] = {}
         self.saved_weights: dict[str, SamplerWeights] = {}  # tinker:// paths of save_weights_for_sampler(name)
         self._futures: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._jobs: queue.Queue[tuple[Future, Callable[[], Result]] | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[Future | None, Callable[[], Result]] | None] = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="tinker-worker", daemon=True)
         self._worker.start()
 
@@ -118,8 +127,12 @@ class TinkerService:
         with self._lock:
             self._forget_retrieved()
             self._futures[request_id] = future = Future()
-        self._jobs.put((future, job))
+        self._queue(future, job)
         return request_id
+
+    def _queue(self, future: Future | None, job: Callable[[], Result]) -> None:
+        """``future`` None: the server's own job (freeing an ended session's runs), which nobody polls."""
+        self._jobs.put((future, job))
 
     async def result_within(self, request_id: str, timeout: float) -> Result | None:
         """The future's result once it is there, waiting up to ``timeout`` seconds (None: not yet); KeyError for an
@@ -154,12 +167,15 @@ class TinkerService:
             except Exception as exc:  # noqa: BLE001 - the server's failure goes to the one request that hit it
                 log.exception("a tinker request failed")
                 result = Result(body={"error": f"{type(exc).__name__}: {exc}", "category": "server"})
+            if future is None:
+                continue
             with self._lock:
                 future.result, waiters, future.waiters = result, future.waiters, []
             for loop, ready in waiters:
                 loop.call_soon_threadsafe(ready.set)
 
     def close(self) -> None:
+        self.sessions.close()
         self._jobs.put(None)
 
     # --- look-ups ------------------------------------------------------------------------------------------------
@@ -170,16 +186,15 @@ class TinkerService:
         raise UserInputError(f"{field_name} {base_model!r}: this server serves {', '.join(sorted(self.models))}")
 
     def run(self, model_id: str) -> TrainingRun:
+        if model_id in self.freed:
+            raise UserInputError(f"model_id {model_id!r}: {self.freed[model_id]}")
         if model_id not in self.runs:
             raise UserInputError(f"model_id {model_id!r}: no training run of that id on this server")
         return self.runs[model_id]
 
     def sampler(self, sampling_session_id: str) -> SamplerWeights:
-        if sampling_session_id in self.dropped_samplers:
-            raise UserInputError(
-                f"sampling_session_id {sampling_session_id!r}: a snapshot of run {self.dropped_samplers[sampling_session_id]} "
-                f"that newer ones replaced; this server keeps each run's last {self.keep_snapshots} (--sampler-snapshots)"
-            )
+        if sampling_session_id in self.freed:
+            raise UserInputError(f"sampling_session_id {sampling_session_id!r}: {self.freed[sampling_session_id]}")
         if sampling_session_id not in self.samplers:
             raise UserInputError(f"sampling_session_id {sampling_session_id!r}: no sampling session of that id")
         return self.samplers[sampling_session_id]
@@ -294,10 +309,28 @@ class TinkerService:
         session_id = self.open_sampler(SamplerWeights(run.served, snapshot))
         run.snapshots.append(session_id)
         while len(run.snapshots) > self.keep_snapshots:
-            dropped = run.snapshots.pop(0)
-            run.served.delete_adapter(self.samplers.pop(dropped).adapter)
-            self.dropped_samplers[dropped] = model_id
+            self._drop_sampler(
+                run.snapshots.pop(0),
+                f"a snapshot of run {model_id} that newer ones replaced; this server keeps each run's last "
+                f"{self.keep_snapshots} (--sampler-snapshots)",
+            )
         return Result(body={"sampling_session_id": session_id, "type": "save_weights_for_sampler"})
+
+    def _drop_sampler(self, sampling_session_id: str, why: str) -> None:
+        weights = self.samplers.pop(sampling_session_id)
+        weights.served.delete_adapter(weights.adapter)
+        self.freed[sampling_session_id] = why
+
+    def free_runs(self, session_id: str) -> Result:
+        """Free the adapters, optimizer states and sampler snapshots of an ended session's training runs (snapshots
+        saved under a name stay: another session may sample from their path)."""
+        for model_id in [key for key in self.runs if key.startswith(f"{session_id}:train:")]:
+            run = self.runs.pop(model_id)
+            for sampling_session_id in run.snapshots:
+                self._drop_sampler(sampling_session_id, f"a snapshot of run {model_id}, whose session ended")
+            run.served.delete_adapter(run.adapter)
+            self.freed[model_id] = f"the training run of session {session_id}, which ended"
+        return Result(body={})
 
     def open_sampler(self, weights: SamplerWeights) -> str:
         sampling_session_id = f"sampler-{next(self._ids)}"
