@@ -6,7 +6,6 @@ import random
 from typing import Any
 
 from pydantic import Field
-
 from rlhf_agents import AgentInstanceBase
 from rlhf_agents.episodes import EnvironmentExecutor, EpisodeOptions
 
