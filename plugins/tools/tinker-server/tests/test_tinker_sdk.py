@@ -273,6 +273,34 @@ def test_a_closed_session_frees_its_runs_and_leaves_the_others_training(server, 
     assert math.isfinite(staying.forward([datum(TOKENS)], "cross_entropy").result().metrics["loss:sum"])
 
 
+def test_concurrent_clients_each_get_the_numbers_of_their_solo_run(server) -> None:
+    """Bounded concurrent clients on loopback, each with its own ServiceClient on its own thread: no request is lost
+    and every tenant's losses and log-probs are its solo run's, bit for bit; the step latencies are reported."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def tenant(seed: int) -> tuple[list, list[float]]:
+        with tinker.ServiceClient(base_url=server.base_url, api_key=KEY) as own:
+            training = own.create_lora_training_client(base_model="tiny", rank=2, seed=seed).result()
+            latencies, seen = [], []
+            for _ in range(3):
+                started = time.perf_counter()
+                seen += _train_steps(training, 1, TOKENS[: 6 + seed % 5])
+                latencies.append(time.perf_counter() - started)
+            return seen, latencies
+
+    seeds = [31, 32, 33, 34, 31, 32, 33, 34]
+    solo = {seed: tenant(seed)[0] for seed in set(seeds)}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(tenant, seeds))
+    assert [seen for seen, _ in together] == [solo[seed] for seed in seeds]
+    latencies = sorted(latency for _, steps in together for latency in steps)
+    p50, p95 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.95)]
+    print(
+        f"step latency with 4 concurrent clients: p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms, max {latencies[-1] * 1e3:.0f} ms"
+    )
+    assert latencies[-1] < 60
+
+
 def test_the_async_client_trains_and_samples(server) -> None:
     async def run() -> tuple[float, int]:
         with tinker.ServiceClient(base_url=server.base_url, api_key=KEY) as service_client:
@@ -287,7 +315,7 @@ def test_the_async_client_trains_and_samples(server) -> None:
     assert math.isfinite(loss) and loss > 0 and sampled == 3
 
 
-def test_bad_requests_are_the_sdks_errors_naming_what_is_wrong(client) -> None:
+def test_bad_requests_are_the_sdks_errors_naming_what_is_wrong(server, client) -> None:
     training = client.create_lora_training_client(base_model="tiny", rank=2, seed=0).result()
     with pytest.raises(tinker.RequestFailedError, match="loss_fn 'stable_reinforce' is not supported"):
         training.forward_backward([datum(TOKENS)], "stable_reinforce").result()
@@ -295,6 +323,11 @@ def test_bad_requests_are_the_sdks_errors_naming_what_is_wrong(client) -> None:
         training.forward_backward([datum(TOKENS, logprobs=[0.0] * (len(TOKENS) - 1))], "ppo").result()
     with pytest.raises(tinker.RequestFailedError, match=r"loss_fn_inputs\['weights'\]: 3 values for 12 input tokens"):
         training.forward_backward([datum(TOKENS, weights=[1.0, 1.0, 1.0])], "cross_entropy").result()
+    too_long = list(range(5, 5 + server.service.models["tiny"].max_context_length + 2))
+    with pytest.raises(tinker.RequestFailedError, match=r"data\[0\].model_input: \d+ tokens pass the tiny context"):
+        training.forward_backward([datum(too_long)], "cross_entropy").result()
+    with pytest.raises(tinker.RequestFailedError, match=r"target_tokens'\]: token id 99999 is outside the tiny vocabulary"):
+        training.forward_backward([datum([*TOKENS, 99999])], "cross_entropy").result()
     # the run is untouched by its refused requests
     assert math.isfinite(training.forward_backward([datum(TOKENS)], "cross_entropy").result().metrics["loss:sum"])
     base = client.create_sampling_client(base_model="tiny").result()

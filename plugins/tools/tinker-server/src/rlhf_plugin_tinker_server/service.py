@@ -86,6 +86,26 @@ class SamplerWeights:
     model_path: str | None = None
 
 
+def check_fits(served: ServedModel, data: list[Any]) -> None:
+    """Refuse a datum longer than the model's context, or with a token id outside its vocabulary."""
+    vocabulary = served.module.config.vocab_size
+    for index, datum in enumerate(data):
+        if len(datum.tokens) > served.max_context_length:
+            raise UserInputError(
+                f"data[{index}].model_input: {len(datum.tokens)} tokens pass the {served.name} context of "
+                f"{served.max_context_length} tokens"
+            )
+        for name, ids in (
+            ("model_input", datum.tokens),
+            ("loss_fn_inputs['target_tokens']", datum.loss_fn_inputs["target_tokens"]),
+        ):
+            outside = [int(token) for token in ids if not 0 <= token < vocabulary]
+            if outside:
+                raise UserInputError(
+                    f"data[{index}].{name}: token id {outside[0]} is outside the {served.name} vocabulary of {vocabulary}"
+                )
+
+
 class TinkerService:
     """``models``: the served base models by the names clients use; ``ppo_loss``: rlhf's PPO-clip policy loss class;
     ``checkpoint_root``: where ``save_state`` writes and ``load_state`` reads (:mod:`.checkpoints`);
@@ -254,12 +274,7 @@ class TinkerService:
 
         run = self.run(request.model_id)
         check_loss_request(request.loss_fn, request.loss_fn_config, request.data)
-        for index, datum in enumerate(request.data):
-            if len(datum.tokens) > run.served.max_context_length:
-                raise UserInputError(
-                    f"data[{index}].model_input: {len(datum.tokens)} tokens pass the "
-                    f"{run.served.name} context of {run.served.max_context_length} tokens"
-                )
+        check_fits(run.served, request.data)
         device = run.served.device
         with torch.set_grad_enabled(not request.forward_only):
             logprobs = run.served.target_logprobs(
