@@ -106,3 +106,31 @@ def test_a_client_that_names_its_session_in_the_x_session_id_header_is_served(en
     for result in results:
         mask = result["action_mask"]
         assert sum(1 for i, m in enumerate(mask) if m == 1 and (i == 0 or mask[i - 1] == 0)) == 2  # two model turns
+
+
+def test_a_streaming_client_gets_the_turn_as_server_sent_events(engine, tiny_causal_lm_path, tmp_path) -> None:
+    """``stream=True`` (chat and completions, the OpenAI SDK's own stream reader): the chunks join to the text the
+    trajectory holds, the last choice chunk carries the finish reason, and include_usage adds the token counts."""
+    agent = tmp_path / "streaming_agent.py"
+    agent.write_text(
+        "import openai\nfrom rlhf_plugin_openai_server import OpenAIServerAgent\n\n\n"
+        "class AgentExecutor(OpenAIServerAgent):\n    async def run_agent(self, prompt, label, session_id):\n"
+        "        client = openai.AsyncOpenAI(base_url=self.base_url, api_key='x', max_retries=0,\n"
+        "                                    default_headers={'X-Session-ID': session_id})\n"
+        "        messages = [{'role': 'user', 'content': prompt}]\n"
+        "        stream = await client.chat.completions.create(model=self.model_name, messages=messages, max_tokens=4,\n"
+        "                                                      stream=True, stream_options={'include_usage': True})\n"
+        "        text, finish, usage = '', None, None\n"
+        "        async for chunk in stream:\n"
+        "            usage = chunk.usage or usage\n"
+        "            for choice in chunk.choices:\n"
+        "                text += choice.delta.content or ''\n                finish = choice.finish_reason or finish\n"
+        "        await client.close()\n"
+        "        return {'reward': 1.0, 'columns': {'text': text, 'finish': finish, 'tokens': usage.completion_tokens}}\n")
+    results = executor_for(agent, tiny_causal_lm_path).run(requests_for(2), engine, SAMPLING)
+    assert [r["agent"].get("error") for r in results] == [None, None]
+    tokenizer = executor_for(agent, tiny_causal_lm_path).tokenizer
+    for result in results:
+        columns = result["agent"]["columns"]
+        assert columns["text"] == tokenizer.decode(result["response_ids"], skip_special_tokens=True)
+        assert columns["finish"] == result["finish_reason"] and columns["tokens"] == len(result["response_ids"])

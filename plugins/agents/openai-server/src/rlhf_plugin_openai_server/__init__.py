@@ -2,11 +2,12 @@
 
 ``--train.agent_executor openai_server --train.agent_func_path agent.py``: ``agent.py`` defines
 ``AgentExecutor(OpenAIServerAgent)`` overriding ``async run_agent(prompt, label, session_id)
--> {"reward", "scores"?, "extra_logs"?}``. For every rollout batch the executor starts a FastAPI
+-> {"reward", "scores"?, "extra_logs"?, "columns"?}``. For every rollout batch the executor starts a FastAPI
 server on 127.0.0.1 (a free port) whose ``/v1/chat/completions`` and ``/v1/completions`` (plus
 ``/v1/models``, ``/health``, ``/tokenize``) are backed by the rollout engines, then runs one
 ``run_agent`` per sample, all at once. The agent talks to ``self.base_url`` with any OpenAI
-client, passing ``extra_body={"session_id": session_id}``.
+client, passing ``extra_body={"session_id": session_id}`` or the ``X-Session-ID`` header; ``stream=True`` is
+answered as server-sent events (the turn's whole text in one chunk).
 
 Every call of a session is recorded: its prompt must extend the session's text so far (the
 previous prompt and completions, as the server returned them); only the new part is tokenised

@@ -118,4 +118,5 @@ def _result(out: Any) -> dict[str, Any]:
     if not (math.isfinite(reward) and math.isfinite(score)):
         raise ValueError(f"run_agent returned a non-finite reward {reward} / score {score}")
     logs = {key: float(value) for key, value in (out.get("extra_logs") or {}).items()}
-    return {"reward": reward, "score": score, "extra_logs": logs}
+    # columns: the episode's own text or numbers in the sample table and the rollout dump, as an environment's
+    return {"reward": reward, "score": score, "extra_logs": logs, "columns": dict(out.get("columns") or {})}

@@ -63,14 +63,14 @@ class Session:
 #: the request header that names a session where the body does not (verifiers' OpenAI clients send it)
 SESSION_HEADER = "X-Session-ID"
 APPLIED_FIELDS = frozenset({"model", "messages", "prompt", "session_id", "max_tokens", "max_completion_tokens",
-                            "temperature", "top_p", "logprobs", "user", "seed"})
+                            "temperature", "top_p", "logprobs", "user", "seed", "stream", "stream_options"})
 
 
 def unsupported_fields(body: dict[str, Any]) -> list[str]:
     """Fields of a completion request the server would otherwise ignore (``stop``, ``tools``, ``top_k``,
     penalties, ``n`` above 1, streaming…): the request is refused, so an agent never gets a completion
     sampled other than it asked without knowing."""
-    neutral = {"n": 1, "stream": False, "top_logprobs": 0}
+    neutral = {"n": 1, "top_logprobs": 0}
     return sorted(key for key, value in body.items()
                   if key not in APPLIED_FIELDS and value is not None and neutral.get(key, object()) != value)
 
@@ -87,7 +87,7 @@ def build_app(state: Any) -> Any:
     """The FastAPI app. ``state`` has ``tokenizer``, ``client`` (EngineClient), ``sessions`` (id -> Session),
     ``max_tokens`` (the per-call default and cap) and ``seed``."""
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, StreamingResponse
 
     app = FastAPI(title="rlhf agent server")
 
@@ -129,14 +129,18 @@ def build_app(state: Any) -> Any:
             session.pending_stop = state.tokenizer.decode(ids[-1:], skip_special_tokens=False)
         logprobs = {"content": [{"token": state.tokenizer.decode([t]), "logprob": lp, "bytes": None, "top_logprobs": []}
                                 for t, lp in zip(ids, out["logprobs"])]} if body.get("logprobs") else None
+        head = {"id": f"rlhf-{uuid.uuid4().hex[:12]}", "created": int(time.time()), "model": state.model_name}
+        usage = {"prompt_tokens": len(tokens), "completion_tokens": len(ids), "total_tokens": len(tokens) + len(ids)}
+        if body.get("stream"):
+            return StreamingResponse(_streamed(head, chat, content, out["finish_reason"], logprobs,
+                                               usage if (body.get("stream_options") or {}).get("include_usage") else None),
+                                     media_type="text/event-stream")
         choice: dict[str, Any] = {"index": 0, "finish_reason": out["finish_reason"], "logprobs": logprobs}
         if chat:
             choice["message"] = {"role": "assistant", "content": content}
         else:
             choice["text"] = content
-        return {"id": f"rlhf-{uuid.uuid4().hex[:12]}", "object": "chat.completion" if chat else "text_completion",
-                "created": int(time.time()), "model": state.model_name, "choices": [choice],
-                "usage": {"prompt_tokens": len(tokens), "completion_tokens": len(ids), "total_tokens": len(tokens) + len(ids)},
+        return {**head, "object": "chat.completion" if chat else "text_completion", "choices": [choice], "usage": usage,
                 "token_ids": {"prompt_token_ids": tokens, "completion_token_ids": ids}}
 
     @app.post("/v1/chat/completions")
@@ -163,3 +167,26 @@ def build_app(state: Any) -> Any:
         return {"tokens": state.tokenizer(text, add_special_tokens=False)["input_ids"]}
 
     return app
+
+
+def _streamed(head: dict[str, Any], chat: bool, content: str, finish: str, logprobs: Any,
+              usage: dict[str, int] | None) -> Any:
+    """A completion as OpenAI's server-sent events: the whole text in one chunk (the engines answer a turn at once,
+    batched with the other episodes' turns), then the finish reason, the usage when asked, and ``[DONE]``."""
+    import json
+
+    kind = "chat.completion.chunk" if chat else "text_completion"
+
+    def chunk(piece: dict[str, Any] | None, reason: str | None, **extra: Any) -> str:
+        choices = [] if piece is None else [{"index": 0, **piece, "finish_reason": reason}]
+        return f"data: {json.dumps({**head, 'object': kind, 'choices': choices, **extra})}\n\n"
+
+    if chat:
+        yield chunk({"delta": {"role": "assistant", "content": content}, "logprobs": logprobs}, None)
+        yield chunk({"delta": {}}, finish)
+    else:
+        yield chunk({"text": content, "logprobs": logprobs}, None)
+        yield chunk({"text": ""}, finish)
+    if usage is not None:
+        yield chunk(None, None, usage=usage)
+    yield "data: [DONE]\n\n"
