@@ -10,6 +10,7 @@ from typing import Any
 
 from rlhf.planning import REMEDY_COSTS, MemoryPart, ModelShape, PlannedModel, Remedy, RemedyContext
 from rlhf.planning.parts import PHASES
+from rlhf.runtime.plan.remedies import changed_config
 from rlhf.testing.conformance._core import fail
 
 #: a Llama-7B-like shape, so that parts are far from zero
@@ -95,8 +96,6 @@ def _check_remedies(kind: str, component: type, config: Any, run: RemedyContext,
     """Each remedy offered for a run on 8 of 16 GPUs is a :class:`rlhf.planning.Remedy` of a known kind, with a
     one-line reason and flags that name fields of the config (or a plugin's options); applied, the config still
     validates, and every part it says it frees holds fewer bytes on the GPU in some phase than before."""
-    from rlhf.runtime.plan.remedies import changed_config
-
     plan_remedies = getattr(component, "plan_remedies", None)
     if plan_remedies is None:
         return
