@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlhf.components import PromptOutcome, build
 from rlhf.data.prompts import PromptSchedule, build_prompts, load_prompt_rows, prepare_prompt
 from rlhf.errors import DataError
-from rlhf.registry import ComponentKind
+from rlhf.registry import ComponentKind, ComponentRegistry
+
+if TYPE_CHECKING:
+    from rlhf.config.ppo import PPOConfig
 
 log = logging.getLogger("rlhf.data")
 
@@ -119,7 +122,8 @@ def _counted(reasons: Counter[str]) -> str:
     return "; ".join(f"{count} {why}" for why, count in reasons.items())
 
 
-def run_schedule(config: Any, tokenizer: Any, registry: Any, processor: Any) -> tuple[Any, tuple[str, ...]]:
+def run_schedule(config: PPOConfig, tokenizer: Any, registry: ComponentRegistry,
+                 processor: Any) -> tuple[PromptSchedule | SourcedSchedule, tuple[str, ...]]:
     """The run's prompt schedule and the names of its prompt sources (what steering's prompt mix weighs): the
     ``--data.prompt_source`` plugin's rows when one is named, else the ``--data.prompt_dataset`` files'."""
     data, batch_size, episodes, seed = config.data, config.rollout.batch_size, config.train.num_episodes, config.train.seed
