@@ -59,7 +59,7 @@ def build_app(service: TinkerService, api_key: str | None) -> Any:
             return JSONResponse(
                 {
                     "detail": "this server needs its API key: ServiceClient(api_key=...) or "
-                    "TINKER_API_KEY, the key given to rlhf serve tinker --api-key"
+                    "TINKER_API_KEY, the key given to rlhf serve-tinker --api-key"
                 },
                 status_code=401,
             )
@@ -106,7 +106,7 @@ def build_app(service: TinkerService, api_key: str | None) -> Any:
 
     @app.post("/api/v1/telemetry")
     async def telemetry() -> dict[str, str]:
-        return {"status": "accepted"}  # the SDK's usage reports stay on this machine: read, then dropped
+        return {"status": "accepted"}  # the SDK's usage reports are accepted and dropped: nothing leaves this machine
 
     @app.get("/api/v1/get_server_capabilities")
     async def capabilities() -> dict[str, Any]:
