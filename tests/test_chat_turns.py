@@ -45,7 +45,7 @@ def test_a_template_that_cannot_continue_a_conversation_is_named(tiny_tokenizer_
 
     plain = AutoTokenizer.from_pretrained(tiny_tokenizer_path)
     plain.chat_template = None
-    with pytest.raises(ChatTemplateError, match="need the policy tokenizer's chat template"):
+    with pytest.raises(ChatTemplateError, match="chat turns need the policy tokenizer's chat template"):
         chat_feedback(plain, REPLY, [1], "stop")
     # a template that keeps only the last assistant turn (some drop earlier ones)
     plain.chat_template = ("{% for m in messages %}{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}"

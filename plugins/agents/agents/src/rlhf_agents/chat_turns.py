@@ -5,8 +5,9 @@ will see them in a conversation, instead of raw text glued after the assistant's
 re-tokenized: the model's sampled ids stay as they were, and only the text the template puts between the end of
 the assistant's content and the next generation prompt is tokenized here. That text is found by rendering a
 conversation whose assistant content is a marker, followed by the new messages and the generation prompt: what
-follows the marker is the assistant turn's closing (e.g. ``<|im_end|>\\n``), the new messages and the prompt. Where the model's turn already ended with
-that closing token (it stopped at its end-of-turn), the closing is not added twice.
+follows the marker is the assistant turn's closing (e.g. ``<|im_end|>\\n``), the new messages and the prompt.
+Where the model's turn already ended with that closing token (it stopped at its end-of-turn), the closing is not
+added twice. The OpenAI-server executor continues its chat sessions the same way.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ class ChatTemplateError(ValueError):
 
 
 def chat_feedback(tokenizer: Any, messages: list[dict[str, Any]], last_turn_ids: list[int],
-                  finish_reason: str) -> tuple[str, list[int]]:
+                  finish_reason: str, tools: list[dict[str, Any]] | None = None) -> tuple[str, list[int]]:
     """``(text, ids)`` to append after the model's turn ``last_turn_ids`` so that the trajectory continues as
-    ``messages`` rendered by the chat template, ending with the next assistant turn's generation prompt."""
+    ``messages`` rendered by the chat template, ending with the next assistant turn's generation prompt (``tools``:
+    the tool definitions the conversation was rendered with, for templates whose turns depend on them)."""
     if not getattr(tokenizer, "chat_template", None):
-        raise ChatTemplateError("environment_messages need the policy tokenizer's chat template, and it has none")
+        raise ChatTemplateError("chat turns need the policy tokenizer's chat template, and it has none")
     try:
-        continued = tokenizer.apply_chat_template([*_OPENING, *messages], tokenize=False, add_generation_prompt=True)
+        continued = tokenizer.apply_chat_template([*_OPENING, *messages], tokenize=False, add_generation_prompt=True,
+                                                  **({"tools": tools} if tools else {}))
     except Exception as exc:  # noqa: BLE001 - jinja's errors (a role the template refuses, a raise_exception) are the messages'
         raise ChatTemplateError(f"the chat template refused environment_messages: {type(exc).__name__}: {exc}") from exc
     if continued.count(_MARKER) != 1:

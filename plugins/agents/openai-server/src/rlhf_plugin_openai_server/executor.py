@@ -6,7 +6,7 @@ import asyncio
 import math
 import socket
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from rlhf_agents import load_agent_class
@@ -20,6 +20,9 @@ class OpenAIServerOptions(BaseModel):
 
     episode_timeout_s: float = Field(300.0, gt=0, description="most seconds one run_agent call may take")
     model_name: str = Field("rlhf-policy", description="the model id the server reports and accepts")
+    tool_parser: Literal["hermes", "none"] = Field(
+        "hermes", description="how a completion's text becomes tool calls when the request sends tools: hermes "
+                              "(<tool_call> JSON blocks: Qwen, Hermes) or none (the text as written)")
 
 
 class OpenAIServerExecutor(AsyncAgentExecutor):
@@ -51,7 +54,8 @@ class OpenAIServerExecutor(AsyncAgentExecutor):
         import uvicorn
         from rlhf_agents.executors import EngineClient
 
-        state = _ServerState(self.tokenizer, EngineClient(engines, sampling, self.max_len), self.options.model_name)
+        state = _ServerState(self.tokenizer, EngineClient(engines, sampling, self.max_len), self.options.model_name,
+                             self.options.tool_parser)
         state.max_tokens = max((r["max_tokens"] for r in requests), default=1)
         seeds = {}
         with socket.socket() as probe:  # a free port, then handed to uvicorn (it binds right away)
@@ -103,8 +107,8 @@ class OpenAIServerExecutor(AsyncAgentExecutor):
 
 
 class _ServerState:
-    def __init__(self, tokenizer: Any, client: Any, model_name: str) -> None:
-        self.tokenizer, self.client, self.model_name = tokenizer, client, model_name
+    def __init__(self, tokenizer: Any, client: Any, model_name: str, tool_parser: str) -> None:
+        self.tokenizer, self.client, self.model_name, self.tool_parser = tokenizer, client, model_name, tool_parser
         self.sessions: dict[str, Session] = {}
         self.max_tokens = 1
         self.seed: Any = None

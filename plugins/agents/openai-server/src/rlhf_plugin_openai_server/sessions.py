@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlhf_plugin_openai_server.tool_calls import parse_tool_calls
+
 
 class SessionError(Exception):
     """A request that cannot extend its session's trajectory (the message says why)."""
@@ -27,6 +29,9 @@ class Session:
     #: and when the chat template writes it after the assistant's reply it is already in the trajectory
     pending_stop: str = ""
     last_finish: str = "stop"
+    last_turn_ids: list[int] = field(default_factory=list)  # the last completion's ids, as sampled
+    #: the chat messages the session has been sent, the assistant's replies aside, as (role, content) pairs
+    said: list[tuple[Any, Any]] = field(default_factory=list)
     calls: int = 0
     error: str | None = None
 
@@ -52,6 +57,33 @@ class Session:
         self.add(ids, None, is_action=False, text=suffix)
         return self.tokens
 
+    def extend_chat(self, messages: list[dict[str, Any]], tools: Any, tokenizer: Any) -> list[int]:
+        """The token ids of a chat request: the first renders the messages; a later one must hold every reply the
+        session returned as an assistant message, after the same messages as before, and only the messages after
+        the last reply are rendered, by the template's own text after an assistant turn (token-exact however the
+        template would re-render the replies: Qwen3's think blocks, a tool call's JSON spacing)."""
+        from rlhf_agents.chat_turns import ChatTemplateError, chat_feedback
+
+        replies = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+        said = [(m.get("role"), m.get("content")) for m in messages if m.get("role") != "assistant"]
+        if self.calls == 0:
+            self.said = said
+            return self.extend_prompt(render_chat(tokenizer, messages, tools), tokenizer)
+        if len(replies) != self.calls:
+            raise SessionError(f"prefix stability: the messages hold {len(replies)} assistant replies, the session "
+                               f"returned {self.calls}; send each reply back as it came (or start a new session)")
+        new = messages[replies[-1] + 1:]
+        if said[:len(said) - len(new)] != self.said:
+            raise SessionError("prefix stability: the messages before the last reply differ from those the session "
+                               "was sent; send them unchanged (or start a new session)")
+        try:
+            text, ids = chat_feedback(tokenizer, new, self.last_turn_ids, self.last_finish, tools=tools)
+        except ChatTemplateError as exc:
+            raise SessionError(str(exc)) from None
+        self.said = said
+        self.add(ids, None, is_action=False, text=text)
+        return self.tokens
+
     def add(self, ids: list[int], logprobs: list[float] | None, is_action: bool, text: str) -> None:
         self.response_ids += ids
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
@@ -63,29 +95,30 @@ class Session:
 #: the request header that names a session where the body does not (verifiers' OpenAI clients send it)
 SESSION_HEADER = "X-Session-ID"
 APPLIED_FIELDS = frozenset({"model", "messages", "prompt", "session_id", "max_tokens", "max_completion_tokens",
-                            "temperature", "top_p", "logprobs", "user", "seed", "stream", "stream_options"})
+                            "temperature", "top_p", "logprobs", "user", "seed", "stream", "stream_options", "tools"})
 
 
 def unsupported_fields(body: dict[str, Any]) -> list[str]:
     """Fields of a completion request the server would otherwise ignore (``stop``, ``tools``, ``top_k``,
     penalties, ``n`` above 1, streaming…): the request is refused, so an agent never gets a completion
     sampled other than it asked without knowing."""
-    neutral = {"n": 1, "top_logprobs": 0}
+    neutral = {"n": 1, "top_logprobs": 0, "tool_choice": "auto", "parallel_tool_calls": True}
     return sorted(key for key, value in body.items()
                   if key not in APPLIED_FIELDS and value is not None and neutral.get(key, object()) != value)
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
-    """The chat template's text for ``messages`` with the generation prompt."""
+def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: Any = None) -> str:
+    """The chat template's text for ``messages`` (and the ``tools`` they may call) with the generation prompt."""
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **({"tools": tools} if tools else {}))
     except Exception as exc:  # noqa: BLE001 - a malformed message list is the client's error
         raise SessionError(f"cannot apply the chat template to the messages: {exc}") from exc
 
 
 def build_app(state: Any) -> Any:
     """The FastAPI app. ``state`` has ``tokenizer``, ``client`` (EngineClient), ``sessions`` (id -> Session),
-    ``max_tokens`` (the per-call default and cap) and ``seed``."""
+    ``max_tokens`` (the per-call default and cap), ``seed`` and ``tool_parser``."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -99,7 +132,7 @@ def build_app(state: Any) -> Any:
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": state.model_name, "object": "model", "owned_by": "rlhf"}]}
 
-    async def complete(body: dict[str, Any], prompt_text: str, chat: bool, headers: Any) -> Any:
+    async def complete(body: dict[str, Any], prompt: Any, chat: bool, headers: Any) -> Any:
         # the body's session_id (the OpenAI SDK's extra_body), else the X-Session-ID header (verifiers' clients)
         session_id = str(body.get("session_id") or headers.get(SESSION_HEADER) or "")
         session = state.sessions.get(session_id)
@@ -113,7 +146,8 @@ def build_app(state: Any) -> Any:
                              f"(it applies {', '.join(sorted(APPLIED_FIELDS))}); remove them")
             return JSONResponse({"error": {"message": session.error}}, status_code=400)
         try:
-            tokens = session.extend_prompt(prompt_text, state.tokenizer)
+            tokens = (session.extend_chat(prompt, body.get("tools"), state.tokenizer) if chat
+                      else session.extend_prompt(prompt, state.tokenizer))
         except SessionError as exc:
             session.error = str(exc)
             return JSONResponse({"error": {"message": str(exc)}}, status_code=400)
@@ -124,20 +158,22 @@ def build_app(state: Any) -> Any:
         ids = out["response_ids"]
         content = state.tokenizer.decode(ids, skip_special_tokens=True)
         session.add(ids, out["logprobs"], is_action=True, text=content)
-        session.last_finish = out["finish_reason"]
+        session.last_finish, session.last_turn_ids = out["finish_reason"], ids
         if out["finish_reason"] == "stop" and ids and ids[-1] in state.tokenizer.all_special_ids:
             session.pending_stop = state.tokenizer.decode(ids[-1:], skip_special_tokens=False)
         logprobs = {"content": [{"token": state.tokenizer.decode([t]), "logprob": lp, "bytes": None, "top_logprobs": []}
                                 for t, lp in zip(ids, out["logprobs"])]} if body.get("logprobs") else None
+        text, calls = parse_tool_calls(content, state.tool_parser) if chat and body.get("tools") else (content, [])
+        finish = "tool_calls" if calls else out["finish_reason"]
         head = {"id": f"rlhf-{uuid.uuid4().hex[:12]}", "created": int(time.time()), "model": state.model_name}
         usage = {"prompt_tokens": len(tokens), "completion_tokens": len(ids), "total_tokens": len(tokens) + len(ids)}
         if body.get("stream"):
-            return StreamingResponse(_streamed(head, chat, content, out["finish_reason"], logprobs,
+            return StreamingResponse(_streamed(head, chat, text, calls, finish, logprobs,
                                                usage if (body.get("stream_options") or {}).get("include_usage") else None),
                                      media_type="text/event-stream")
-        choice: dict[str, Any] = {"index": 0, "finish_reason": out["finish_reason"], "logprobs": logprobs}
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": logprobs}
         if chat:
-            choice["message"] = {"role": "assistant", "content": content}
+            choice["message"] = {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}
         else:
             choice["text"] = content
         return {**head, "object": "chat.completion" if chat else "text_completion", "choices": [choice], "usage": usage,
@@ -146,11 +182,10 @@ def build_app(state: Any) -> Any:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         body = await request.json()
-        try:
-            text = render_chat(state.tokenizer, body.get("messages") or [])
-        except SessionError as exc:
-            return JSONResponse({"error": {"message": str(exc)}}, status_code=400)
-        return await complete(body, text, chat=True, headers=request.headers)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            return JSONResponse({"error": {"message": "messages must be a list of message objects"}}, status_code=400)
+        return await complete(body, messages, chat=True, headers=request.headers)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -169,8 +204,8 @@ def build_app(state: Any) -> Any:
     return app
 
 
-def _streamed(head: dict[str, Any], chat: bool, content: str, finish: str, logprobs: Any,
-              usage: dict[str, int] | None) -> Any:
+def _streamed(head: dict[str, Any], chat: bool, content: str | None, calls: list[dict[str, Any]], finish: str,
+              logprobs: Any, usage: dict[str, int] | None) -> Any:
     """A completion as OpenAI's server-sent events: the whole text in one chunk (the engines answer a turn at once,
     batched with the other episodes' turns), then the finish reason, the usage when asked, and ``[DONE]``."""
     import json
@@ -182,7 +217,10 @@ def _streamed(head: dict[str, Any], chat: bool, content: str, finish: str, logpr
         return f"data: {json.dumps({**head, 'object': kind, 'choices': choices, **extra})}\n\n"
 
     if chat:
-        yield chunk({"delta": {"role": "assistant", "content": content}, "logprobs": logprobs}, None)
+        delta = {"role": "assistant", "content": content}
+        if calls:
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
+        yield chunk({"delta": delta, "logprobs": logprobs}, None)
         yield chunk({"delta": {}}, finish)
     else:
         yield chunk({"text": content, "logprobs": logprobs}, None)
