@@ -52,3 +52,22 @@ def test_a_template_that_cannot_continue_a_conversation_is_named(tiny_tokenizer_
                            "{% endif %}{% endfor %}")
     with pytest.raises(ChatTemplateError, match="drops or repeats the assistant's turn once a message follows it"):
         chat_feedback(plain, [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}], [1], "stop")
+
+
+def test_the_runs_template_variables_reach_every_render() -> None:
+    """--data.chat_template_kwargs '{"enable_thinking": false}' on Qwen3: the prompt and each environment turn end
+    with the empty think block the template writes to switch thinking off, and the trajectory is still the
+    template's rendering of the conversation."""
+    from rlhf.config.ppo import DataSection
+    from rlhf.data.templates import format_prompt
+
+    tok = load_tokenizer(str(fetch_tokenizer("qwen3")), "--actor.model_name_or_path")
+    quiet = DataSection(apply_chat_template=True, chat_template_kwargs={"enable_thinking": False})
+    thinking, _ = format_prompt(QUESTION[0]["content"], DataSection(apply_chat_template=True), tok)
+    text, prompt_ids = format_prompt(QUESTION[0]["content"], quiet, tok)
+    assert text == thinking + "<think>\n\n</think>\n\n"
+    turn = ids(tok, ANSWER) + [tok.convert_tokens_to_ids("<|im_end|>")]
+    feedback_text, feedback = chat_feedback(tok, REPLY, turn, "stop", template_kwargs={"enable_thinking": False})
+    assert feedback_text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert feedback_text == chat_feedback(tok, REPLY, turn, "stop")[0] + "<think>\n\n</think>\n\n"
+    assert chat_opening(tok, QUESTION, {"enable_thinking": False}) == text

@@ -144,6 +144,8 @@ def test_printed_config_loads_back_identically(host: PluginHost, tmp_path: Path,
         (["--train.model_loaders", "liger"], "--train.model_loaders 'liger': that model loader is installed (plugin "
          "'liger', rlhf-plugin-liger)"),
         (["--actor.optim", "adamw2"], "--actor.optim 'adamw2': no optimizer of that name is installed. Did you mean 'adam'?"),
+        (["--data.chat_template_kwargs", "{enable_thinking: false}"], "--data.chat_template_kwargs: Value error, not JSON"),
+        (["--data.chat_template_kwargs", "[1]"], "--data.chat_template_kwargs: Value error, must be a JSON object"),
     ],
 )
 def test_bad_flags_get_errors_that_name_them(host: PluginHost, argv: list[str], message: str) -> None:
@@ -350,3 +352,11 @@ def test_a_sample_filter_is_chosen_by_name(tmp_path: Path) -> None:
     controller = PPOController(config, host, tmp_path / "out")
     assert type(controller.sample_filter).__name__ == "DynamicFilter"
     assert PPOController(parse(host, "--reward.remote_url", str(reward)), host, tmp_path / "out").sample_filter is None
+
+
+def test_chat_template_variables_are_a_json_object_on_the_command_line_and_a_mapping_in_yaml(host, tmp_path) -> None:
+    flagged = parse(host, "--data.chat_template_kwargs", '{"enable_thinking": false, "reasoning_effort": "low"}')
+    assert flagged.data.chat_template_kwargs == {"enable_thinking": False, "reasoning_effort": "low"}
+    (tmp_path / "run.yaml").write_text("data:\n  chat_template_kwargs:\n    enable_thinking: false\n")
+    assert parse(host, "--config", str(tmp_path / "run.yaml")).data.chat_template_kwargs == {"enable_thinking": False}
+    assert parse(host).data.chat_template_kwargs is None

@@ -13,7 +13,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from rlhf.config.base import Section, flag, plugin_flag, plugin_options_field, plugin_set_field
-from rlhf.config.sections import AdamSection, DeepSpeedSection, LoggerSection, MuonSection, PreemptionFields
+from rlhf.config.sections import (
+    AdamSection,
+    ChatTemplateFields,
+    DeepSpeedSection,
+    LoggerSection,
+    MuonSection,
+    PreemptionFields,
+)
 from rlhf.registry import ComponentKind as K
 
 
@@ -188,7 +195,7 @@ class CkptSection(PreemptionFields):
     output_dir: str = flag("./ckpt", "Output directory of the final model")
 
 
-class DataSection(Section):
+class DataSection(ChatTemplateFields):
     disable_fast_tokenizer: bool = flag(False, "Use the slow tokenizer", switch=True)
     dataloader_num_workers: int = flag(0, "Worker processes that tokenize the prompts (0: in the controller)")
     max_len: int = flag(2048, "Max total sequence length (prompt + response)")

@@ -7,14 +7,15 @@ build their config trees from them, so a flag means the same in every command.
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlhf.config.base import Section, flag, plugin_flag
 
-__all__ = ["AdamSection", "DeepSpeedSection", "LoggerSection", "LoraSection", "MuonSection", "PreemptionFields", "WandbSection"]
+__all__ = ["AdamSection", "ChatTemplateFields", "DeepSpeedSection", "LoggerSection", "LoraSection", "MuonSection", "PreemptionFields", "WandbSection"]
 
 
 def _default_run_name() -> str:
@@ -36,6 +37,29 @@ class PreemptionFields(Section):
                                    "checkpoint, exit with status 75 (comma-separated names; SLURM's --signal sends USR1)")
     preemption_budget: float = flag(120.0, "Seconds a preemption signal leaves to finish the step and write its "
                                     "checkpoint; past them the run stops without it")
+
+
+class ChatTemplateFields(Section):
+    """``--data.chat_template_kwargs``: variables the chat template reads beside the messages, for every render of a
+    run's data (prompts, responses, environment turns); a trainer's data section subclasses it."""
+
+    chat_template_kwargs: dict[str, Any] | None = flag(
+        None, "Variables for the chat template, as a JSON object: '{\"enable_thinking\": false}' switches Qwen3's "
+              "thinking off, '{\"reasoning_effort\": \"low\"}' sets gpt-oss's effort")
+
+    @field_validator("chat_template_kwargs", mode="before")
+    @classmethod
+    def _json_object(cls, value: Any) -> Any:
+        """A flag's text is JSON; YAML gives the mapping itself."""
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not JSON ({exc.msg} at column {exc.colno}); give an object such as "
+                                 "'{\"enable_thinking\": false}'") from None
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"must be a JSON object of template variables, not {type(value).__name__}")
+        return value
 
 
 class MuonSection(Section):

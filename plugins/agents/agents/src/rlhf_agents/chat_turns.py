@@ -24,16 +24,18 @@ class ChatTemplateError(ValueError):
     turns differently once a message follows them)."""
 
 
-def chat_feedback(tokenizer: Any, messages: list[dict[str, Any]], last_turn_ids: list[int],
-                  finish_reason: str, tools: list[dict[str, Any]] | None = None) -> tuple[str, list[int]]:
+def chat_feedback(tokenizer: Any, messages: list[dict[str, Any]], last_turn_ids: list[int], finish_reason: str,
+                  tools: list[dict[str, Any]] | None = None,
+                  template_kwargs: dict[str, Any] | None = None) -> tuple[str, list[int]]:
     """``(text, ids)`` to append after the model's turn ``last_turn_ids`` so that the trajectory continues as
     ``messages`` rendered by the chat template, ending with the next assistant turn's generation prompt (``tools``:
-    the tool definitions the conversation was rendered with, for templates whose turns depend on them)."""
+    the tool definitions the conversation was rendered with, for templates whose turns depend on them;
+    ``template_kwargs``: the run's ``--data.chat_template_kwargs``)."""
     if not getattr(tokenizer, "chat_template", None):
         raise ChatTemplateError("chat turns need the policy tokenizer's chat template, and it has none")
     try:
         continued = tokenizer.apply_chat_template([*_OPENING, *messages], tokenize=False, add_generation_prompt=True,
-                                                  **({"tools": tools} if tools else {}))
+                                                  **({"tools": tools} if tools else {}), **(template_kwargs or {}))
     except Exception as exc:  # noqa: BLE001 - jinja's errors (a role the template refuses, a raise_exception) are the messages'
         raise ChatTemplateError(f"the chat template refused environment_messages: {type(exc).__name__}: {exc}") from exc
     if continued.count(_MARKER) != 1:
@@ -49,9 +51,10 @@ def chat_feedback(tokenizer: Any, messages: list[dict[str, Any]], last_turn_ids:
     return text, tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def chat_opening(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
+def chat_opening(tokenizer: Any, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None = None) -> str:
     """The first observation of an episode whose ``reset`` answered ``messages``: templated for generation."""
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **(template_kwargs or {}))
     except Exception as exc:  # noqa: BLE001 - as above
         raise ChatTemplateError(f"the chat template refused reset's messages: {type(exc).__name__}: {exc}") from exc

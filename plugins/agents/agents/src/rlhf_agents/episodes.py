@@ -93,6 +93,7 @@ class EnvironmentExecutor(AsyncAgentExecutor):
         self.agent_class, self.options, self.source, self.options_flag = agent_class, options, source, options_flag
         self.max_len, self.max_new_tokens = max_len, max_new_tokens
         self._media_processor, self._processor = media_processor, None
+        self.template_kwargs: dict[str, Any] = {}  # the run's --data.chat_template_kwargs, for chat turns
 
     @classmethod
     def for_run(cls, agent_class: type, config: Any, *, source: str, namespace: str) -> Any:
@@ -108,8 +109,11 @@ class EnvironmentExecutor(AsyncAgentExecutor):
             problems = "; ".join(f"--{namespace}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise ConfigError(f"{source}: {problems} (the options {model.__name__} takes: "
                               f"{', '.join(model.model_fields)})") from None
-        return cls(agent_class, config.actor.model_name_or_path, config.data.max_len, config.rollout.max_new_tokens,
-                   options, functools.partial(run_processor, config), source=source, options_flag=f"--{namespace}.step_timeout_s")
+        executor = cls(agent_class, config.actor.model_name_or_path, config.data.max_len, config.rollout.max_new_tokens,
+                       options, functools.partial(run_processor, config), source=source,
+                       options_flag=f"--{namespace}.step_timeout_s")
+        executor.template_kwargs = dict(config.data.chat_template_kwargs or {})
+        return executor
 
     def _environment(self) -> Any:
         """A fresh environment for one episode: built with the run's options where its class declares ``Options``."""
@@ -162,7 +166,7 @@ class EnvironmentExecutor(AsyncAgentExecutor):
                 "messages": [dict(m) for m in conversation] if conversation is not None else None}))
             if isinstance(reset, dict) and reset.get("messages") is not None:  # the first turns, as chat messages
                 conversation = _messages(reset["messages"], "AgentInstance.reset: messages")
-                observation = _templated(chat_opening, self.tokenizer, conversation)
+                observation = _templated(chat_opening, self.tokenizer, conversation, self.template_kwargs)
             else:
                 observation = reset.get("observation") if isinstance(reset, dict) else None
             if not isinstance(observation, str):
@@ -211,7 +215,7 @@ class EnvironmentExecutor(AsyncAgentExecutor):
                 if said is not None:  # chat turns: templated after the model's own, token-exact
                     said = _messages(said, "AgentInstance.step: environment_messages")
                     feedback, feedback_ids = _templated(chat_feedback, self.tokenizer, said, out["response_ids"],
-                                                        out["finish_reason"])
+                                                        out["finish_reason"], None, self.template_kwargs)
                     conversation = [*(conversation or []), *said]
                 text += action + feedback
                 room = self.max_len - len(tokens)

@@ -31,10 +31,11 @@ class OpenAIServerExecutor(AsyncAgentExecutor):
     controller once per rollout batch."""
 
     def __init__(self, agent_path: str, agent_class: type, tokenizer_path: str, max_len: int,
-                 options: OpenAIServerOptions) -> None:
+                 options: OpenAIServerOptions, template_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__(tokenizer_path)
         self.agent_path, self.agent_class = agent_path, agent_class
         self.max_len, self.options = max_len, options
+        self.template_kwargs = dict(template_kwargs or {})  # --data.chat_template_kwargs, for every chat render
 
     @classmethod
     def from_config(cls, config: Any) -> OpenAIServerExecutor:
@@ -48,14 +49,15 @@ class OpenAIServerExecutor(AsyncAgentExecutor):
         if not callable(getattr(agent_class, "run_agent", None)):
             raise ConfigError(f"--train.agent_func_path {path}: AgentExecutor has no async run_agent(prompt, label, session_id)")
         options = OpenAIServerOptions.model_validate(config.plugins.get("openai_server", {}))
-        return cls(path, agent_class, config.actor.model_name_or_path, config.data.max_len, options)
+        return cls(path, agent_class, config.actor.model_name_or_path, config.data.max_len, options,
+                   config.data.chat_template_kwargs)
 
     async def run_async(self, requests: list[dict[str, Any]], engines: Any, sampling: dict[str, float]) -> list[dict[str, Any]]:
         import uvicorn
         from rlhf_agents.executors import EngineClient
 
         state = _ServerState(self.tokenizer, EngineClient(engines, sampling, self.max_len), self.options.model_name,
-                             self.options.tool_parser)
+                             self.options.tool_parser, self.template_kwargs)
         state.max_tokens = max((r["max_tokens"] for r in requests), default=1)
         seeds = {}
         with socket.socket() as probe:  # a free port, then handed to uvicorn (it binds right away)
@@ -107,8 +109,10 @@ class OpenAIServerExecutor(AsyncAgentExecutor):
 
 
 class _ServerState:
-    def __init__(self, tokenizer: Any, client: Any, model_name: str, tool_parser: str) -> None:
+    def __init__(self, tokenizer: Any, client: Any, model_name: str, tool_parser: str,
+                 template_kwargs: dict[str, Any]) -> None:
         self.tokenizer, self.client, self.model_name, self.tool_parser = tokenizer, client, model_name, tool_parser
+        self.template_kwargs = template_kwargs
         self.sessions: dict[str, Session] = {}
         self.max_tokens = 1
         self.seed: Any = None

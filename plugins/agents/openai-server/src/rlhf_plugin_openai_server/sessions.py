@@ -57,7 +57,8 @@ class Session:
         self.add(ids, None, is_action=False, text=suffix)
         return self.tokens
 
-    def extend_chat(self, messages: list[dict[str, Any]], tools: Any, tokenizer: Any) -> list[int]:
+    def extend_chat(self, messages: list[dict[str, Any]], tools: Any, tokenizer: Any,
+                    template_kwargs: dict[str, Any]) -> list[int]:
         """The token ids of a chat request: the first renders the messages; a later one must hold every reply the
         session returned as an assistant message, after the same messages as before, and only the messages after
         the last reply are rendered, by the template's own text after an assistant turn (token-exact however the
@@ -68,7 +69,7 @@ class Session:
         said = [(m.get("role"), m.get("content")) for m in messages if m.get("role") != "assistant"]
         if self.calls == 0:
             self.said = said
-            return self.extend_prompt(render_chat(tokenizer, messages, tools), tokenizer)
+            return self.extend_prompt(render_chat(tokenizer, messages, tools, template_kwargs), tokenizer)
         if len(replies) != self.calls:
             raise SessionError(f"prefix stability: the messages hold {len(replies)} assistant replies, the session "
                                f"returned {self.calls}; send each reply back as it came (or start a new session)")
@@ -77,7 +78,7 @@ class Session:
             raise SessionError("prefix stability: the messages before the last reply differ from those the session "
                                "was sent; send them unchanged (or start a new session)")
         try:
-            text, ids = chat_feedback(tokenizer, new, self.last_turn_ids, self.last_finish, tools=tools)
+            text, ids = chat_feedback(tokenizer, new, self.last_turn_ids, self.last_finish, tools, template_kwargs)
         except ChatTemplateError as exc:
             raise SessionError(str(exc)) from None
         self.said = said
@@ -107,11 +108,13 @@ def unsupported_fields(body: dict[str, Any]) -> list[str]:
                   if key not in APPLIED_FIELDS and value is not None and neutral.get(key, object()) != value)
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: Any = None) -> str:
-    """The chat template's text for ``messages`` (and the ``tools`` they may call) with the generation prompt."""
+def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: Any = None,
+                template_kwargs: dict[str, Any] | None = None) -> str:
+    """The chat template's text for ``messages`` (and the ``tools`` they may call) with the generation prompt and
+    the run's ``--data.chat_template_kwargs``."""
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                             **({"tools": tools} if tools else {}))
+                                             **({"tools": tools} if tools else {}), **(template_kwargs or {}))
     except Exception as exc:  # noqa: BLE001 - a malformed message list is the client's error
         raise SessionError(f"cannot apply the chat template to the messages: {exc}") from exc
 
@@ -146,7 +149,7 @@ def build_app(state: Any) -> Any:
                              f"(it applies {', '.join(sorted(APPLIED_FIELDS))}); remove them")
             return JSONResponse({"error": {"message": session.error}}, status_code=400)
         try:
-            tokens = (session.extend_chat(prompt, body.get("tools"), state.tokenizer) if chat
+            tokens = (session.extend_chat(prompt, body.get("tools"), state.tokenizer, state.template_kwargs) if chat
                       else session.extend_prompt(prompt, state.tokenizer))
         except SessionError as exc:
             session.error = str(exc)
@@ -198,7 +201,8 @@ def build_app(state: Any) -> Any:
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
         body = await request.json()
-        text = render_chat(state.tokenizer, body["messages"]) if "messages" in body else str(body.get("prompt", ""))
+        text = (render_chat(state.tokenizer, body["messages"], body.get("tools"), state.template_kwargs)
+                if "messages" in body else str(body.get("prompt", "")))
         return {"tokens": state.tokenizer(text, add_special_tokens=False)["input_ids"]}
 
     return app

@@ -47,7 +47,7 @@ class SFTTrainer(SupervisedTrainer):
             if data.multiturn or self.config.model.pretrain_mode_enable:
                 value = row_value(row, data.input_key, "--data.input_key", source, index)
                 if data.multiturn:
-                    ids, mask = conversation(value, self.tokenizer, source, index)
+                    ids, mask = conversation(value, self.tokenizer, source, index, data)
                 else:
                     ids, mask = pretrain_text(str(value), self.tokenizer)
             else:

@@ -15,7 +15,14 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from rlhf.config.base import Section, flag, plugin_options_field, plugin_set_field
-from rlhf.config.sections import AdamSection, DeepSpeedSection, LoggerSection, MuonSection, PreemptionFields
+from rlhf.config.sections import (
+    AdamSection,
+    ChatTemplateFields,
+    DeepSpeedSection,
+    LoggerSection,
+    MuonSection,
+    PreemptionFields,
+)
 from rlhf.registry import ComponentKind as K
 
 
@@ -51,7 +58,7 @@ class SupervisedTrainSection(Section):
                                     "flags are set)", nargs="+", component=K.MODEL_LOADER)
 
 
-class SupervisedDataSection(Section):
+class SupervisedDataSection(ChatTemplateFields):
     dataset: str | None = flag(None, "Training dataset path(s) or name(s), comma-separated")
     dataset_probs: str | None = flag(None, "Sampling probabilities of the datasets, comma-separated")
     dataset_split: str = flag("train", "Split of the training datasets")

@@ -11,7 +11,7 @@ from typing import Any
 
 from rlhf.config.base import ConfigError
 from rlhf.data.sources import text_value
-from rlhf.data.templates import as_messages, format_prompt
+from rlhf.data.templates import as_messages, format_prompt, render_chat
 
 
 def _ids(tokenizer: Any, text: str) -> list[int]:
@@ -37,8 +37,9 @@ def response_ids(prompt_value: Any, response_value: Any, data_cfg: Any, tokenize
     """The response's token ids, ending with EOS, rendered the way the prompt was (chat template or plain)."""
     if data_cfg.apply_chat_template:
         prompt_messages = as_messages(prompt_value)
-        prompt_text = tokenizer.apply_chat_template(prompt_messages, tokenize=False, add_generation_prompt=True)
-        full = tokenizer.apply_chat_template(prompt_messages + as_messages(response_value, "assistant"), tokenize=False)
+        prompt_text = render_chat(tokenizer, prompt_messages, data_cfg, generation_prompt=True)
+        full = render_chat(tokenizer, prompt_messages + as_messages(response_value, "assistant"), data_cfg,
+                           generation_prompt=False)
         if not full.startswith(prompt_text):
             raise ConfigError("the chat template renders the prompt differently once a response follows; "
                               "use --data.input_template instead of --data.apply_chat_template")
@@ -69,7 +70,8 @@ def pretrain_text(text: str, tokenizer: Any) -> tuple[list[int], list[int]]:
     return ids, [1] * len(ids)
 
 
-def conversation(messages: list[dict[str, Any]], tokenizer: Any, source: str, index: int) -> tuple[list[int], list[int]]:
+def conversation(messages: list[dict[str, Any]], tokenizer: Any, source: str, index: int,
+                 data_cfg: Any = None) -> tuple[list[int], list[int]]:
     """``--data.multiturn``: the whole chat through the template, trained on every assistant turn only.
 
     The text is cut where each assistant turn starts and ends in the rendered conversation
@@ -77,13 +79,13 @@ def conversation(messages: list[dict[str, Any]], tokenizer: Any, source: str, in
     """
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
         raise ConfigError(f"{source} row {index}: --data.multiturn needs a list of {{role, content}} messages")
-    full = tokenizer.apply_chat_template(messages, tokenize=False)
+    full = render_chat(tokenizer, messages, data_cfg, generation_prompt=False)
     cuts: list[tuple[int, int]] = []
     for turn, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        before = tokenizer.apply_chat_template(messages[:turn], tokenize=False, add_generation_prompt=True)
-        through = tokenizer.apply_chat_template(messages[: turn + 1], tokenize=False)
+        before = render_chat(tokenizer, messages[:turn], data_cfg, generation_prompt=True)
+        through = render_chat(tokenizer, messages[: turn + 1], data_cfg, generation_prompt=False)
         if not (full.startswith(before) and full.startswith(through)):
             raise ConfigError(f"{source} row {index}: the chat template does not render conversation prefixes as "
                               "prefixes, so assistant turns cannot be located; --data.multiturn needs such a template")
@@ -122,7 +124,7 @@ def preference_pair(row: dict[str, Any], data_cfg: Any, tokenizer: Any, source: 
             prompt = text_value(row, data_cfg.prompt_key, "--data.prompt_key", source, index)
             ids, mask = prompt_response(prompt, value, data_cfg, tokenizer)
         elif data_cfg.apply_chat_template and not isinstance(value, str):
-            ids = _through_eos(_ids(tokenizer, tokenizer.apply_chat_template(value, tokenize=False)), tokenizer)
+            ids = _through_eos(_ids(tokenizer, render_chat(tokenizer, value, data_cfg, generation_prompt=False)), tokenizer)
             mask = [1] * len(ids)
         else:
             ids = _with_eos(tokenizer(str(value))["input_ids"], tokenizer)
