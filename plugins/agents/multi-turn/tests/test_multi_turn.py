@@ -343,3 +343,45 @@ def test_an_environment_talks_in_chat_turns_templated_after_the_models_own(engin
     both.write_text(env.read_text().replace("'environment_messages'", "'environment_feedback': 'x', 'environment_messages'"))
     (failed,) = executor_for(both, tiny_causal_lm_path).run([request], CountingEngines(engine), SAMPLING)
     assert "both environment_feedback and environment_messages" in failed["agent"]["error"]
+
+
+class RecordingEngines(CountingEngines):
+    """Records every turn the engine was asked for and what it answered."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.turns = []
+
+    def generate(self, requests, temperature, top_p):
+        out = super().generate(requests, temperature, top_p)
+        self.turns += [(list(r["prompt_ids"]), list(o["response_ids"])) for r, o in zip(requests, out)]
+        return out
+
+
+def test_the_ids_trained_are_the_ids_the_engine_saw_and_sampled_across_chat_turns(engine, tiny_causal_lm_path,
+                                                                                 tmp_path) -> None:
+    """Token-exact: each turn's engine input is a prefix of the trajectory the trainer gets (prompt_ids +
+    response_ids), and each turn's sampled ids sit right after it with mask 1; nothing was re-tokenized."""
+    env = tmp_path / "chat.py"
+    env.write_text(
+        "from rlhf_agents import AgentInstanceBase\n\n\nclass AgentInstance(AgentInstanceBase):\n"
+        "    async def reset(self, states):\n        return {'messages': states['messages']}\n\n"
+        "    async def step(self, states):\n        turns = sum(m['role'] == 'assistant' for m in states['messages'])\n"
+        "        return {'rewards': 0.5, 'environment_messages': [{'role': 'user', 'content': f'turn {turns}: go on'}],\n"
+        "                'done': turns >= 3}\n")
+    executor = executor_for(env, tiny_causal_lm_path, max_len=120)
+    tokenizer = executor.tokenizer
+    question = [{"role": "user", "content": "count with me"}]
+    prompt = tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
+    requests = [{**r, "prompt": prompt, "messages": question, "prompt_ids": tokenizer(prompt, add_special_tokens=False)["input_ids"]}
+                for r in requests_for(tokenizer, 3)]
+    engines = RecordingEngines(engine)
+    results = executor.run(requests, engines, SAMPLING)
+    for result in results:
+        trained = result.get("prompt_ids", requests[0]["prompt_ids"]) + result["response_ids"]
+        mask = [0] * (len(trained) - len(result["action_mask"])) + result["action_mask"]
+        turns = [(seen, sampled) for seen, sampled in engines.turns if trained[:len(seen) + len(sampled)] == seen + sampled]
+        assert len(turns) == result["agent"]["turns"] == 3
+        for seen, sampled in turns:
+            assert mask[len(seen):len(seen) + len(sampled)] == [1] * len(sampled)
+        assert sum(mask) == sum(len(sampled) for _, sampled in turns)  # every trained token was sampled
