@@ -35,9 +35,10 @@ def every_command() -> list[tuple[str, ...]]:
     for reg in host.registry.registrations(ComponentKind.COMMAND):  # a plugin command's parser, as the CLI builds it
         parser = argparse.ArgumentParser(prog=f"rlhf {reg.name}")
         host.registry.get(ComponentKind.COMMAND, reg.name).add_arguments(parser)
-        registered += parser_commands(parser, (reg.name,))
+        registered += parser_commands(parser, tuple(reg.name.split()))  # `serve reward` is typed as two words
+    groups = {words[:1] for words in registered if len(words) > 1 and words[0] != "train"}  # `rlhf serve --help`
     builtin = [words for words in parser_commands(build_parser()) if words[:1] not in {(name,) for name, *_ in registered}]
-    return [*builtin, *registered]
+    return [*builtin, *sorted(groups), *registered]
 
 
 def help_of(words: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> tuple[object, str, str]:
@@ -51,7 +52,7 @@ def help_of(words: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> tuple
 
 def test_the_walk_finds_the_nested_actions() -> None:
     commands = every_command()
-    for expected in [("config",), ("lora", "merge"), ("plugin", "new"), ("serve", "reward"),
+    for expected in [("config",), ("lora", "merge"), ("plugin", "new"), ("serve",), ("serve", "reward"), ("serve", "tinker"),
                      ("train", "ppo"), ("train", "sft")]:
         assert expected in commands
 
@@ -70,3 +71,11 @@ def test_config_help_lists_its_actions(capsys: pytest.CaptureFixture[str]) -> No
     assert status == 0 and "usage: rlhf config" in out and "convert" in out
     status, out, _ = help_of(("config", "convert"), capsys)
     assert status == 0 and "usage: rlhf config convert" in out
+
+
+def test_serve_lists_the_targets_plugins_register(capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve` is no plugin's command: `serve reward` and `serve tinker` are two plugins' two-word names."""
+    status, out, _ = help_of(("serve",), capsys)
+    assert status == 0 and "usage: rlhf serve" in out and "reward" in out and "tinker" in out
+    status, out, _ = help_of((), capsys)
+    assert "serve reward" in out and "serve tinker" in out

@@ -248,6 +248,10 @@ def rlhf_register_presets(register: Register[dict[str, Any]]) -> None:
 def rlhf_register_commands(register: Register[type[Command]]) -> None:
     """Register top-level subcommands, run as ``rlhf NAME [args]`` (e.g. ``rlhf generate``).
 
+    ``NAME`` may have several words, so plugins share a first word: ``register("serve tinker", …)`` adds
+    ``rlhf serve tinker`` beside another plugin's ``serve reward``; the longest registered name the command
+    line spells runs, and ``rlhf serve --help`` lists the targets (docs/plugins/command.md).
+
     A command class has a ``help`` string, a ``add_arguments(parser)`` classmethod filling an
     argparse parser, and ``run(host, args) -> int`` (the exit status).
     When: at plugin load. Process: the CLI process. How often: once per process.

@@ -78,25 +78,12 @@ def build_parser(commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentP
                    "(docs/plan.md)", add_help=False)
     sub.add_parser("checkpoint", help="what a checkpoint holds, and a plain HF model from it: rlhf checkpoint "
                    "inspect|export PATH (docs/preemption.md)", add_help=False)
-    for name, help_text in commands:  # listed in `rlhf --help`; run by run_plugin_command
+    for name, help_text in commands:  # listed in `rlhf --help`, "serve reward" whole; run by rlhf.cli.plugin_cmd
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 BUILTIN_COMMANDS = ("plugins", "train", "plan", "checkpoint")
-
-
-def run_plugin_command(selection: PluginSelection, name: str, argv: list[str]) -> int:
-    """``rlhf NAME …`` for a command a plugin registered (``rlhf_register_commands``)."""
-    from rlhf.registry import ComponentKind
-
-    host = PluginHost.load(selection)
-    command = host.registry.get(ComponentKind.COMMAND, name, flag="rlhf")
-    parser = OneLineArgumentParser(prog=f"rlhf {name}", description=command.help, allow_abbrev=False,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    command.add_arguments(parser)
-    argv = host.translate_argv(name, argv, list(parser._option_string_actions), None)
-    return command().run(host, parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +119,9 @@ def _dispatch(argv: list[str]) -> int:
     selection, rest = split_plugin_args(argv)
     first = next((i for i, arg in enumerate(rest) if not arg.startswith("-")), None)
     if first is not None and rest[first] not in BUILTIN_COMMANDS:
-        return run_plugin_command(selection, rest[first], rest[:first] + rest[first + 1 :])
+        from rlhf.cli.plugin_cmd import run_plugin_command
+
+        return run_plugin_command(selection, rest, first)
     if first is None:  # `rlhf`, `rlhf --help`: the listing names the plugins' commands too
         from rlhf.registry import ComponentKind
 

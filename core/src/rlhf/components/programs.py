@@ -36,8 +36,11 @@ class Trainer(Protocol):
 class Command(Protocol):
     """A top-level ``rlhf NAME`` subcommand from a plugin (e.g. ``rlhf generate``).
 
-    ``add_arguments`` fills the subcommand's argparse parser; ``run`` executes in the CLI
-    process, once, and returns the exit status.
+    ``NAME`` may have several words (``serve reward``, ``serve tinker``): plugins then share the first word, and
+    the CLI runs the longest registered name the command line's leading words spell; words that only begin names
+    (``rlhf serve --help``) list the targets (docs/plugins/command.md). ``add_arguments`` fills the subcommand's
+    argparse parser (``prog`` is ``rlhf NAME``, the words after ``NAME`` its arguments); ``run`` executes in the
+    CLI process, once, after every plugin was loaded, and returns the exit status.
     """
 
     help: ClassVar[str]

@@ -158,7 +158,7 @@ def test_serve_rm_converts_to_rlhf_serve_reward_and_runs_as_it_is(capsys) -> Non
                     "--batch_size 4")
     parser = argparse.ArgumentParser()
     ServeCommand.add_arguments(parser)
-    args = parser.parse_args(line.split()[2:])
+    args = parser.parse_args(line.split()[3:])  # after `rlhf serve reward`
     assert (args.model, args.normalize, args.max_len, args.dtype, args.port, args.batch_size) == ("rm", True, 512, "bf16", 6000, 4)
     assert main(["config", "convert", "--", "python", "-m", "openrlhf.cli.serve_rm", "--reward_pretrain", "rm",
                  "--normalize_reward", "--bf16"]) == 0

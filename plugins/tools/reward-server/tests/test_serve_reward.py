@@ -61,7 +61,7 @@ def test_binds_loopback_by_default() -> None:
 
     parser = argparse.ArgumentParser()
     ServeCommand.add_arguments(parser)
-    args = parser.parse_args(["reward", "--function", "x"])
+    args = parser.parse_args(["--function", "x"])
     assert args.host == "127.0.0.1" and args.port == 5000
 
 

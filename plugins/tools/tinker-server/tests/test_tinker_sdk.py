@@ -1,4 +1,4 @@
-"""The official ``tinker`` SDK drives ``rlhf serve-tinker`` on loopback, as its users drive the hosted service.
+"""The official ``tinker`` SDK drives ``rlhf serve tinker`` on loopback, as its users drive the hosted service.
 
 The server runs in this process (uvicorn on a thread) so that a test can read the trained adapter and compute
 log-probs from it directly; one test starts the real command in a subprocess.
@@ -353,7 +353,7 @@ def test_the_server_answers_only_holders_of_its_key(server) -> None:
 def test_the_command_serves_its_models_by_the_names_it_was_given(tiny_causal_lm_path, request) -> None:
     port = free_port()
     env = {**os.environ, "TINKER_API_KEY": "tml-from-the-environment"}  # the flag wins over the variable
-    command = [sys.executable, "-m", "rlhf", "serve-tinker", "--model", f"tiny={tiny_causal_lm_path}", "--port", str(port)]
+    command = [sys.executable, "-m", "rlhf", "serve", "tinker", "--model", f"tiny={tiny_causal_lm_path}", "--port", str(port)]
     process = subprocess.Popen([*command, "--api-key", KEY], env=env, stderr=subprocess.PIPE, text=True)
     request.addfinalizer(lambda: (process.terminate(), process.wait(timeout=30)))
     base = f"http://127.0.0.1:{port}"

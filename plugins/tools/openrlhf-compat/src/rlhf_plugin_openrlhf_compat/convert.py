@@ -182,7 +182,8 @@ def _command_of(tokens: list[str], where: str, trainer: str | None) -> FoundComm
 def convert(host: Any, command: FoundCommand) -> tuple[list[str], dict[str, Any] | None]:
     """Today's flags of one command, and (for trainers) the YAML tree of the options it sets."""
     if command.words[0] != "train":
-        return translate(command.argv, TABLES.get(command.words[0], {}), prog=f"rlhf {command.words[0]}").argv, None
+        name = " ".join(command.words)  # the command's registered name: `generate`, `serve reward`
+        return translate(command.argv, TABLES.get(name, {}), prog=f"rlhf {name}").argv, None
     with _unannounced():  # what was translated is this command's whole output, not a warning
         run = trainer_run(host, command.words[1], command.argv, refusing=False)
     for setting in refused_settings(run.config):  # the conversion stands; running it would stop here

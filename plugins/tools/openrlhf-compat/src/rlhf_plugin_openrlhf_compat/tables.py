@@ -354,7 +354,7 @@ SERVE: dict[str, Entry] = {
 
 #: Table of each command family; trainers pick theirs by config class (see legacy_translation.table_for).
 TABLES: dict[str, dict[str, Entry]] = {"ppo": PPO, "supervised": SUPERVISED, "generate": GENERATE, "chat": CHAT,
-                                       "serve": SERVE}
+                                       "serve reward": SERVE}
 
 #: OpenRLHF modules (``python -m openrlhf.cli.X``) and the rlhf command line that replaces each.
 OPENRLHF_MODULES: dict[str, tuple[str, ...]] = {

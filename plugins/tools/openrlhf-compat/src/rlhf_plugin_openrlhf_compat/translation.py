@@ -207,7 +207,7 @@ def migration_markdown() -> str:
     titles = {"ppo": "`rlhf train ppo` (OpenRLHF `train_ppo_ray`)",
               "supervised": "`rlhf train sft|rm|dpo|kto|prm|kd` (OpenRLHF `train_sft`, `train_rm`, `train_dpo`, …)",
               "generate": "`rlhf generate` (OpenRLHF `batch_inference`)", "chat": "`rlhf chat` (OpenRLHF `interactive_chat`)",
-              "serve": "`rlhf serve reward` (OpenRLHF `serve_rm`)"}
+              "serve reward": "`rlhf serve reward` (OpenRLHF `serve_rm`)"}
     blocks = []
     for family, table in TABLES.items():
         rows = [f"| `{old}` | {_describe(entry)} |" for old, entry in sorted(table.items())]

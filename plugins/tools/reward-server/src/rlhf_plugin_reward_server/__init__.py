@@ -14,5 +14,6 @@ rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.
 
 @rlhf.hookimpl
 def rlhf_register_commands(register):
-    register("serve", "rlhf_plugin_reward_server.command:ServeCommand",
+    # `serve reward`: the `serve` word is shared with other servers' plugins (`rlhf serve tinker`), docs/plugins/command.md
+    register("serve reward", "rlhf_plugin_reward_server.command:ServeCommand",
              description="serve a reward over HTTP: rlhf serve reward --function NAME | --model PATH")

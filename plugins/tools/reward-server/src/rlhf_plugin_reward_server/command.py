@@ -28,7 +28,6 @@ class ServeCommand:
 
     @classmethod
     def add_arguments(cls, parser: Any) -> None:
-        parser.add_argument("what", choices=["reward"])
         source = parser.add_mutually_exclusive_group(required=True)
         source.add_argument("--function", help="a registered reward function (see `rlhf plugins`)")
         source.add_argument("--model", help="a reward model dir (sequence regression with a `score` head)")

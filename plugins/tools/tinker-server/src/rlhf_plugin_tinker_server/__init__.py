@@ -1,4 +1,4 @@
-"""``rlhf serve-tinker``: a Tinker-compatible training service that the official ``tinker`` SDK drives unchanged.
+"""``rlhf serve tinker``: a Tinker-compatible training service that the official ``tinker`` SDK drives unchanged.
 
 Many LoRA tenants train on one loaded base model (``forward``, ``forward_backward``, ``optim_step``) and sample
 from snapshots of their adapters (``save_weights_for_sampler``, ``sample``, ``compute_logprobs``); see
@@ -12,9 +12,9 @@ rlhf_plugin_api = 3  # the lowest plugin API this plugin needs (docs/plugin-api.
 
 @rlhf.hookimpl
 def rlhf_register_commands(register):
-    # `rlhf serve` belongs to rlhf-plugin-reward-server, and a command name has one owner: hence a name of its own
+    # a two-word name: `serve` is shared with rlhf-plugin-reward-server's `serve reward` (docs/plugins/command.md)
     register(
-        "serve-tinker",
+        "serve tinker",
         "rlhf_plugin_tinker_server.command:ServeTinkerCommand",
-        description="serve the Tinker training API to the tinker SDK: rlhf serve-tinker --model PATH --port N",
+        description="serve the Tinker training API to the tinker SDK: rlhf serve tinker --model PATH --port N",
     )

@@ -59,7 +59,7 @@ def build_app(service: TinkerService, api_key: str | None) -> Any:
             return JSONResponse(
                 {
                     "detail": "this server needs its API key: ServiceClient(api_key=...) or "
-                    "TINKER_API_KEY, the key given to rlhf serve-tinker --api-key"
+                    "TINKER_API_KEY, the key given to rlhf serve tinker --api-key"
                 },
                 status_code=401,
             )

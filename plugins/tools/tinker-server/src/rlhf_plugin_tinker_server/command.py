@@ -1,4 +1,4 @@
-"""``rlhf serve-tinker``: the command's flags, the models' load and the server's start."""
+"""``rlhf serve tinker``: the command's flags, the models' load and the server's start."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _positive(text: str) -> int:
 class ServeTinkerCommand:
     """Serve the Tinker training API over HTTP for the ``tinker`` SDK (``ServiceClient(base_url=...)``)."""
 
-    help: ClassVar[str] = "serve the Tinker training API to the tinker SDK: rlhf serve-tinker --model PATH --port N"
+    help: ClassVar[str] = "serve the Tinker training API to the tinker SDK: rlhf serve tinker --model PATH --port N"
 
     @classmethod
     def add_arguments(cls, parser: Any) -> None:
@@ -95,12 +95,12 @@ class ServeTinkerCommand:
         names = [name for name, _ in args.model]
         if len(set(names)) != len(names):
             raise ConfigError(f"--model: the names {names} repeat; give each model a name of its own (NAME=PATH)")
-        ppo_loss = host.registry.get(ComponentKind.POLICY_LOSS, "ppo", flag="the ppo loss of rlhf serve-tinker")
+        ppo_loss = host.registry.get(ComponentKind.POLICY_LOSS, "ppo", flag="the ppo loss of rlhf serve tinker")
         models = {name: load_served_model(name, path, args.dtype) for name, path in args.model}
         api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
         if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
             log.warning(
-                "rlhf serve-tinker on %s trains for anyone who reaches it: set --api-key (or %s)", args.host, API_KEY_ENV
+                "rlhf serve tinker on %s trains for anyone who reaches it: set --api-key (or %s)", args.host, API_KEY_ENV
             )
         service = TinkerService(
             models, ppo_loss, Path(args.checkpoint_dir).resolve(), args.sampler_snapshots, args.session_timeout
