@@ -49,6 +49,14 @@ def requests_for(tokenizer, count: int, max_tokens: int = 4):
             for i in range(count)]
 
 
+def chat_requests(tokenizer, question: str, count: int):
+    """requests_for, with the prompt as a run with --data.apply_chat_template makes it: templated, and as messages."""
+    messages = [{"role": "user", "content": question}]
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    return [{**r, "prompt": prompt, "messages": messages, "prompt_ids": ids} for r in requests_for(tokenizer, count)]
+
+
 def spans(mask: list[int]) -> list[tuple[int, int, int]]:
     """``(value, start, end)`` runs of equal mask values."""
     out, start = [], 0
@@ -328,10 +336,7 @@ def test_an_environment_talks_in_chat_turns_templated_after_the_models_own(engin
         "                'done': len(roles) >= 4, 'columns': {'roles': ','.join(roles), 'asked': self.first[0]['content']}}\n")
     executor = executor_for(env, tiny_causal_lm_path, max_len=80)
     tokenizer = executor.tokenizer
-    question = [{"role": "user", "content": "guess the number"}]
-    prompt = tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
-    request = {**requests_for(tokenizer, 1)[0], "prompt": prompt, "messages": question,
-               "prompt_ids": tokenizer(prompt, add_special_tokens=False)["input_ids"]}
+    (request,) = chat_requests(tokenizer, "guess the number", 1)
     (result,) = executor.run([request], CountingEngines(engine), SAMPLING)
     assert result["agent"]["columns"] == {"roles": "user,assistant,user,assistant", "asked": "guess the number"}
     (feedback,) = [(start, end) for value, start, end in spans(result["action_mask"]) if value == 0]
@@ -371,10 +376,7 @@ def test_the_ids_trained_are_the_ids_the_engine_saw_and_sampled_across_chat_turn
         "                'done': turns >= 3}\n")
     executor = executor_for(env, tiny_causal_lm_path, max_len=120)
     tokenizer = executor.tokenizer
-    question = [{"role": "user", "content": "count with me"}]
-    prompt = tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
-    requests = [{**r, "prompt": prompt, "messages": question, "prompt_ids": tokenizer(prompt, add_special_tokens=False)["input_ids"]}
-                for r in requests_for(tokenizer, 3)]
+    requests = chat_requests(tokenizer, "count with me", 3)
     engines = RecordingEngines(engine)
     results = executor.run(requests, engines, SAMPLING)
     for result in results:
