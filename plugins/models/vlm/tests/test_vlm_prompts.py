@@ -104,3 +104,15 @@ def test_idefics3_rows_go_through_the_models_own_processor(tiny_idefics3_path, t
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([out["prompt_ids"]]), **collate_media([out["media"]])).logits
     assert torch.isfinite(logits).all() and logits.shape[1] == len(out["prompt_ids"])
+
+
+def test_the_runs_chat_template_variables_reach_the_vlm_prompt(tiny_vlm_path: Path) -> None:
+    """--data.chat_template_kwargs reaches the processor's template as it reaches the text prompts' (a thinking
+    switch, a reasoning effort)."""
+    quiet = ImagePromptProcessor(str(tiny_vlm_path), "input", "images", max_images=2,
+                                 template_kwargs={"enable_thinking": False})
+    plain = ImagePromptProcessor(str(tiny_vlm_path), "input", "images", max_images=2)
+    for made in (quiet, plain):
+        made.tokenizer.chat_template += "{% if enable_thinking is defined and not enable_thinking %}<no-think>{% endif %}"
+    assert quiet.process({"input": "hi"})["prompt"].endswith("<|assistant|><no-think>")
+    assert plain.process({"input": "hi"})["prompt"].endswith("<|assistant|>")

@@ -19,7 +19,8 @@ QWEN_VL = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 class ImagePromptProcessor:
     """Built once in the controller (``from_config``); ``process(row)`` runs once per prompt row."""
 
-    def __init__(self, model_path: str, input_key: str, image_key: str, max_images: int) -> None:
+    def __init__(self, model_path: str, input_key: str, image_key: str, max_images: int,
+                 template_kwargs: dict[str, Any] | None = None) -> None:
         from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
 
         flag = "--data.image_key/--data.max_images_per_prompt"
@@ -31,6 +32,7 @@ class ImagePromptProcessor:
                               "vision-language model or drop the image flags")
         self.model_type = model_config.model_type
         self.input_key, self.image_key, self.max_images = input_key, image_key, max_images
+        self.template_kwargs = dict(template_kwargs or {})  # --data.chat_template_kwargs
         self.image_token_id = model_config.image_token_id
         if self.model_type in QWEN_VL:
             self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -50,7 +52,8 @@ class ImagePromptProcessor:
     @classmethod
     def from_config(cls, config: Any) -> ImagePromptProcessor:
         data = config.data
-        return cls(config.actor.model_name_or_path, data.input_key, data.image_key, data.max_images_per_prompt)
+        return cls(config.actor.model_name_or_path, data.input_key, data.image_key, data.max_images_per_prompt,
+                   data.chat_template_kwargs)
 
     def messages(self, value: Any, images: int) -> list[dict[str, Any]]:
         """A plain prompt becomes one user turn with the images first; a conversation gets the images
@@ -76,7 +79,7 @@ class ImagePromptProcessor:
         images = row_images(row, self.image_key, self.max_images)
         value = row.get(self.input_key)
         text = self.tokenizer.apply_chat_template(self.messages(value, len(images)), add_generation_prompt=True,
-                                                  tokenize=False)
+                                                  tokenize=False, **self.template_kwargs)
         if not images:
             return {"prompt": text, "prompt_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"], "media": None}
         encoded = [encode_png(image) for image in images]  # for engines that run their own processor (vLLM)
