@@ -73,7 +73,7 @@ class SourcedSchedule:
 
     def take(self, count: int) -> list[dict[str, Any]]:
         """``count`` more rows for refills (dynamic filtering): a source does not run out before the run ends."""
-        return self._made(count) if count > 0 and self.batches < self.total_batches + 1 else []
+        return self._made(count) if count > 0 else []
 
     def _made(self, count: int) -> list[dict[str, Any]]:
         """``count`` usable prompts from the next positions; rows the data rules refuse are counted and replaced."""
