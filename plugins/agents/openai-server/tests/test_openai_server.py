@@ -124,6 +124,28 @@ def test_a_client_that_names_its_session_in_the_x_session_id_header_is_served(en
         assert sum(1 for i, m in enumerate(mask) if m == 1 and (i == 0 or mask[i - 1] == 0)) == 2  # two model turns
 
 
+def test_few_shot_assistant_messages_in_the_first_call_are_not_replies(engine, tiny_causal_lm_path, tmp_path) -> None:
+    """A chat whose first call carries worked examples (assistant messages the model never wrote) goes on for a second
+    call: only the replies the session returned count as the model's turns."""
+    agent = tmp_path / "few_shot_agent.py"
+    agent.write_text(
+        "import openai\nfrom rlhf_plugin_openai_server import OpenAIServerAgent\n\n\n"
+        "class AgentExecutor(OpenAIServerAgent):\n    async def run_agent(self, prompt, label, session_id):\n"
+        "        client = openai.AsyncOpenAI(base_url=self.base_url, api_key='x', max_retries=0,\n"
+        "                                    default_headers={'X-Session-ID': session_id})\n"
+        "        messages = [{'role': 'user', 'content': '1+1?'}, {'role': 'assistant', 'content': '2'},\n"
+        "                    {'role': 'user', 'content': prompt}]\n"
+        "        for _ in range(2):\n"
+        "            reply = await client.chat.completions.create(model=self.model_name, messages=messages, max_tokens=3)\n"
+        "            messages += [{'role': 'assistant', 'content': reply.choices[0].message.content},\n"
+        "                         {'role': 'user', 'content': 'again'}]\n"
+        "        await client.close()\n        return {'reward': 1.0}\n")
+    results = executor_for(agent, tiny_causal_lm_path).run(requests_for(2), engine, SAMPLING)
+    assert [r["agent"].get("error") for r in results] == [None, None]
+    for result in results:
+        assert [value for value, _, _ in spans(result["action_mask"])] == [1, 0, 1]
+
+
 def test_a_streaming_client_gets_the_turn_as_server_sent_events(engine, tiny_causal_lm_path, tmp_path) -> None:
     """``stream=True`` (chat and completions, the OpenAI SDK's own stream reader): the chunks join to the text the
     trajectory holds, the last choice chunk carries the finish reason, and include_usage adds the token counts."""

@@ -32,6 +32,7 @@ class Session:
     last_turn_ids: list[int] = field(default_factory=list)  # the last completion's ids, as sampled
     #: the chat messages the session has been sent, the assistant's replies aside, as (role, content) pairs
     said: list[tuple[Any, Any]] = field(default_factory=list)
+    opened: int = 0  # messages in the first call (its assistant messages, e.g. few-shot examples, are not replies)
     calls: int = 0
     error: str | None = None
 
@@ -65,11 +66,11 @@ class Session:
         template would re-render the replies: Qwen3's think blocks, a tool call's JSON spacing)."""
         from rlhf_agents.chat_turns import ChatTemplateError, chat_feedback
 
-        replies = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-        said = [(m.get("role"), m.get("content")) for m in messages if m.get("role") != "assistant"]
         if self.calls == 0:
-            self.said = said
+            self.said, self.opened = _sent(messages, len(messages)), len(messages)
             return self.extend_prompt(render_chat(tokenizer, messages, tools, template_kwargs), tokenizer)
+        replies = [i for i, m in enumerate(messages) if i >= self.opened and m.get("role") == "assistant"]
+        said = _sent(messages, self.opened)
         if len(replies) != self.calls:
             raise SessionError(f"prefix stability: the messages hold {len(replies)} assistant replies, the session "
                                f"returned {self.calls}; send each reply back as it came (or start a new session)")
@@ -90,6 +91,11 @@ class Session:
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
         self.action_mask += [int(is_action)] * len(ids)
         self.text += text
+
+
+def _sent(messages: list[dict[str, Any]], opened: int) -> list[tuple[Any, Any]]:
+    """``(role, content)`` of the messages a client sent: the first call's ``opened`` ones, then all but the replies."""
+    return [(m.get("role"), m.get("content")) for i, m in enumerate(messages) if i < opened or m.get("role") != "assistant"]
 
 
 #: Request fields the server applies (``model`` is accepted whatever it names; ``seed`` is the runtime's).
