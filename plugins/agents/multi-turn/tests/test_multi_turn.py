@@ -348,6 +348,10 @@ def test_an_environment_talks_in_chat_turns_templated_after_the_models_own(engin
     both.write_text(env.read_text().replace("'environment_messages'", "'environment_feedback': 'x', 'environment_messages'"))
     (failed,) = executor_for(both, tiny_causal_lm_path).run([request], CountingEngines(engine), SAMPLING)
     assert "both environment_feedback and environment_messages" in failed["agent"]["error"]
+    pictured = tmp_path / "pictured.py"
+    pictured.write_text(env.read_text().replace("'environment_messages'", "'environment_images': ['a.png'], 'environment_messages'"))
+    (failed,) = executor_for(pictured, tiny_causal_lm_path).run([request], CountingEngines(engine), SAMPLING)
+    assert "environment_images with environment_messages" in failed["agent"]["error"]
 
 
 class RecordingEngines(CountingEngines):

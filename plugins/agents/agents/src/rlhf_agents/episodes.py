@@ -281,6 +281,9 @@ def _read_step(result: Any) -> tuple[float, float | None, str, bool]:
     if feedback and result.get("environment_messages") is not None:
         raise EpisodeError("AgentInstance.step returned both environment_feedback and environment_messages; "
                            "answer one (messages are templated as chat turns, feedback is appended as text)")
+    if result.get("environment_messages") is not None and result.get("environment_images"):
+        raise EpisodeError("AgentInstance.step returned environment_images with environment_messages; images come with "
+                           "environment_feedback text (the VLM processor places them), chat messages without images")
     if not isinstance(feedback, str):
         raise EpisodeError(f"AgentInstance.step: environment_feedback is a {type(feedback).__name__}, not text")
     reward = _number(result["rewards"], "rewards")
